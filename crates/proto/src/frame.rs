@@ -1,0 +1,997 @@
+//! Frames of the client protocol: a 5-byte header (body length, type) and a
+//! body whose layout depends on the type. `docs/wire-format.md` has the byte
+//! tables; a decoder checks every length against the bytes present and the
+//! frame size limit, so malformed input is an error, never a panic.
+
+use crate::record::Record;
+use crate::Reader;
+
+/// Version of the frame protocol spoken after the handshake.
+pub const PROTOCOL_VERSION: u16 = 1;
+/// The four bytes that open a client's `Hello`.
+pub const HELLO_MAGIC: [u8; 4] = *b"STLG";
+/// Body length (u32) + frame type (u8).
+pub const FRAME_HEADER_LEN: usize = 5;
+/// Append flag: the acknowledgement carries the payload back (the logging
+/// experiment's "reply of the same length").
+pub const APPEND_FLAG_ECHO: u8 = 1;
+/// Ack flag: the event id was already logged; the version is the original.
+pub const ACK_FLAG_DUPLICATE: u8 = 1;
+/// Ack flag: the message may repeat one logged before a failover.
+pub const ACK_FLAG_POSSIBLE_DUPLICATE: u8 = 2;
+
+mod kind {
+    pub const HELLO: u8 = 0x01;
+    pub const CREATE_STREAM: u8 = 0x02;
+    pub const DELETE_STREAM: u8 = 0x03;
+    pub const LIST_STREAMS: u8 = 0x04;
+    pub const OPEN_STREAM: u8 = 0x05;
+    pub const APPEND: u8 = 0x06;
+    pub const FETCH: u8 = 0x07;
+    pub const SUBSCRIBE: u8 = 0x08;
+    pub const CREDIT: u8 = 0x09;
+    pub const UNSUBSCRIBE: u8 = 0x0A;
+    pub const STATUS: u8 = 0x0B;
+    pub const HELLO_OK: u8 = 0x81;
+    pub const STREAM_INFO: u8 = 0x82;
+    pub const STREAM_LIST: u8 = 0x83;
+    pub const ACK: u8 = 0x84;
+    pub const RECORDS: u8 = 0x85;
+    pub const DELIVER: u8 = 0x86;
+    pub const ERROR: u8 = 0x87;
+    pub const OK: u8 = 0x88;
+    pub const STATUS_REPLY: u8 = 0x89;
+}
+
+/// How a stream's log reaches the disk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DurabilityConfig {
+    /// No disk: records live in a bounded memory ring. Lost on any crash.
+    Memory,
+    /// Ack after write + fdatasync, with group commit. Nothing acknowledged
+    /// is lost by a crash.
+    Sync,
+    /// Seed 004's paged buffer: `pages` × `page_size` bytes, pages written
+    /// asynchronously. A crash loses at most what the pages held.
+    Paged { pages: u16, page_size: u32 },
+}
+
+/// What durability an acknowledgement reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AckLevel {
+    /// Held in the server's memory (the log buffer); not yet on disk.
+    Memory = 0,
+    /// Written and fdatasynced to the server's log.
+    Synced = 1,
+}
+
+/// Error codes carried by `Frame::Error`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorCode {
+    BadFrame = 1,
+    UnsupportedVersion = 2,
+    UnknownStream = 3,
+    StreamExists = 4,
+    MessageTooLarge = 5,
+    LogFailed = 6,
+    InvalidArgument = 7,
+    VersionUnavailable = 8,
+    SequenceRetired = 9,
+    Busy = 10,
+    Internal = 11,
+}
+
+impl ErrorCode {
+    pub fn from_u16(code: u16) -> Option<ErrorCode> {
+        use ErrorCode::*;
+        Some(match code {
+            1 => BadFrame,
+            2 => UnsupportedVersion,
+            3 => UnknownStream,
+            4 => StreamExists,
+            5 => MessageTooLarge,
+            6 => LogFailed,
+            7 => InvalidArgument,
+            8 => VersionUnavailable,
+            9 => SequenceRetired,
+            10 => Busy,
+            11 => Internal,
+            _ => return None,
+        })
+    }
+}
+
+/// A stream as the server describes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StreamInfo {
+    pub id: u64,
+    pub name: String,
+    pub durability: DurabilityConfig,
+    /// Oldest version still readable (1 for a log that kept everything).
+    pub first_version: u64,
+    /// Newest version assigned.
+    pub last_version: u64,
+    /// Newest version readers may see.
+    pub committed_version: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Frame {
+    Hello {
+        version: u16,
+        client: u128,
+        token: String,
+    },
+    CreateStream {
+        request: u64,
+        name: String,
+        durability: DurabilityConfig,
+    },
+    DeleteStream {
+        request: u64,
+        name: String,
+    },
+    ListStreams {
+        request: u64,
+    },
+    OpenStream {
+        request: u64,
+        name: String,
+    },
+    Append {
+        request: u64,
+        stream: u64,
+        flags: u8,
+        session: u64,
+        sequence: u64,
+        low_water: u64,
+        key: Vec<u8>,
+        payload: Vec<u8>,
+    },
+    Fetch {
+        request: u64,
+        stream: u64,
+        from: u64,
+        max_records: u32,
+        max_bytes: u32,
+    },
+    Subscribe {
+        subscription: u64,
+        stream: u64,
+        from: u64,
+        credit: u32,
+    },
+    Credit {
+        subscription: u64,
+        credit: u32,
+    },
+    Unsubscribe {
+        subscription: u64,
+    },
+    Status {
+        request: u64,
+    },
+    HelloOk {
+        version: u16,
+        server: u128,
+        max_frame: u32,
+    },
+    StreamInfo {
+        request: u64,
+        info: StreamInfo,
+    },
+    StreamList {
+        request: u64,
+        streams: Vec<StreamInfo>,
+    },
+    Ack {
+        request: u64,
+        stream: u64,
+        version: u64,
+        epoch: u64,
+        level: AckLevel,
+        flags: u8,
+        replicas: u8,
+        echo: Vec<u8>,
+    },
+    /// Answer to `Fetch`: `count` encoded records back to back in `records`;
+    /// `next` is the version to ask for next.
+    Records {
+        request: u64,
+        next: u64,
+        count: u32,
+        records: Vec<u8>,
+    },
+    /// Pushed to a subscription: `count` encoded records back to back.
+    Deliver {
+        subscription: u64,
+        count: u32,
+        records: Vec<u8>,
+    },
+    Error {
+        request: u64,
+        code: ErrorCode,
+        message: String,
+    },
+    Ok {
+        request: u64,
+    },
+    StatusReply {
+        request: u64,
+        json: String,
+    },
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum FrameError {
+    #[error("frame of {length} bytes exceeds the limit of {limit} bytes")]
+    TooLarge { length: usize, limit: usize },
+    #[error("unknown frame type {0:#04x}")]
+    UnknownType(u8),
+    #[error("malformed {0} frame")]
+    Malformed(&'static str),
+    #[error("bad handshake magic")]
+    BadMagic,
+}
+
+fn put_str16(out: &mut Vec<u8>, text: &str) {
+    let bytes = text.as_bytes();
+    let length = bytes.len().min(u16::MAX as usize);
+    out.extend_from_slice(&(length as u16).to_le_bytes());
+    out.extend_from_slice(&bytes[..length]);
+}
+
+fn put_durability(out: &mut Vec<u8>, durability: DurabilityConfig) {
+    let (mode, pages, page_size) = match durability {
+        DurabilityConfig::Memory => (0u8, 0u16, 0u32),
+        DurabilityConfig::Sync => (1, 0, 0),
+        DurabilityConfig::Paged { pages, page_size } => (2, pages, page_size),
+    };
+    out.push(mode);
+    out.extend_from_slice(&pages.to_le_bytes());
+    out.extend_from_slice(&page_size.to_le_bytes());
+}
+
+fn put_info(out: &mut Vec<u8>, info: &StreamInfo) {
+    out.extend_from_slice(&info.id.to_le_bytes());
+    put_str16(out, &info.name);
+    put_durability(out, info.durability);
+    out.extend_from_slice(&info.first_version.to_le_bytes());
+    out.extend_from_slice(&info.last_version.to_le_bytes());
+    out.extend_from_slice(&info.committed_version.to_le_bytes());
+}
+
+impl Reader<'_> {
+    fn str16(&mut self) -> Option<String> {
+        let length = self.u16()? as usize;
+        String::from_utf8(self.take(length)?.to_vec()).ok()
+    }
+
+    fn bytes32(&mut self) -> Option<Vec<u8>> {
+        let length = self.u32()? as usize;
+        Some(self.take(length)?.to_vec())
+    }
+
+    fn durability(&mut self) -> Option<DurabilityConfig> {
+        let mode = self.u8()?;
+        let pages = self.u16()?;
+        let page_size = self.u32()?;
+        match mode {
+            0 => Some(DurabilityConfig::Memory),
+            1 => Some(DurabilityConfig::Sync),
+            2 => Some(DurabilityConfig::Paged { pages, page_size }),
+            _ => None,
+        }
+    }
+
+    fn info(&mut self) -> Option<StreamInfo> {
+        Some(StreamInfo {
+            id: self.u64()?,
+            name: self.str16()?,
+            durability: self.durability()?,
+            first_version: self.u64()?,
+            last_version: self.u64()?,
+            committed_version: self.u64()?,
+        })
+    }
+}
+
+/// Checks that `records` holds exactly `count` valid records.
+fn records_valid(records: &[u8], count: u32) -> bool {
+    let mut offset = 0;
+    for _ in 0..count {
+        match Record::decode(&records[offset..]) {
+            Ok((_, length)) => offset += length,
+            Err(_) => return false,
+        }
+    }
+    offset == records.len()
+}
+
+impl Frame {
+    /// Appends the encoded frame (header and body) to `out`.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        let start = out.len();
+        out.extend_from_slice(&[0; FRAME_HEADER_LEN]);
+        let frame_type = self.encode_body(out);
+        let body_length = (out.len() - start - FRAME_HEADER_LEN) as u32;
+        out[start..start + 4].copy_from_slice(&body_length.to_le_bytes());
+        out[start + 4] = frame_type;
+    }
+
+    /// Encodes into a fresh buffer.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.encode(&mut out);
+        out
+    }
+
+    fn encode_body(&self, out: &mut Vec<u8>) -> u8 {
+        match self {
+            Frame::Hello {
+                version,
+                client,
+                token,
+            } => {
+                out.extend_from_slice(&HELLO_MAGIC);
+                out.extend_from_slice(&version.to_le_bytes());
+                out.extend_from_slice(&client.to_le_bytes());
+                put_str16(out, token);
+                kind::HELLO
+            }
+            Frame::CreateStream {
+                request,
+                name,
+                durability,
+            } => {
+                out.extend_from_slice(&request.to_le_bytes());
+                put_str16(out, name);
+                put_durability(out, *durability);
+                kind::CREATE_STREAM
+            }
+            Frame::DeleteStream { request, name } => {
+                out.extend_from_slice(&request.to_le_bytes());
+                put_str16(out, name);
+                kind::DELETE_STREAM
+            }
+            Frame::ListStreams { request } => {
+                out.extend_from_slice(&request.to_le_bytes());
+                kind::LIST_STREAMS
+            }
+            Frame::OpenStream { request, name } => {
+                out.extend_from_slice(&request.to_le_bytes());
+                put_str16(out, name);
+                kind::OPEN_STREAM
+            }
+            Frame::Append {
+                request,
+                stream,
+                flags,
+                session,
+                sequence,
+                low_water,
+                key,
+                payload,
+            } => {
+                Self::encode_append_header(
+                    out,
+                    *request,
+                    *stream,
+                    *flags,
+                    *session,
+                    *sequence,
+                    *low_water,
+                );
+                out.extend_from_slice(&(key.len() as u32).to_le_bytes());
+                out.extend_from_slice(key);
+                out.extend_from_slice(payload);
+                kind::APPEND
+            }
+            Frame::Fetch {
+                request,
+                stream,
+                from,
+                max_records,
+                max_bytes,
+            } => {
+                out.extend_from_slice(&request.to_le_bytes());
+                out.extend_from_slice(&stream.to_le_bytes());
+                out.extend_from_slice(&from.to_le_bytes());
+                out.extend_from_slice(&max_records.to_le_bytes());
+                out.extend_from_slice(&max_bytes.to_le_bytes());
+                kind::FETCH
+            }
+            Frame::Subscribe {
+                subscription,
+                stream,
+                from,
+                credit,
+            } => {
+                out.extend_from_slice(&subscription.to_le_bytes());
+                out.extend_from_slice(&stream.to_le_bytes());
+                out.extend_from_slice(&from.to_le_bytes());
+                out.extend_from_slice(&credit.to_le_bytes());
+                kind::SUBSCRIBE
+            }
+            Frame::Credit {
+                subscription,
+                credit,
+            } => {
+                out.extend_from_slice(&subscription.to_le_bytes());
+                out.extend_from_slice(&credit.to_le_bytes());
+                kind::CREDIT
+            }
+            Frame::Unsubscribe { subscription } => {
+                out.extend_from_slice(&subscription.to_le_bytes());
+                kind::UNSUBSCRIBE
+            }
+            Frame::Status { request } => {
+                out.extend_from_slice(&request.to_le_bytes());
+                kind::STATUS
+            }
+            Frame::HelloOk {
+                version,
+                server,
+                max_frame,
+            } => {
+                out.extend_from_slice(&version.to_le_bytes());
+                out.extend_from_slice(&server.to_le_bytes());
+                out.extend_from_slice(&max_frame.to_le_bytes());
+                kind::HELLO_OK
+            }
+            Frame::StreamInfo { request, info } => {
+                out.extend_from_slice(&request.to_le_bytes());
+                put_info(out, info);
+                kind::STREAM_INFO
+            }
+            Frame::StreamList { request, streams } => {
+                out.extend_from_slice(&request.to_le_bytes());
+                out.extend_from_slice(&(streams.len() as u32).to_le_bytes());
+                for info in streams {
+                    put_info(out, info);
+                }
+                kind::STREAM_LIST
+            }
+            Frame::Ack {
+                request,
+                stream,
+                version,
+                epoch,
+                level,
+                flags,
+                replicas,
+                echo,
+            } => {
+                out.extend_from_slice(&request.to_le_bytes());
+                out.extend_from_slice(&stream.to_le_bytes());
+                out.extend_from_slice(&version.to_le_bytes());
+                out.extend_from_slice(&epoch.to_le_bytes());
+                out.push(*level as u8);
+                out.push(*flags);
+                out.push(*replicas);
+                out.extend_from_slice(echo);
+                kind::ACK
+            }
+            Frame::Records {
+                request,
+                next,
+                count,
+                records,
+            } => {
+                out.extend_from_slice(&request.to_le_bytes());
+                out.extend_from_slice(&next.to_le_bytes());
+                out.extend_from_slice(&count.to_le_bytes());
+                out.extend_from_slice(records);
+                kind::RECORDS
+            }
+            Frame::Deliver {
+                subscription,
+                count,
+                records,
+            } => {
+                out.extend_from_slice(&subscription.to_le_bytes());
+                out.extend_from_slice(&count.to_le_bytes());
+                out.extend_from_slice(records);
+                kind::DELIVER
+            }
+            Frame::Error {
+                request,
+                code,
+                message,
+            } => {
+                out.extend_from_slice(&request.to_le_bytes());
+                out.extend_from_slice(&(*code as u16).to_le_bytes());
+                put_str16(out, message);
+                kind::ERROR
+            }
+            Frame::Ok { request } => {
+                out.extend_from_slice(&request.to_le_bytes());
+                kind::OK
+            }
+            Frame::StatusReply { request, json } => {
+                out.extend_from_slice(&request.to_le_bytes());
+                out.extend_from_slice(&(json.len() as u32).to_le_bytes());
+                out.extend_from_slice(json.as_bytes());
+                kind::STATUS_REPLY
+            }
+        }
+    }
+
+    fn encode_append_header(
+        out: &mut Vec<u8>,
+        request: u64,
+        stream: u64,
+        flags: u8,
+        session: u64,
+        sequence: u64,
+        low_water: u64,
+    ) {
+        out.extend_from_slice(&request.to_le_bytes());
+        out.extend_from_slice(&stream.to_le_bytes());
+        out.push(flags);
+        out.extend_from_slice(&session.to_le_bytes());
+        out.extend_from_slice(&sequence.to_le_bytes());
+        out.extend_from_slice(&low_water.to_le_bytes());
+    }
+
+    /// Decodes one frame from the start of `bytes`. `Ok(None)` means more
+    /// bytes are needed; the `usize` is the number of bytes consumed.
+    pub fn decode(bytes: &[u8], max_frame: usize) -> Result<Option<(Frame, usize)>, FrameError> {
+        if bytes.len() < FRAME_HEADER_LEN {
+            return Ok(None);
+        }
+        let body_length = u32::from_le_bytes(bytes[0..4].try_into().expect("4 bytes")) as usize;
+        if body_length > max_frame {
+            return Err(FrameError::TooLarge {
+                length: body_length,
+                limit: max_frame,
+            });
+        }
+        let total = FRAME_HEADER_LEN + body_length;
+        if bytes.len() < total {
+            return Ok(None);
+        }
+        let frame = Self::decode_body(bytes[4], &bytes[FRAME_HEADER_LEN..total])?;
+        Ok(Some((frame, total)))
+    }
+
+    fn decode_body(frame_type: u8, body: &[u8]) -> Result<Frame, FrameError> {
+        let mut reader = Reader::new(body);
+        let (frame, name) = match frame_type {
+            kind::HELLO => {
+                if reader.take(4) != Some(&HELLO_MAGIC[..]) {
+                    return Err(FrameError::BadMagic);
+                }
+                (
+                    (|| {
+                        Some(Frame::Hello {
+                            version: reader.u16()?,
+                            client: reader.u128()?,
+                            token: reader.str16()?,
+                        })
+                    })(),
+                    "hello",
+                )
+            }
+            kind::CREATE_STREAM => (
+                (|| {
+                    Some(Frame::CreateStream {
+                        request: reader.u64()?,
+                        name: reader.str16()?,
+                        durability: reader.durability()?,
+                    })
+                })(),
+                "create-stream",
+            ),
+            kind::DELETE_STREAM => (
+                (|| {
+                    Some(Frame::DeleteStream {
+                        request: reader.u64()?,
+                        name: reader.str16()?,
+                    })
+                })(),
+                "delete-stream",
+            ),
+            kind::LIST_STREAMS => (
+                reader.u64().map(|request| Frame::ListStreams { request }),
+                "list-streams",
+            ),
+            kind::OPEN_STREAM => (
+                (|| {
+                    Some(Frame::OpenStream {
+                        request: reader.u64()?,
+                        name: reader.str16()?,
+                    })
+                })(),
+                "open-stream",
+            ),
+            kind::APPEND => (
+                (|| {
+                    Some(Frame::Append {
+                        request: reader.u64()?,
+                        stream: reader.u64()?,
+                        flags: reader.u8()?,
+                        session: reader.u64()?,
+                        sequence: reader.u64()?,
+                        low_water: reader.u64()?,
+                        key: reader.bytes32()?,
+                        payload: reader.rest().to_vec(),
+                    })
+                })(),
+                "append",
+            ),
+            kind::FETCH => (
+                (|| {
+                    Some(Frame::Fetch {
+                        request: reader.u64()?,
+                        stream: reader.u64()?,
+                        from: reader.u64()?,
+                        max_records: reader.u32()?,
+                        max_bytes: reader.u32()?,
+                    })
+                })(),
+                "fetch",
+            ),
+            kind::SUBSCRIBE => (
+                (|| {
+                    Some(Frame::Subscribe {
+                        subscription: reader.u64()?,
+                        stream: reader.u64()?,
+                        from: reader.u64()?,
+                        credit: reader.u32()?,
+                    })
+                })(),
+                "subscribe",
+            ),
+            kind::CREDIT => (
+                (|| {
+                    Some(Frame::Credit {
+                        subscription: reader.u64()?,
+                        credit: reader.u32()?,
+                    })
+                })(),
+                "credit",
+            ),
+            kind::UNSUBSCRIBE => (
+                reader
+                    .u64()
+                    .map(|subscription| Frame::Unsubscribe { subscription }),
+                "unsubscribe",
+            ),
+            kind::STATUS => (
+                reader.u64().map(|request| Frame::Status { request }),
+                "status",
+            ),
+            kind::HELLO_OK => (
+                (|| {
+                    Some(Frame::HelloOk {
+                        version: reader.u16()?,
+                        server: reader.u128()?,
+                        max_frame: reader.u32()?,
+                    })
+                })(),
+                "hello-ok",
+            ),
+            kind::STREAM_INFO => (
+                (|| {
+                    Some(Frame::StreamInfo {
+                        request: reader.u64()?,
+                        info: reader.info()?,
+                    })
+                })(),
+                "stream-info",
+            ),
+            kind::STREAM_LIST => (
+                (|| {
+                    let request = reader.u64()?;
+                    let count = reader.u32()? as usize;
+                    // Each entry takes at least 41 bytes; refuse counts the
+                    // body cannot hold before allocating for them.
+                    if count > reader.remaining() / 41 {
+                        return None;
+                    }
+                    let mut streams = Vec::with_capacity(count);
+                    for _ in 0..count {
+                        streams.push(reader.info()?);
+                    }
+                    Some(Frame::StreamList { request, streams })
+                })(),
+                "stream-list",
+            ),
+            kind::ACK => (
+                (|| {
+                    Some(Frame::Ack {
+                        request: reader.u64()?,
+                        stream: reader.u64()?,
+                        version: reader.u64()?,
+                        epoch: reader.u64()?,
+                        level: match reader.u8()? {
+                            0 => AckLevel::Memory,
+                            1 => AckLevel::Synced,
+                            _ => return None,
+                        },
+                        flags: reader.u8()?,
+                        replicas: reader.u8()?,
+                        echo: reader.rest().to_vec(),
+                    })
+                })(),
+                "ack",
+            ),
+            kind::RECORDS => (
+                (|| {
+                    let request = reader.u64()?;
+                    let next = reader.u64()?;
+                    let count = reader.u32()?;
+                    let records = reader.rest();
+                    records_valid(records, count).then(|| Frame::Records {
+                        request,
+                        next,
+                        count,
+                        records: records.to_vec(),
+                    })
+                })(),
+                "records",
+            ),
+            kind::DELIVER => (
+                (|| {
+                    let subscription = reader.u64()?;
+                    let count = reader.u32()?;
+                    let records = reader.rest();
+                    records_valid(records, count).then(|| Frame::Deliver {
+                        subscription,
+                        count,
+                        records: records.to_vec(),
+                    })
+                })(),
+                "deliver",
+            ),
+            kind::ERROR => (
+                (|| {
+                    Some(Frame::Error {
+                        request: reader.u64()?,
+                        code: ErrorCode::from_u16(reader.u16()?)?,
+                        message: reader.str16()?,
+                    })
+                })(),
+                "error",
+            ),
+            kind::OK => (
+                reader.u64().map(|request| Frame::Ok { request }),
+                "ok",
+            ),
+            kind::STATUS_REPLY => (
+                (|| {
+                    let request = reader.u64()?;
+                    let length = reader.u32()? as usize;
+                    let json = String::from_utf8(reader.take(length)?.to_vec()).ok()?;
+                    Some(Frame::StatusReply { request, json })
+                })(),
+                "status-reply",
+            ),
+            other => return Err(FrameError::UnknownType(other)),
+        };
+        let frame = frame.ok_or(FrameError::Malformed(name))?;
+        // Every layout but those ending in a "rest" field must consume its
+        // whole body; trailing bytes mean the peer and we disagree.
+        if reader.remaining() != 0 {
+            return Err(FrameError::Malformed(name));
+        }
+        Ok(frame)
+    }
+}
+
+/// Iterates over records packed back to back (the body of `Records` and
+/// `Deliver`, already validated by the decoder).
+pub fn iter_records(records: &[u8]) -> impl Iterator<Item = Record<'_>> {
+    let mut offset = 0;
+    std::iter::from_fn(move || {
+        if offset >= records.len() {
+            return None;
+        }
+        let (record, length) = Record::decode(&records[offset..]).ok()?;
+        offset += length;
+        Some(record)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{EventId, RecordHeader};
+
+    fn samples() -> Vec<Frame> {
+        let mut records = Vec::new();
+        for version in 1..=3 {
+            Record {
+                header: RecordHeader {
+                    flags: 0,
+                    stream: 5,
+                    version,
+                    epoch: 1,
+                    event: EventId {
+                        client: 77,
+                        session: 1,
+                        sequence: version,
+                    },
+                    low_water: 1,
+                },
+                key: b"k",
+                payload: b"hello",
+            }
+            .encode(&mut records);
+        }
+        let info = StreamInfo {
+            id: 5,
+            name: "orders".into(),
+            durability: DurabilityConfig::Paged {
+                pages: 2,
+                page_size: 4096,
+            },
+            first_version: 1,
+            last_version: 9,
+            committed_version: 8,
+        };
+        vec![
+            Frame::Hello {
+                version: PROTOCOL_VERSION,
+                client: u128::MAX - 3,
+                token: "secret".into(),
+            },
+            Frame::CreateStream {
+                request: 1,
+                name: "orders".into(),
+                durability: DurabilityConfig::Sync,
+            },
+            Frame::DeleteStream {
+                request: 2,
+                name: "orders".into(),
+            },
+            Frame::ListStreams { request: 3 },
+            Frame::OpenStream {
+                request: 4,
+                name: "x".into(),
+            },
+            Frame::Append {
+                request: 5,
+                stream: 5,
+                flags: APPEND_FLAG_ECHO,
+                session: 2,
+                sequence: 3,
+                low_water: 1,
+                key: b"key".to_vec(),
+                payload: vec![9; 100],
+            },
+            Frame::Fetch {
+                request: 6,
+                stream: 5,
+                from: 1,
+                max_records: 10,
+                max_bytes: 1000,
+            },
+            Frame::Subscribe {
+                subscription: 7,
+                stream: 5,
+                from: 2,
+                credit: 64,
+            },
+            Frame::Credit {
+                subscription: 7,
+                credit: 3,
+            },
+            Frame::Unsubscribe { subscription: 7 },
+            Frame::Status { request: 8 },
+            Frame::HelloOk {
+                version: 1,
+                server: 99,
+                max_frame: 1 << 20,
+            },
+            Frame::StreamInfo {
+                request: 9,
+                info: info.clone(),
+            },
+            Frame::StreamList {
+                request: 10,
+                streams: vec![info.clone(), info],
+            },
+            Frame::Ack {
+                request: 11,
+                stream: 5,
+                version: 12,
+                epoch: 1,
+                level: AckLevel::Synced,
+                flags: ACK_FLAG_DUPLICATE,
+                replicas: 1,
+                echo: vec![1, 2, 3],
+            },
+            Frame::Records {
+                request: 12,
+                next: 4,
+                count: 3,
+                records: records.clone(),
+            },
+            Frame::Deliver {
+                subscription: 7,
+                count: 3,
+                records,
+            },
+            Frame::Error {
+                request: 13,
+                code: ErrorCode::UnknownStream,
+                message: "no stream named x".into(),
+            },
+            Frame::Ok { request: 14 },
+            Frame::StatusReply {
+                request: 15,
+                json: "{}".into(),
+            },
+        ]
+    }
+
+    #[test]
+    fn every_frame_round_trips() {
+        for frame in samples() {
+            let bytes = frame.to_bytes();
+            let (decoded, used) = Frame::decode(&bytes, 1 << 20).unwrap().unwrap();
+            assert_eq!(used, bytes.len());
+            assert_eq!(decoded, frame);
+        }
+    }
+
+    #[test]
+    fn a_partial_frame_asks_for_more_bytes() {
+        for frame in samples() {
+            let bytes = frame.to_bytes();
+            for cut in 0..bytes.len() {
+                assert_eq!(Frame::decode(&bytes[..cut], 1 << 20), Ok(None));
+            }
+        }
+    }
+
+    #[test]
+    fn a_frame_over_the_limit_is_refused_before_its_body_arrives() {
+        let bytes = Frame::Append {
+            request: 1,
+            stream: 1,
+            flags: 0,
+            session: 1,
+            sequence: 1,
+            low_water: 1,
+            key: vec![],
+            payload: vec![0; 2000],
+        }
+        .to_bytes();
+        assert!(matches!(
+            Frame::decode(&bytes[..FRAME_HEADER_LEN], 1000),
+            Err(FrameError::TooLarge { .. })
+        ));
+    }
+
+    #[test]
+    fn damaged_frames_never_panic() {
+        // A deterministic fuzz: flip, cut and extend every sample frame and
+        // decode; errors are fine, panics are not.
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for frame in samples() {
+            let bytes = frame.to_bytes();
+            for _ in 0..2000 {
+                let mut damaged = bytes.clone();
+                let flips = 1 + next() % 4;
+                for _ in 0..flips {
+                    let at = (next() as usize) % damaged.len();
+                    damaged[at] ^= 1 << (next() % 8);
+                }
+                if next() % 3 == 0 {
+                    let cut = (next() as usize) % damaged.len();
+                    damaged.truncate(cut);
+                }
+                let _ = Frame::decode(&damaged, 1 << 16);
+            }
+        }
+    }
+}

@@ -1,0 +1,93 @@
+//! How a log reaches the disk, and the bounds on what it buffers.
+
+use std::time::Duration;
+
+/// The durability mode of one stream's log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Durability {
+    /// No disk. Records live in a memory ring of `LogConfig::memory_retain_bytes`;
+    /// older ones are dropped, and everything is lost on a crash or restart.
+    Memory,
+    /// Group commit: every record is written and fdatasynced before it counts
+    /// as durable; all records that arrived while a sync was in flight go out
+    /// in the next write and fdatasync.
+    Sync,
+    /// Seed 004's page buffer: records are copied into the current page of
+    /// `pages` × `page_size`; a full page is written and synced by the I/O
+    /// thread while appends go on into the next free page; an append that
+    /// finds no free page waits (a buffer-full wait). A crash loses at most
+    /// the records in pages not yet written.
+    Paged { pages: usize, page_size: usize },
+}
+
+/// Configuration of one log.
+#[derive(Clone, Debug)]
+pub struct LogConfig {
+    pub durability: Durability,
+    /// A segment is closed and a new one started once it would grow past
+    /// this many bytes.
+    pub segment_bytes_max: u64,
+    /// `Sync`: bytes waiting for the next group commit before appends wait
+    /// for room. Bounds the memory of a writer faster than the disk.
+    pub pending_bytes_max: usize,
+    /// `Paged`: a partly filled page is written after it has waited this
+    /// long, so a trickle of records still reaches the disk.
+    pub page_flush_interval: Duration,
+    /// `Memory`: bytes of records kept for readers.
+    pub memory_retain_bytes: usize,
+    /// Keep a sample of per-record logging latency (append to durable) for
+    /// the logging experiment; off on the normal path.
+    pub sample_latency: bool,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            durability: Durability::Sync,
+            segment_bytes_max: 64 * 1024 * 1024,
+            pending_bytes_max: 32 * 1024 * 1024,
+            page_flush_interval: Duration::from_millis(2),
+            memory_retain_bytes: 64 * 1024 * 1024,
+            sample_latency: false,
+        }
+    }
+}
+
+impl LogConfig {
+    pub fn with_durability(durability: Durability) -> Self {
+        LogConfig {
+            durability,
+            ..LogConfig::default()
+        }
+    }
+
+    /// The largest record an append accepts under this configuration.
+    pub fn record_bytes_max(&self) -> usize {
+        match self.durability {
+            Durability::Paged { page_size, .. } => page_size,
+            Durability::Sync => self.pending_bytes_max,
+            Durability::Memory => self.memory_retain_bytes,
+        }
+    }
+
+    /// Checks the bounds; an error names the bad setting.
+    pub fn validate(&self) -> Result<(), String> {
+        if let Durability::Paged { pages, page_size } = self.durability {
+            if !(1..=64).contains(&pages) {
+                return Err(format!("pages must be 1 to 64, not {pages}"));
+            }
+            if !(4096..=256 * 1024 * 1024).contains(&page_size) {
+                return Err(format!(
+                    "page_size must be 4 KiB to 256 MiB, not {page_size} bytes"
+                ));
+            }
+        }
+        if self.segment_bytes_max < 4096 {
+            return Err("segment_bytes_max must be at least 4096".into());
+        }
+        if self.pending_bytes_max < 4096 {
+            return Err("pending_bytes_max must be at least 4096".into());
+        }
+        Ok(())
+    }
+}

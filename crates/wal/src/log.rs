@@ -1,0 +1,580 @@
+//! The log of one stream: appends, the I/O thread that makes them durable,
+//! and reads of durable records.
+//!
+//! Appends copy an encoded record into the pending buffer under a short
+//! lock and return at once; the I/O thread takes everything pending, writes
+//! it and fdatasyncs it, then publishes the new durable version on a watch
+//! channel. Group commit needs no timer: whatever arrives while a sync is in
+//! flight forms the next batch.
+
+use std::collections::VecDeque;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use proto::Record;
+use tokio::sync::{watch, Notify};
+
+use crate::config::{Durability, LogConfig};
+use crate::recovery::{self, Segment};
+use crate::storage::{Storage, StorageFile};
+
+#[derive(Debug, thiserror::Error)]
+pub enum LogError {
+    #[error("i/o error on {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("log corrupt in {path} at byte {offset}: {reason}; refusing to start")]
+    Corrupt {
+        path: PathBuf,
+        offset: u64,
+        reason: String,
+    },
+    #[error("bad log configuration: {0}")]
+    Config(String),
+}
+
+/// Why an append was not taken.
+#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
+pub enum AppendError {
+    /// The buffer is full; wait on [`Log::space_notified`] and try again.
+    #[error("log buffer full")]
+    Full,
+    #[error("record of {length} bytes exceeds the log's limit of {limit} bytes")]
+    TooLarge { length: usize, limit: usize },
+    /// The log is latched failed after a write or fsync error.
+    #[error("log failed: {0}")]
+    Failed(Arc<str>),
+}
+
+#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ReadError {
+    #[error("version {requested} is no longer retained; the oldest available is {first}")]
+    Unavailable { requested: u64, first: u64 },
+    #[error("read failed: {0}")]
+    Io(String),
+    #[error("record at version {version} is damaged: {reason}")]
+    Corrupt { version: u64, reason: String },
+}
+
+/// What the I/O thread has achieved, published on a watch channel.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Progress {
+    /// Every version up to this one is durable (for `Memory`: held).
+    pub durable: u64,
+    /// Set once, when a write or fsync fails; the log never recovers from it
+    /// without a restart.
+    pub failed: Option<Arc<str>>,
+}
+
+/// Counters of a log, read by the metrics endpoint and the experiments.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LogMetrics {
+    pub appends: u64,
+    pub syncs: u64,
+    pub records_synced: u64,
+    pub bytes_written: u64,
+    /// Appends that found the buffer full and had to wait (seed 004's
+    /// buffer-full events).
+    pub buffer_full_waits: u64,
+    /// Total time spent in write + fdatasync, in nanoseconds.
+    pub io_nanos: u64,
+}
+
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub(crate) appends: AtomicU64,
+    pub(crate) syncs: AtomicU64,
+    pub(crate) records_synced: AtomicU64,
+    pub(crate) bytes_written: AtomicU64,
+    pub(crate) buffer_full_waits: AtomicU64,
+    pub(crate) io_nanos: AtomicU64,
+}
+
+/// Latency samples beyond this many are dropped, bounding the memory of the
+/// logging experiment's sampler.
+pub(crate) const LATENCY_SAMPLES_MAX: usize = 1 << 20;
+
+/// Records bound for one segment, written with one write call.
+pub(crate) struct Chunk {
+    pub(crate) segment_base: u64,
+    pub(crate) offset: u64,
+    pub(crate) bytes: Vec<u8>,
+    pub(crate) last_version: u64,
+    pub(crate) records: u64,
+    /// When each record was appended, for latency sampling (empty unless
+    /// sampling is on).
+    pub(crate) appended_at: Vec<Instant>,
+    /// When the chunk's first record arrived (paged idle flush).
+    pub(crate) opened_at: Instant,
+    /// Paged: no further record goes into this page.
+    pub(crate) sealed: bool,
+}
+
+pub(crate) struct State {
+    pub(crate) last_version: u64,
+    pub(crate) first_version: u64,
+    pub(crate) segments: Vec<Segment>,
+    /// Chunks not yet taken by the I/O thread, oldest first.
+    pub(crate) pending: VecDeque<Chunk>,
+    /// Bytes appended and not yet durable.
+    pub(crate) pending_bytes: usize,
+    /// Paged: page buffers ready for reuse. Sync: spare buffers.
+    pub(crate) free_buffers: Vec<Vec<u8>>,
+    /// Paged: pages in existence (free, filling or being written).
+    pub(crate) pages_in_use: usize,
+    pub(crate) failed: Option<Arc<str>>,
+    pub(crate) shutdown: bool,
+    /// Memory durability: the retained records.
+    pub(crate) memory: VecDeque<(u64, Arc<[u8]>)>,
+    pub(crate) memory_bytes: usize,
+}
+
+pub(crate) struct Shared {
+    pub(crate) storage: Arc<dyn Storage>,
+    pub(crate) folder: PathBuf,
+    pub(crate) stream: u64,
+    pub(crate) config: LogConfig,
+    pub(crate) state: Mutex<State>,
+    /// Wakes the I/O thread when work arrives or on shutdown.
+    pub(crate) work: Condvar,
+    /// Wakes appenders waiting for room in the buffer.
+    pub(crate) space: Notify,
+    pub(crate) progress: watch::Sender<Progress>,
+    pub(crate) counters: Counters,
+    pub(crate) latency_samples: Mutex<Vec<u64>>,
+}
+
+/// One stream's write-ahead log. Dropping it writes and syncs everything
+/// pending and stops the I/O thread.
+pub struct Log {
+    shared: Arc<Shared>,
+    io_thread: Option<JoinHandle<()>>,
+}
+
+fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
+    // A panic while holding the lock is a broken invariant; the state may be
+    // inconsistent, so propagate it rather than go on.
+    state.lock().expect("log state lock poisoned")
+}
+
+impl Log {
+    /// Opens the log in `folder` (creating it when absent), recovers it, and
+    /// calls `visit` with every valid record in version order.
+    pub fn open(
+        storage: Arc<dyn Storage>,
+        folder: &Path,
+        stream: u64,
+        config: LogConfig,
+        visit: &mut dyn FnMut(&Record<'_>),
+    ) -> Result<Log, LogError> {
+        config.validate().map_err(LogError::Config)?;
+        let (segments, last_version) = match config.durability {
+            Durability::Memory => (Vec::new(), 0),
+            _ => {
+                let recovered = recovery::recover(storage.as_ref(), folder, stream, visit)?;
+                (recovered.segments, recovered.last_version)
+            }
+        };
+        let first_version = segments.first().map_or(1, |s| s.base);
+        let state = State {
+            last_version,
+            first_version,
+            segments,
+            pending: VecDeque::new(),
+            pending_bytes: 0,
+            free_buffers: Vec::new(),
+            pages_in_use: 0,
+            failed: None,
+            shutdown: false,
+            memory: VecDeque::new(),
+            memory_bytes: 0,
+        };
+        let (progress, _) = watch::channel(Progress {
+            durable: last_version,
+            failed: None,
+        });
+        let shared = Arc::new(Shared {
+            storage,
+            folder: folder.to_path_buf(),
+            stream,
+            config,
+            state: Mutex::new(state),
+            work: Condvar::new(),
+            space: Notify::new(),
+            progress,
+            counters: Counters::default(),
+            latency_samples: Mutex::new(Vec::new()),
+        });
+        let io_thread = match shared.config.durability {
+            Durability::Memory => None,
+            _ => {
+                let worker = Arc::clone(&shared);
+                Some(
+                    std::thread::Builder::new()
+                        .name(format!("log-{stream:x}"))
+                        .spawn(move || worker.run_io())
+                        .map_err(|source| LogError::Io {
+                            path: folder.to_path_buf(),
+                            source,
+                        })?,
+                )
+            }
+        };
+        Ok(Log { shared, io_thread })
+    }
+
+    pub fn config(&self) -> &LogConfig {
+        &self.shared.config
+    }
+
+    /// Appends one encoded record, which must carry version
+    /// `last_version() + 1`. Returns at once; the record becomes durable
+    /// when [`Log::progress`] says so.
+    pub fn append(&self, version: u64, record: &[u8]) -> Result<(), AppendError> {
+        let shared = &self.shared;
+        let limit = shared.config.record_bytes_max();
+        if record.len() > limit {
+            return Err(AppendError::TooLarge {
+                length: record.len(),
+                limit,
+            });
+        }
+        let mut state = lock(&shared.state);
+        if let Some(failure) = &state.failed {
+            return Err(AppendError::Failed(failure.clone()));
+        }
+        assert_eq!(
+            version,
+            state.last_version + 1,
+            "log of stream {} appended out of order",
+            shared.stream
+        );
+        match shared.config.durability {
+            Durability::Memory => {
+                self.append_memory(&mut state, version, record);
+                return Ok(());
+            }
+            Durability::Sync => {
+                let room = shared.config.pending_bytes_max - state.pending_bytes.min(shared.config.pending_bytes_max);
+                if record.len() > room && state.pending_bytes > 0 {
+                    shared.counters.buffer_full_waits.fetch_add(1, Ordering::Relaxed);
+                    return Err(AppendError::Full);
+                }
+            }
+            Durability::Paged { .. } => {}
+        }
+        shared.place_record(&mut state, version, record)?;
+        state.last_version = version;
+        state.pending_bytes += record.len();
+        drop(state);
+        shared.counters.appends.fetch_add(1, Ordering::Relaxed);
+        if shared.config.durability == Durability::Sync {
+            shared.work.notify_one();
+        }
+        Ok(())
+    }
+
+    fn append_memory(&self, state: &mut State, version: u64, record: &[u8]) {
+        let shared = &self.shared;
+        state.memory.push_back((version, Arc::from(record)));
+        state.memory_bytes += record.len();
+        while state.memory_bytes > shared.config.memory_retain_bytes && state.memory.len() > 1 {
+            let (_, dropped) = state.memory.pop_front().expect("ring is not empty");
+            state.memory_bytes -= dropped.len();
+        }
+        state.first_version = state.memory.front().map_or(version + 1, |(v, _)| *v);
+        state.last_version = version;
+        shared.counters.appends.fetch_add(1, Ordering::Relaxed);
+        shared.progress.send_modify(|progress| progress.durable = version);
+    }
+
+    /// A future that completes when room frees up in the buffer. Create it
+    /// before retrying an append that failed with `Full`, so no wake-up is
+    /// missed between the failure and the wait.
+    pub fn space_notified(&self) -> tokio::sync::futures::Notified<'_> {
+        self.shared.space.notified()
+    }
+
+    pub fn last_version(&self) -> u64 {
+        lock(&self.shared.state).last_version
+    }
+
+    /// Oldest version readers may still ask for.
+    pub fn first_version(&self) -> u64 {
+        lock(&self.shared.state).first_version
+    }
+
+    pub fn durable_version(&self) -> u64 {
+        self.shared.progress.borrow().durable
+    }
+
+    /// The failure that latched the log, if any.
+    pub fn failure(&self) -> Option<Arc<str>> {
+        self.shared.progress.borrow().failed.clone()
+    }
+
+    /// Watches the durable version and the failed latch.
+    pub fn progress(&self) -> watch::Receiver<Progress> {
+        self.shared.progress.subscribe()
+    }
+
+    pub fn metrics(&self) -> LogMetrics {
+        let counters = &self.shared.counters;
+        LogMetrics {
+            appends: counters.appends.load(Ordering::Relaxed),
+            syncs: counters.syncs.load(Ordering::Relaxed),
+            records_synced: counters.records_synced.load(Ordering::Relaxed),
+            bytes_written: counters.bytes_written.load(Ordering::Relaxed),
+            buffer_full_waits: counters.buffer_full_waits.load(Ordering::Relaxed),
+            io_nanos: counters.io_nanos.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Takes the per-record logging latencies (append to durable, in
+    /// nanoseconds) sampled since the last call; empty unless
+    /// `LogConfig::sample_latency` is on.
+    pub fn take_latency_samples(&self) -> Vec<u64> {
+        std::mem::take(&mut *self.shared.latency_samples.lock().expect("sampler lock poisoned"))
+    }
+
+    /// Reads durable records from version `from` on, appending their encoded
+    /// bytes to `out`: at most `max_records`, and no more than `max_bytes`
+    /// unless the first record alone is larger. Returns how many were read.
+    pub fn read(&self, from: u64, max_records: usize, max_bytes: usize, out: &mut Vec<u8>) -> Result<usize, ReadError> {
+        let durable = self.durable_version();
+        let state = lock(&self.shared.state);
+        if from < state.first_version {
+            return Err(ReadError::Unavailable {
+                requested: from,
+                first: state.first_version,
+            });
+        }
+        if from > durable || max_records == 0 {
+            return Ok(0);
+        }
+        if self.shared.config.durability == Durability::Memory {
+            return Ok(read_memory(&state, from, durable, max_records, max_bytes, out));
+        }
+        let position = state.segments.partition_point(|s| s.base <= from);
+        let targets: Vec<(Arc<dyn StorageFile>, u64, u64)> = state.segments[position.saturating_sub(1)..]
+            .iter()
+            .filter(|s| s.base <= durable)
+            .filter_map(|s| s.file.clone().map(|file| (file, s.seek(from.max(s.base)), s.last_version)))
+            .collect();
+        drop(state);
+        let mut reader = SegmentReader {
+            next: from,
+            durable,
+            count: 0,
+            max_records,
+            max_bytes,
+            start_len: out.len(),
+        };
+        for (file, offset, last_version) in targets {
+            if reader.next > last_version {
+                continue;
+            }
+            if !reader.read_segment(file.as_ref(), offset, out)? {
+                break;
+            }
+        }
+        Ok(reader.count)
+    }
+}
+
+fn read_memory(state: &State, from: u64, durable: u64, max_records: usize, max_bytes: usize, out: &mut Vec<u8>) -> usize {
+    let start = (from - state.first_version) as usize;
+    let start_len = out.len();
+    let mut count = 0;
+    for (version, bytes) in state.memory.iter().skip(start) {
+        if *version > durable || count >= max_records || (count > 0 && out.len() - start_len + bytes.len() > max_bytes) {
+            break;
+        }
+        out.extend_from_slice(bytes);
+        count += 1;
+    }
+    count
+}
+
+/// Reads consecutive records from segment files within the caller's limits.
+struct SegmentReader {
+    next: u64,
+    durable: u64,
+    count: usize,
+    max_records: usize,
+    max_bytes: usize,
+    start_len: usize,
+}
+
+/// Bytes read from a segment per call.
+const READ_CHUNK_BYTES: usize = 256 * 1024;
+
+impl SegmentReader {
+    /// Reads from one segment; returns whether the caller should go on to
+    /// the next segment.
+    fn read_segment(&mut self, file: &dyn StorageFile, mut offset: u64, out: &mut Vec<u8>) -> Result<bool, ReadError> {
+        let length = file.len().map_err(|e| ReadError::Io(e.to_string()))?;
+        let mut buffer = vec![0u8; READ_CHUNK_BYTES];
+        loop {
+            if offset >= length {
+                return Ok(true);
+            }
+            let want = buffer.len().min((length - offset) as usize);
+            file.read_exact_at(&mut buffer[..want], offset)
+                .map_err(|e| ReadError::Io(e.to_string()))?;
+            let mut position = 0;
+            while position < want {
+                let (record, used) = match Record::decode(&buffer[position..want]) {
+                    Ok(decoded) => decoded,
+                    Err(proto::RecordError::Truncated { needed, .. }) => {
+                        if position > 0 {
+                            break;
+                        }
+                        // A record still being written past the durable
+                        // version; everything before it was returned.
+                        if needed as u64 > length - offset {
+                            return Ok(false);
+                        }
+                        buffer.resize(needed, 0);
+                        break;
+                    }
+                    Err(error) => {
+                        return Err(ReadError::Corrupt {
+                            version: self.next,
+                            reason: error.to_string(),
+                        })
+                    }
+                };
+                let version = record.header.version;
+                if version < self.next {
+                    position += used;
+                    continue;
+                }
+                if version != self.next {
+                    return Err(ReadError::Corrupt {
+                        version: self.next,
+                        reason: format!("found version {version} in its place"),
+                    });
+                }
+                let written = out.len() - self.start_len;
+                if version > self.durable || self.count >= self.max_records || (self.count > 0 && written + used > self.max_bytes) {
+                    return Ok(false);
+                }
+                out.extend_from_slice(&buffer[position..position + used]);
+                self.count += 1;
+                self.next += 1;
+                position += used;
+            }
+            offset += position as u64;
+        }
+    }
+}
+
+impl Shared {
+    /// Puts an encoded record into the pending chunks, starting a new
+    /// segment or page when the current one is full.
+    fn place_record(&self, state: &mut State, version: u64, record: &[u8]) -> Result<(), AppendError> {
+        let length = record.len() as u64;
+        let segment_full = {
+            let segment = state.segments.last().expect("a disk log has a segment");
+            segment.last_version >= segment.base && segment.length + length > self.config.segment_bytes_max
+        };
+        if segment_full {
+            let segment = Segment::new(version);
+            state.segments.push(segment);
+        }
+        let (segment_base, offset) = {
+            let segment = state.segments.last().expect("a disk log has a segment");
+            (segment.base, segment.length)
+        };
+        self.chunk_for(state, segment_base, offset, record.len())?;
+        let chunk = state.pending.back_mut().expect("chunk_for leaves an open chunk");
+        chunk.bytes.extend_from_slice(record);
+        chunk.last_version = version;
+        chunk.records += 1;
+        if self.config.sample_latency {
+            chunk.appended_at.push(Instant::now());
+        }
+        let segment = state.segments.last_mut().expect("a disk log has a segment");
+        segment.note_record(version, offset, length);
+        Ok(())
+    }
+
+    /// Makes sure the newest pending chunk can take `length` more bytes at
+    /// `offset` of segment `segment_base`.
+    fn chunk_for(&self, state: &mut State, segment_base: u64, offset: u64, length: usize) -> Result<(), AppendError> {
+        let page_size = match self.config.durability {
+            Durability::Paged { page_size, .. } => Some(page_size),
+            _ => None,
+        };
+        if let Some(chunk) = state.pending.back_mut() {
+            let fits = page_size.is_none_or(|size| chunk.bytes.len() + length <= size);
+            if !chunk.sealed && chunk.segment_base == segment_base && fits {
+                return Ok(());
+            }
+            if page_size.is_some() && !chunk.sealed {
+                chunk.sealed = true;
+                self.work.notify_one();
+            }
+        }
+        let buffer = match self.config.durability {
+            Durability::Paged { pages, page_size } => match state.free_buffers.pop() {
+                Some(buffer) => buffer,
+                None if state.pages_in_use < pages => {
+                    state.pages_in_use += 1;
+                    Vec::with_capacity(page_size)
+                }
+                None => {
+                    self.counters.buffer_full_waits.fetch_add(1, Ordering::Relaxed);
+                    // Undo a segment started for this record: nothing went
+                    // into it, and the retry will start it again.
+                    if let Some(segment) = state.segments.last() {
+                        if segment.base == segment_base && segment.last_version < segment.base && state.segments.len() > 1 && segment.file.is_none() {
+                            state.segments.pop();
+                        }
+                    }
+                    return Err(AppendError::Full);
+                }
+            },
+            _ => state.free_buffers.pop().unwrap_or_default(),
+        };
+        state.pending.push_back(Chunk {
+            segment_base,
+            offset,
+            bytes: buffer,
+            last_version: 0,
+            records: 0,
+            appended_at: Vec::new(),
+            opened_at: Instant::now(),
+            sealed: false,
+        });
+        Ok(())
+    }
+}
+
+impl Shared {
+    pub(crate) fn lock_state(&self) -> MutexGuard<'_, State> {
+        lock(&self.state)
+    }
+}
+
+impl Drop for Log {
+    fn drop(&mut self) {
+        lock(&self.shared.state).shutdown = true;
+        self.shared.work.notify_all();
+        if let Some(thread) = self.io_thread.take() {
+            // The I/O thread writes what is pending before it stops; a panic
+            // there is a broken invariant worth surfacing.
+            if thread.join().is_err() && !std::thread::panicking() {
+                panic!("log I/O thread of stream {} panicked", self.shared.stream);
+            }
+        }
+    }
+}

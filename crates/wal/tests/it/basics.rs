@@ -1,0 +1,172 @@
+//! Appends, durability, reads and recovery on the real file system.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use proto::{EventId, Record, RecordHeader};
+use wal::{Durability, FileStorage, Log, LogConfig, ReadError, Storage};
+
+pub fn encode(stream: u64, version: u64, payload: &[u8]) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    Record {
+        header: RecordHeader {
+            flags: 0,
+            stream,
+            version,
+            epoch: 1,
+            event: EventId {
+                client: 1,
+                session: 1,
+                sequence: version,
+            },
+            low_water: 1,
+        },
+        key: b"",
+        payload,
+    }
+    .encode(&mut bytes);
+    bytes
+}
+
+pub fn wait_durable(log: &Log, version: u64) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while log.durable_version() < version {
+        assert!(std::time::Instant::now() < deadline, "version {version} never became durable");
+        assert!(log.failure().is_none(), "log failed: {:?}", log.failure());
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
+pub fn append_all(log: &Log, stream: u64, from: u64, count: u64, size: usize) {
+    for version in from..from + count {
+        let record = encode(stream, version, &vec![(version % 251) as u8; size]);
+        loop {
+            match log.append(version, &record) {
+                Ok(()) => break,
+                Err(wal::AppendError::Full) => std::thread::sleep(Duration::from_micros(100)),
+                Err(other) => panic!("append {version}: {other}"),
+            }
+        }
+    }
+}
+
+pub fn read_versions(log: &Log, from: u64) -> Vec<(u64, usize)> {
+    let mut found = Vec::new();
+    let mut next = from;
+    loop {
+        let mut out = Vec::new();
+        let count = log.read(next, 1000, 1 << 20, &mut out).unwrap();
+        if count == 0 {
+            return found;
+        }
+        for record in proto::frame::iter_records(&out) {
+            found.push((record.header.version, record.payload.len()));
+        }
+        next = found.last().unwrap().0 + 1;
+    }
+}
+
+fn open(storage: Arc<dyn Storage>, folder: &Path, config: LogConfig) -> (Log, Vec<u64>) {
+    let mut seen = Vec::new();
+    let log = Log::open(storage, folder, 7, config, &mut |record| seen.push(record.header.version)).unwrap();
+    (log, seen)
+}
+
+#[test]
+fn synced_records_are_read_back_in_order_after_reopening() {
+    let folder = tempfile::tempdir().unwrap();
+    let storage: Arc<dyn Storage> = Arc::new(FileStorage);
+    let config = LogConfig {
+        segment_bytes_max: 64 * 1024,
+        ..LogConfig::default()
+    };
+    {
+        let (log, seen) = open(storage.clone(), folder.path(), config.clone());
+        assert!(seen.is_empty());
+        append_all(&log, 7, 1, 500, 300);
+        wait_durable(&log, 500);
+        let versions = read_versions(&log, 1);
+        assert_eq!(versions.len(), 500);
+        assert!(versions.iter().enumerate().all(|(i, (v, len))| *v == i as u64 + 1 && *len == 300));
+        assert_eq!(read_versions(&log, 250).first().unwrap().0, 250);
+        let metrics = log.metrics();
+        assert_eq!(metrics.records_synced, 500);
+        assert!(metrics.syncs >= 1 && metrics.syncs <= 500);
+    }
+    let segments = storage.list(folder.path()).unwrap().len();
+    assert!(segments > 2, "64 KiB segments should roll over, found {segments}");
+    let (log, seen) = open(storage, folder.path(), config);
+    assert_eq!(seen, (1..=500).collect::<Vec<_>>());
+    assert_eq!(log.last_version(), 500);
+    assert_eq!(log.durable_version(), 500);
+    append_all(&log, 7, 501, 10, 10);
+    wait_durable(&log, 510);
+    assert_eq!(read_versions(&log, 495).len(), 16);
+}
+
+#[test]
+fn paged_log_writes_every_page_by_shutdown_and_counts_buffer_full_waits() {
+    let folder = tempfile::tempdir().unwrap();
+    let storage: Arc<dyn Storage> = Arc::new(FileStorage);
+    let config = LogConfig::with_durability(Durability::Paged {
+        pages: 1,
+        page_size: 8192,
+    });
+    {
+        let (log, _) = open(storage.clone(), folder.path(), config.clone());
+        append_all(&log, 7, 1, 2000, 100);
+        assert!(log.metrics().buffer_full_waits > 0, "one page must make writers wait");
+    }
+    let (log, seen) = open(storage, folder.path(), config);
+    assert_eq!(seen.len(), 2000);
+    assert_eq!(log.durable_version(), 2000);
+}
+
+#[test]
+fn a_partly_filled_page_is_written_after_the_flush_interval() {
+    let folder = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        page_flush_interval: Duration::from_millis(5),
+        ..LogConfig::with_durability(Durability::Paged {
+            pages: 2,
+            page_size: 1 << 20,
+        })
+    };
+    let (log, _) = open(Arc::new(FileStorage), folder.path(), config);
+    append_all(&log, 7, 1, 3, 10);
+    wait_durable(&log, 3);
+    assert_eq!(read_versions(&log, 1).len(), 3);
+}
+
+#[test]
+fn memory_log_keeps_a_bounded_ring_and_names_the_oldest_version() {
+    let folder = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        memory_retain_bytes: 10_000,
+        ..LogConfig::with_durability(Durability::Memory)
+    };
+    let (log, _) = open(Arc::new(FileStorage), folder.path(), config);
+    append_all(&log, 7, 1, 1000, 100);
+    assert_eq!(log.durable_version(), 1000);
+    let first = log.first_version();
+    assert!(first > 900, "ring kept too much: first {first}");
+    assert_eq!(read_versions(&log, first).len() as u64, 1001 - first);
+    let mut out = Vec::new();
+    assert_eq!(
+        log.read(1, 10, 1 << 20, &mut out),
+        Err(ReadError::Unavailable { requested: 1, first })
+    );
+}
+
+#[test]
+fn an_append_over_the_page_size_is_refused() {
+    let folder = tempfile::tempdir().unwrap();
+    let config = LogConfig::with_durability(Durability::Paged {
+        pages: 2,
+        page_size: 4096,
+    });
+    let (log, _) = open(Arc::new(FileStorage), folder.path(), config);
+    let record = encode(7, 1, &[0; 5000]);
+    assert!(matches!(log.append(1, &record), Err(wal::AppendError::TooLarge { .. })));
+}

@@ -1,0 +1,3 @@
+//! Integration tests of the write-ahead log through its public API.
+
+mod basics;
