@@ -374,13 +374,7 @@ impl Frame {
                 payload,
             } => {
                 Self::encode_append_header(
-                    out,
-                    *request,
-                    *stream,
-                    *flags,
-                    *session,
-                    *sequence,
-                    *low_water,
+                    out, *request, *stream, *flags, *session, *sequence, *low_water,
                 );
                 out.extend_from_slice(&(key.len() as u32).to_le_bytes());
                 out.extend_from_slice(key);
@@ -755,10 +749,7 @@ impl Frame {
                 })(),
                 "error",
             ),
-            kind::OK => (
-                reader.u64().map(|request| Frame::Ok { request }),
-                "ok",
-            ),
+            kind::OK => (reader.u64().map(|request| Frame::Ok { request }), "ok"),
             kind::STATUS_REPLY => (
                 (|| {
                     let request = reader.u64()?;
@@ -993,5 +984,73 @@ mod tests {
                 let _ = Frame::decode(&damaged, 1 << 16);
             }
         }
+    }
+}
+
+/// Accumulates bytes from a stream socket and cuts them into frames, so the
+/// async read loops of the server and the client stay a few lines each.
+#[derive(Debug, Default)]
+pub struct FrameBuffer {
+    bytes: Vec<u8>,
+    start: usize,
+}
+
+impl FrameBuffer {
+    pub fn new() -> Self {
+        FrameBuffer::default()
+    }
+
+    /// Adds bytes read from the socket. Reading into a separate buffer and
+    /// then calling this keeps a cancelled read from leaving junk behind.
+    pub fn extend(&mut self, bytes: &[u8]) {
+        if self.start == self.bytes.len() {
+            self.bytes.clear();
+            self.start = 0;
+        } else if self.start > 64 * 1024 && self.start > self.bytes.len() / 2 {
+            self.bytes.drain(..self.start);
+            self.start = 0;
+        }
+        self.bytes.extend_from_slice(bytes);
+    }
+
+    /// The next whole frame, if one has arrived.
+    pub fn next_frame(&mut self, max_frame: usize) -> Result<Option<Frame>, FrameError> {
+        match Frame::decode(&self.bytes[self.start..], max_frame)? {
+            Some((frame, used)) => {
+                self.start += used;
+                Ok(Some(frame))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// Bytes received and not yet cut into frames.
+    pub fn buffered(&self) -> usize {
+        self.bytes.len() - self.start
+    }
+}
+
+#[cfg(test)]
+mod frame_buffer_tests {
+    use super::*;
+
+    #[test]
+    fn frames_split_across_reads_come_out_whole_and_in_order() {
+        let mut wire = Vec::new();
+        for request in 0..50u64 {
+            Frame::Status { request }.encode(&mut wire);
+            Frame::Ok { request }.encode(&mut wire);
+        }
+        let mut buffer = FrameBuffer::new();
+        let mut frames = Vec::new();
+        for piece in wire.chunks(7) {
+            buffer.extend(piece);
+            while let Some(frame) = buffer.next_frame(1024).unwrap() {
+                frames.push(frame);
+            }
+        }
+        assert_eq!(frames.len(), 100);
+        assert_eq!(frames[99], Frame::Ok { request: 49 });
+        assert_eq!(buffer.buffered(), 0);
     }
 }

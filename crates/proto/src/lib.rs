@@ -9,8 +9,8 @@ pub mod frame;
 pub mod record;
 
 pub use frame::{
-    AckLevel, DurabilityConfig, ErrorCode, Frame, FrameError, StreamInfo, FRAME_HEADER_LEN,
-    PROTOCOL_VERSION,
+    AckLevel, DurabilityConfig, ErrorCode, Frame, FrameBuffer, FrameError, StreamInfo,
+    FRAME_HEADER_LEN, PROTOCOL_VERSION,
 };
 pub use record::{EventId, Record, RecordError, RecordHeader, RECORD_HEADER_LEN};
 
@@ -42,11 +42,13 @@ impl<'a> Reader<'a> {
     }
 
     pub(crate) fn u32(&mut self) -> Option<u32> {
-        self.take(4).map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
+        self.take(4)
+            .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
     }
 
     pub(crate) fn u64(&mut self) -> Option<u64> {
-        self.take(8).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+        self.take(8)
+            .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
     }
 
     pub(crate) fn u128(&mut self) -> Option<u128> {

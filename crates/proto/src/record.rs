@@ -193,7 +193,9 @@ impl<'a> Record<'a> {
                 body,
             });
         }
-        let key = reader.take(key_length as usize).expect("checked key length");
+        let key = reader
+            .take(key_length as usize)
+            .expect("checked key length");
         let payload = reader.rest();
         Ok((
             Record {

@@ -66,9 +66,11 @@ pub enum CrashMode {
     DurableOnly,
     /// Every surviving file holds its durable content, plus a seeded-random
     /// prefix (possibly empty, possibly all) of the bytes written past its
-    /// durable length since its last sync; every unsynced write over
-    /// durable bytes keeps either the old or the new bytes (a seeded coin
-    /// per write). An unsynced shrink by `set_len` happens or not (a coin).
+    /// durable length since its last sync (taken from its visible content,
+    /// so for appends exactly a prefix of what was appended); every unsynced
+    /// write over durable bytes keeps either the old or the new bytes (a
+    /// seeded coin per write). An unsynced shrink by `set_len` happens or
+    /// not (a coin). Files synced since their last write are unchanged.
     TornTail,
 }
 

@@ -262,9 +262,13 @@ impl Log {
                 return Ok(());
             }
             Durability::Sync => {
-                let room = shared.config.pending_bytes_max - state.pending_bytes.min(shared.config.pending_bytes_max);
+                let room = shared.config.pending_bytes_max
+                    - state.pending_bytes.min(shared.config.pending_bytes_max);
                 if record.len() > room && state.pending_bytes > 0 {
-                    shared.counters.buffer_full_waits.fetch_add(1, Ordering::Relaxed);
+                    shared
+                        .counters
+                        .buffer_full_waits
+                        .fetch_add(1, Ordering::Relaxed);
                     return Err(AppendError::Full);
                 }
             }
@@ -292,7 +296,9 @@ impl Log {
         state.first_version = state.memory.front().map_or(version + 1, |(v, _)| *v);
         state.last_version = version;
         shared.counters.appends.fetch_add(1, Ordering::Relaxed);
-        shared.progress.send_modify(|progress| progress.durable = version);
+        shared
+            .progress
+            .send_modify(|progress| progress.durable = version);
     }
 
     /// A future that completes when room frees up in the buffer. Create it
@@ -341,13 +347,25 @@ impl Log {
     /// nanoseconds) sampled since the last call; empty unless
     /// `LogConfig::sample_latency` is on.
     pub fn take_latency_samples(&self) -> Vec<u64> {
-        std::mem::take(&mut *self.shared.latency_samples.lock().expect("sampler lock poisoned"))
+        std::mem::take(
+            &mut *self
+                .shared
+                .latency_samples
+                .lock()
+                .expect("sampler lock poisoned"),
+        )
     }
 
     /// Reads durable records from version `from` on, appending their encoded
     /// bytes to `out`: at most `max_records`, and no more than `max_bytes`
     /// unless the first record alone is larger. Returns how many were read.
-    pub fn read(&self, from: u64, max_records: usize, max_bytes: usize, out: &mut Vec<u8>) -> Result<usize, ReadError> {
+    pub fn read(
+        &self,
+        from: u64,
+        max_records: usize,
+        max_bytes: usize,
+        out: &mut Vec<u8>,
+    ) -> Result<usize, ReadError> {
         let durable = self.durable_version();
         let state = lock(&self.shared.state);
         if from < state.first_version {
@@ -360,13 +378,25 @@ impl Log {
             return Ok(0);
         }
         if self.shared.config.durability == Durability::Memory {
-            return Ok(read_memory(&state, from, durable, max_records, max_bytes, out));
+            return Ok(read_memory(
+                &state,
+                from,
+                durable,
+                max_records,
+                max_bytes,
+                out,
+            ));
         }
         let position = state.segments.partition_point(|s| s.base <= from);
-        let targets: Vec<(Arc<dyn StorageFile>, u64, u64)> = state.segments[position.saturating_sub(1)..]
+        let targets: Vec<(Arc<dyn StorageFile>, u64, u64)> = state.segments
+            [position.saturating_sub(1)..]
             .iter()
             .filter(|s| s.base <= durable)
-            .filter_map(|s| s.file.clone().map(|file| (file, s.seek(from.max(s.base)), s.last_version)))
+            .filter_map(|s| {
+                s.file
+                    .clone()
+                    .map(|file| (file, s.seek(from.max(s.base)), s.last_version))
+            })
             .collect();
         drop(state);
         let mut reader = SegmentReader {
@@ -389,12 +419,22 @@ impl Log {
     }
 }
 
-fn read_memory(state: &State, from: u64, durable: u64, max_records: usize, max_bytes: usize, out: &mut Vec<u8>) -> usize {
+fn read_memory(
+    state: &State,
+    from: u64,
+    durable: u64,
+    max_records: usize,
+    max_bytes: usize,
+    out: &mut Vec<u8>,
+) -> usize {
     let start = (from - state.first_version) as usize;
     let start_len = out.len();
     let mut count = 0;
     for (version, bytes) in state.memory.iter().skip(start) {
-        if *version > durable || count >= max_records || (count > 0 && out.len() - start_len + bytes.len() > max_bytes) {
+        if *version > durable
+            || count >= max_records
+            || (count > 0 && out.len() - start_len + bytes.len() > max_bytes)
+        {
             break;
         }
         out.extend_from_slice(bytes);
@@ -419,7 +459,12 @@ const READ_CHUNK_BYTES: usize = 256 * 1024;
 impl SegmentReader {
     /// Reads from one segment; returns whether the caller should go on to
     /// the next segment.
-    fn read_segment(&mut self, file: &dyn StorageFile, mut offset: u64, out: &mut Vec<u8>) -> Result<bool, ReadError> {
+    fn read_segment(
+        &mut self,
+        file: &dyn StorageFile,
+        mut offset: u64,
+        out: &mut Vec<u8>,
+    ) -> Result<bool, ReadError> {
         let length = file.len().map_err(|e| ReadError::Io(e.to_string()))?;
         let mut buffer = vec![0u8; READ_CHUNK_BYTES];
         loop {
@@ -464,7 +509,10 @@ impl SegmentReader {
                     });
                 }
                 let written = out.len() - self.start_len;
-                if version > self.durable || self.count >= self.max_records || (self.count > 0 && written + used > self.max_bytes) {
+                if version > self.durable
+                    || self.count >= self.max_records
+                    || (self.count > 0 && written + used > self.max_bytes)
+                {
                     return Ok(false);
                 }
                 out.extend_from_slice(&buffer[position..position + used]);
@@ -480,11 +528,17 @@ impl SegmentReader {
 impl Shared {
     /// Puts an encoded record into the pending chunks, starting a new
     /// segment or page when the current one is full.
-    fn place_record(&self, state: &mut State, version: u64, record: &[u8]) -> Result<(), AppendError> {
+    fn place_record(
+        &self,
+        state: &mut State,
+        version: u64,
+        record: &[u8],
+    ) -> Result<(), AppendError> {
         let length = record.len() as u64;
         let segment_full = {
             let segment = state.segments.last().expect("a disk log has a segment");
-            segment.last_version >= segment.base && segment.length + length > self.config.segment_bytes_max
+            segment.last_version >= segment.base
+                && segment.length + length > self.config.segment_bytes_max
         };
         if segment_full {
             let segment = Segment::new(version);
@@ -495,7 +549,10 @@ impl Shared {
             (segment.base, segment.length)
         };
         self.chunk_for(state, segment_base, offset, record.len())?;
-        let chunk = state.pending.back_mut().expect("chunk_for leaves an open chunk");
+        let chunk = state
+            .pending
+            .back_mut()
+            .expect("chunk_for leaves an open chunk");
         chunk.bytes.extend_from_slice(record);
         chunk.last_version = version;
         chunk.records += 1;
@@ -509,7 +566,13 @@ impl Shared {
 
     /// Makes sure the newest pending chunk can take `length` more bytes at
     /// `offset` of segment `segment_base`.
-    fn chunk_for(&self, state: &mut State, segment_base: u64, offset: u64, length: usize) -> Result<(), AppendError> {
+    fn chunk_for(
+        &self,
+        state: &mut State,
+        segment_base: u64,
+        offset: u64,
+        length: usize,
+    ) -> Result<(), AppendError> {
         let page_size = match self.config.durability {
             Durability::Paged { page_size, .. } => Some(page_size),
             _ => None,
@@ -532,11 +595,17 @@ impl Shared {
                     Vec::with_capacity(page_size)
                 }
                 None => {
-                    self.counters.buffer_full_waits.fetch_add(1, Ordering::Relaxed);
+                    self.counters
+                        .buffer_full_waits
+                        .fetch_add(1, Ordering::Relaxed);
                     // Undo a segment started for this record: nothing went
                     // into it, and the retry will start it again.
                     if let Some(segment) = state.segments.last() {
-                        if segment.base == segment_base && segment.last_version < segment.base && state.segments.len() > 1 && segment.file.is_none() {
+                        if segment.base == segment_base
+                            && segment.last_version < segment.base
+                            && state.segments.len() > 1
+                            && segment.file.is_none()
+                        {
                             state.segments.pop();
                         }
                     }

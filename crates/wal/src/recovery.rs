@@ -114,7 +114,9 @@ pub(crate) fn recover(
             return Err(LogError::Corrupt {
                 path,
                 offset: 0,
-                reason: format!("segment starts at version {base}, expected {expected}: versions are missing"),
+                reason: format!(
+                    "segment starts at version {base}, expected {expected}: versions are missing"
+                ),
             });
         }
         let segment = scan_segment(storage, folder, stream, base, is_last, visit)?;
@@ -191,7 +193,9 @@ fn scan_segment(
     while offset < bytes.len() {
         let expected = segment.last_version + 1;
         let problem = match Record::decode(&bytes[offset..]) {
-            Ok((record, used)) if record.header.stream == stream && record.header.version == expected => {
+            Ok((record, used))
+                if record.header.stream == stream && record.header.version == expected =>
+            {
                 visit(&record);
                 segment.note_record(expected, offset as u64, used as u64);
                 offset += used;
@@ -229,7 +233,8 @@ fn has_record_after(bytes: &[u8], from: usize, stream: u64, min_version: u64) ->
         // plausible header stands.
         let plausible = bytes[offset + 8] == 1
             && bytes[offset + 9] == 1
-            && Record::peek_len(&bytes[offset..]).is_some_and(|l| l >= RECORD_HEADER_LEN && offset + l <= bytes.len());
+            && Record::peek_len(&bytes[offset..])
+                .is_some_and(|l| l >= RECORD_HEADER_LEN && offset + l <= bytes.len());
         if plausible {
             if let Ok((record, _)) = Record::decode(&bytes[offset..]) {
                 if record.header.stream == stream && record.header.version >= min_version {

@@ -96,9 +96,15 @@ mod tests {
 
     #[test]
     fn segment_names_sort_in_version_order_and_parse_back() {
-        let mut names: Vec<String> = [10, 9, 100_000, 1].iter().map(|&v| segment_name(v)).collect();
+        let mut names: Vec<String> = [10, 9, 100_000, 1]
+            .iter()
+            .map(|&v| segment_name(v))
+            .collect();
         names.sort();
-        let bases: Vec<u64> = names.iter().map(|n| parse_segment_name(n).unwrap()).collect();
+        let bases: Vec<u64> = names
+            .iter()
+            .map(|n| parse_segment_name(n).unwrap())
+            .collect();
         assert_eq!(bases, vec![1, 9, 10, 100_000]);
         assert_eq!(parse_segment_name("1.seg"), None);
         assert_eq!(parse_segment_name("00000000000000000001.seg.tmp"), None);

@@ -87,18 +87,29 @@ impl Shared {
                     // before a later segment gets any record, so recovery
                     // never finds a later segment behind a torn earlier one.
                     sync_all(&touched)?;
-                    let file = recovery::create_segment_file(self.storage.as_ref(), &self.folder, self.stream, chunk.segment_base)?;
+                    let file = recovery::create_segment_file(
+                        self.storage.as_ref(),
+                        &self.folder,
+                        self.stream,
+                        chunk.segment_base,
+                    )?;
                     let mut state = self.lock_state();
-                    if let Some(segment) = state.segments.iter_mut().rev().find(|s| s.base == chunk.segment_base) {
+                    if let Some(segment) = state
+                        .segments
+                        .iter_mut()
+                        .rev()
+                        .find(|s| s.base == chunk.segment_base)
+                    {
                         segment.file = Some(file.clone());
                     }
                     file
                 }
             };
-            file.write_at(&chunk.bytes, chunk.offset).map_err(|source| LogError::Io {
-                path: path.clone(),
-                source,
-            })?;
+            file.write_at(&chunk.bytes, chunk.offset)
+                .map_err(|source| LogError::Io {
+                    path: path.clone(),
+                    source,
+                })?;
             if !touched.iter().any(|(p, _)| *p == path) {
                 touched.push((path, file));
             }
@@ -135,15 +146,21 @@ impl Shared {
                 }
             }
         }
-        self.progress.send_modify(|progress| progress.durable = last_version);
+        self.progress
+            .send_modify(|progress| progress.durable = last_version);
         self.space.notify_waiters();
         let counters = &self.counters;
         counters.syncs.fetch_add(1, Ordering::Relaxed);
-        counters.records_synced.fetch_add(records, Ordering::Relaxed);
-        counters.bytes_written.fetch_add(bytes as u64, Ordering::Relaxed);
         counters
-            .io_nanos
-            .fetch_add(now.duration_since(started).as_nanos() as u64, Ordering::Relaxed);
+            .records_synced
+            .fetch_add(records, Ordering::Relaxed);
+        counters
+            .bytes_written
+            .fetch_add(bytes as u64, Ordering::Relaxed);
+        counters.io_nanos.fetch_add(
+            now.duration_since(started).as_nanos() as u64,
+            Ordering::Relaxed,
+        );
     }
 
     /// Latches the log failed. The data of a failed fsync may or may not be
@@ -156,7 +173,8 @@ impl Shared {
             state.failed = Some(message.clone());
             state.pending.clear();
         }
-        self.progress.send_modify(|progress| progress.failed = Some(message));
+        self.progress
+            .send_modify(|progress| progress.failed = Some(message));
         self.space.notify_waiters();
     }
 }

@@ -32,7 +32,10 @@ pub fn encode(stream: u64, version: u64, payload: &[u8]) -> Vec<u8> {
 pub fn wait_durable(log: &Log, version: u64) {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while log.durable_version() < version {
-        assert!(std::time::Instant::now() < deadline, "version {version} never became durable");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "version {version} never became durable"
+        );
         assert!(log.failure().is_none(), "log failed: {:?}", log.failure());
         std::thread::sleep(Duration::from_micros(200));
     }
@@ -69,7 +72,10 @@ pub fn read_versions(log: &Log, from: u64) -> Vec<(u64, usize)> {
 
 fn open(storage: Arc<dyn Storage>, folder: &Path, config: LogConfig) -> (Log, Vec<u64>) {
     let mut seen = Vec::new();
-    let log = Log::open(storage, folder, 7, config, &mut |record| seen.push(record.header.version)).unwrap();
+    let log = Log::open(storage, folder, 7, config, &mut |record| {
+        seen.push(record.header.version)
+    })
+    .unwrap();
     (log, seen)
 }
 
@@ -88,14 +94,20 @@ fn synced_records_are_read_back_in_order_after_reopening() {
         wait_durable(&log, 500);
         let versions = read_versions(&log, 1);
         assert_eq!(versions.len(), 500);
-        assert!(versions.iter().enumerate().all(|(i, (v, len))| *v == i as u64 + 1 && *len == 300));
+        assert!(versions
+            .iter()
+            .enumerate()
+            .all(|(i, (v, len))| *v == i as u64 + 1 && *len == 300));
         assert_eq!(read_versions(&log, 250).first().unwrap().0, 250);
         let metrics = log.metrics();
         assert_eq!(metrics.records_synced, 500);
         assert!(metrics.syncs >= 1 && metrics.syncs <= 500);
     }
     let segments = storage.list(folder.path()).unwrap().len();
-    assert!(segments > 2, "64 KiB segments should roll over, found {segments}");
+    assert!(
+        segments > 2,
+        "64 KiB segments should roll over, found {segments}"
+    );
     let (log, seen) = open(storage, folder.path(), config);
     assert_eq!(seen, (1..=500).collect::<Vec<_>>());
     assert_eq!(log.last_version(), 500);
@@ -116,7 +128,10 @@ fn paged_log_writes_every_page_by_shutdown_and_counts_buffer_full_waits() {
     {
         let (log, _) = open(storage.clone(), folder.path(), config.clone());
         append_all(&log, 7, 1, 2000, 100);
-        assert!(log.metrics().buffer_full_waits > 0, "one page must make writers wait");
+        assert!(
+            log.metrics().buffer_full_waits > 0,
+            "one page must make writers wait"
+        );
     }
     let (log, seen) = open(storage, folder.path(), config);
     assert_eq!(seen.len(), 2000);
@@ -155,7 +170,10 @@ fn memory_log_keeps_a_bounded_ring_and_names_the_oldest_version() {
     let mut out = Vec::new();
     assert_eq!(
         log.read(1, 10, 1 << 20, &mut out),
-        Err(ReadError::Unavailable { requested: 1, first })
+        Err(ReadError::Unavailable {
+            requested: 1,
+            first
+        })
     );
 }
 
@@ -168,5 +186,8 @@ fn an_append_over_the_page_size_is_refused() {
     });
     let (log, _) = open(Arc::new(FileStorage), folder.path(), config);
     let record = encode(7, 1, &[0; 5000]);
-    assert!(matches!(log.append(1, &record), Err(wal::AppendError::TooLarge { .. })));
+    assert!(matches!(
+        log.append(1, &record),
+        Err(wal::AppendError::TooLarge { .. })
+    ));
 }

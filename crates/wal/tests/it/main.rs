@@ -1,3 +1,4 @@
 //! Integration tests of the write-ahead log through its public API.
 
 mod basics;
+mod crash;

@@ -1,0 +1,497 @@
+//! The task that owns the connection: sends what the client asks, routes
+//! answers back, and on a broken connection reconnects and sends again
+//! every append still unacknowledged and every subscription from where it
+//! stopped.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use proto::{Frame, FrameBuffer, PROTOCOL_VERSION};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit};
+
+use crate::producer::{Ack, SessionTracker};
+use crate::subscription::{ReceivedRecord, SubscriptionCounters};
+use crate::{ClientConfig, ClientError};
+
+const READ_BYTES: usize = 64 * 1024;
+
+pub(crate) enum Command {
+    Append {
+        request: u64,
+        sequence: u64,
+        frame: Vec<u8>,
+        reply: oneshot::Sender<Result<Ack, ClientError>>,
+        /// Held until the answer arrives: the window slot of this append.
+        permit: OwnedSemaphorePermit,
+        tracker: Arc<SessionTracker>,
+    },
+    Request {
+        request: u64,
+        frame: Vec<u8>,
+        reply: oneshot::Sender<Result<Frame, ClientError>>,
+    },
+    Subscribe {
+        id: u64,
+        stream: u64,
+        from: u64,
+        sender: mpsc::UnboundedSender<Result<ReceivedRecord, ClientError>>,
+        counters: Arc<SubscriptionCounters>,
+    },
+    Credit {
+        id: u64,
+        credit: u32,
+    },
+    Unsubscribe {
+        id: u64,
+    },
+}
+
+struct PendingAppend {
+    sequence: u64,
+    frame: Vec<u8>,
+    reply: oneshot::Sender<Result<Ack, ClientError>>,
+    _permit: OwnedSemaphorePermit,
+    tracker: Arc<SessionTracker>,
+}
+
+struct PendingRequest {
+    frame: Vec<u8>,
+    reply: oneshot::Sender<Result<Frame, ClientError>>,
+    /// Sent on the current connection (and so lost if it breaks).
+    sent: bool,
+}
+
+struct SubscriptionState {
+    stream: u64,
+    /// The next version to deliver: where a resubscription starts.
+    next: u64,
+    /// Records delivered into the buffer so far.
+    delivered: u64,
+    sender: mpsc::UnboundedSender<Result<ReceivedRecord, ClientError>>,
+    counters: Arc<SubscriptionCounters>,
+}
+
+pub(crate) struct Connection {
+    reader: OwnedReadHalf,
+    writer: OwnedWriteHalf,
+    buffer: FrameBuffer,
+    max_frame: usize,
+}
+
+/// Connects and runs the handshake.
+pub(crate) async fn connect(
+    config: &ClientConfig,
+    client_id: u128,
+) -> Result<Connection, ClientError> {
+    let failure = |reason: String| ClientError::Connect {
+        address: config.address.clone(),
+        reason,
+    };
+    let attempt = async {
+        let socket = TcpStream::connect(&config.address)
+            .await
+            .map_err(|e| failure(e.to_string()))?;
+        let _ = socket.set_nodelay(true);
+        let (mut reader, mut writer) = socket.into_split();
+        let hello = Frame::Hello {
+            version: PROTOCOL_VERSION,
+            client: client_id,
+            token: String::new(),
+        };
+        writer
+            .write_all(&hello.to_bytes())
+            .await
+            .map_err(|e| failure(e.to_string()))?;
+        let mut buffer = FrameBuffer::new();
+        let mut scratch = vec![0u8; READ_BYTES];
+        loop {
+            match buffer
+                .next_frame(1 << 20)
+                .map_err(|e| failure(e.to_string()))?
+            {
+                Some(Frame::HelloOk { max_frame, .. }) => {
+                    return Ok(Connection {
+                        reader,
+                        writer,
+                        buffer,
+                        max_frame: max_frame as usize,
+                    })
+                }
+                Some(Frame::Error { message, .. }) => return Err(failure(message)),
+                Some(other) => {
+                    return Err(failure(format!("unexpected handshake answer {other:?}")))
+                }
+                None => {}
+            }
+            let count = read_some(&mut reader, &mut scratch, &mut buffer)
+                .await
+                .map_err(|e| failure(e.to_string()))?;
+            if count == 0 {
+                return Err(failure(
+                    "the server closed the connection during the handshake".into(),
+                ));
+            }
+        }
+    };
+    tokio::time::timeout(config.connect_timeout, attempt)
+        .await
+        .map_err(|_| failure(format!("no answer within {:?}", config.connect_timeout)))?
+}
+
+pub(crate) struct Driver {
+    config: ClientConfig,
+    client_id: u128,
+    commands: mpsc::UnboundedReceiver<Command>,
+    appends: BTreeMap<u64, PendingAppend>,
+    requests: HashMap<u64, PendingRequest>,
+    subscriptions: HashMap<u64, SubscriptionState>,
+}
+
+/// How a connection ended.
+enum Ended {
+    Broken,
+    ClientClosed,
+}
+
+impl Driver {
+    pub(crate) fn new(
+        config: ClientConfig,
+        client_id: u128,
+        commands: mpsc::UnboundedReceiver<Command>,
+    ) -> Self {
+        Driver {
+            config,
+            client_id,
+            commands,
+            appends: BTreeMap::new(),
+            requests: HashMap::new(),
+            subscriptions: HashMap::new(),
+        }
+    }
+
+    pub(crate) async fn run(mut self, first: Connection) {
+        let mut connection = first;
+        loop {
+            if let Ended::ClientClosed = self.serve(connection).await {
+                return;
+            }
+            self.fail_sent_requests();
+            match self.reconnect().await {
+                Some(next) => connection = next,
+                None => return,
+            }
+        }
+    }
+
+    /// Control requests sent on a broken connection get `Disconnected`:
+    /// unlike appends they carry no event id, so resending them could apply
+    /// them twice.
+    fn fail_sent_requests(&mut self) {
+        let sent: Vec<u64> = self
+            .requests
+            .iter()
+            .filter(|(_, r)| r.sent)
+            .map(|(&id, _)| id)
+            .collect();
+        for id in sent {
+            if let Some(request) = self.requests.remove(&id) {
+                let _ = request.reply.send(Err(ClientError::Disconnected));
+            }
+        }
+    }
+
+    /// Tries to connect again with doubling delays, taking commands
+    /// meanwhile; `None` once the client is dropped.
+    async fn reconnect(&mut self) -> Option<Connection> {
+        let mut delay = self.config.reconnect_delay_min;
+        loop {
+            let sleep = tokio::time::sleep(delay);
+            tokio::pin!(sleep);
+            loop {
+                tokio::select! {
+                    _ = &mut sleep => break,
+                    command = self.commands.recv() => match command {
+                        Some(command) => { self.register(command); }
+                        None => return None,
+                    },
+                }
+            }
+            if let Ok(connection) = connect(&self.config, self.client_id).await {
+                return Some(connection);
+            }
+            delay = (delay * 2).min(self.config.reconnect_delay_max);
+        }
+    }
+
+    /// Records a command's state; returns the bytes to send, if any.
+    fn register(&mut self, command: Command) -> Option<Vec<u8>> {
+        match command {
+            Command::Append {
+                request,
+                sequence,
+                frame,
+                reply,
+                permit,
+                tracker,
+            } => {
+                let bytes = frame.clone();
+                self.appends.insert(
+                    request,
+                    PendingAppend {
+                        sequence,
+                        frame,
+                        reply,
+                        _permit: permit,
+                        tracker,
+                    },
+                );
+                Some(bytes)
+            }
+            Command::Request {
+                request,
+                frame,
+                reply,
+            } => {
+                let bytes = frame.clone();
+                self.requests.insert(
+                    request,
+                    PendingRequest {
+                        frame,
+                        reply,
+                        sent: false,
+                    },
+                );
+                Some(bytes)
+            }
+            Command::Subscribe {
+                id,
+                stream,
+                from,
+                sender,
+                counters,
+            } => {
+                let state = SubscriptionState {
+                    stream,
+                    next: from,
+                    delivered: 0,
+                    sender,
+                    counters,
+                };
+                let bytes = self.subscribe_frame(id, &state);
+                self.subscriptions.insert(id, state);
+                Some(bytes)
+            }
+            Command::Credit { id, credit } => self.subscriptions.contains_key(&id).then(|| {
+                Frame::Credit {
+                    subscription: id,
+                    credit,
+                }
+                .to_bytes()
+            }),
+            Command::Unsubscribe { id } => self
+                .subscriptions
+                .remove(&id)
+                .map(|_| Frame::Unsubscribe { subscription: id }.to_bytes()),
+        }
+    }
+
+    fn subscribe_frame(&self, id: u64, state: &SubscriptionState) -> Vec<u8> {
+        // Credit is what the buffer can still take: the records delivered
+        // and not yet consumed occupy the rest.
+        let buffered = state.delivered
+            - state
+                .counters
+                .consumed
+                .load(Ordering::Relaxed)
+                .min(state.delivered);
+        let credit = u64::from(self.config.subscription_buffer).saturating_sub(buffered) as u32;
+        Frame::Subscribe {
+            subscription: id,
+            stream: state.stream,
+            from: state.next,
+            credit,
+        }
+        .to_bytes()
+    }
+
+    /// Everything to send on a fresh connection, in the order it was asked.
+    fn resend_all(&mut self) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        for request in self.requests.values_mut() {
+            bytes.extend_from_slice(&request.frame);
+            request.sent = true;
+        }
+        for append in self.appends.values() {
+            bytes.extend_from_slice(&append.frame);
+        }
+        let ids: Vec<u64> = self.subscriptions.keys().copied().collect();
+        for id in ids {
+            let frame = self.subscribe_frame(id, &self.subscriptions[&id]);
+            bytes.extend_from_slice(&frame);
+        }
+        bytes
+    }
+
+    async fn serve(&mut self, connection: Connection) -> Ended {
+        let Connection {
+            mut reader,
+            writer,
+            mut buffer,
+            max_frame,
+        } = connection;
+        let (outgoing, queue) = mpsc::unbounded_channel::<Vec<u8>>();
+        let mut writer_task = tokio::spawn(write_frames(writer, queue));
+        let mut scratch = vec![0u8; READ_BYTES];
+        let resend = self.resend_all();
+        if !resend.is_empty() {
+            let _ = outgoing.send(resend);
+        }
+        loop {
+            tokio::select! {
+                command = self.commands.recv() => match command {
+                    Some(command) => {
+                        let is_request = matches!(command, Command::Request { .. });
+                        let request_id = match &command { Command::Request { request, .. } => *request, _ => 0 };
+                        if let Some(bytes) = self.register(command) {
+                            if is_request {
+                                if let Some(request) = self.requests.get_mut(&request_id) {
+                                    request.sent = true;
+                                }
+                            }
+                            let _ = outgoing.send(bytes);
+                        }
+                    }
+                    None => {
+                        writer_task.abort();
+                        return Ended::ClientClosed;
+                    }
+                },
+                read = read_some(&mut reader, &mut scratch, &mut buffer) => {
+                    if !matches!(read, Ok(count) if count > 0) {
+                        writer_task.abort();
+                        return Ended::Broken;
+                    }
+                    loop {
+                        match buffer.next_frame(max_frame + 1024) {
+                            Ok(Some(frame)) => self.dispatch(frame),
+                            Ok(None) => break,
+                            Err(_) => {
+                                writer_task.abort();
+                                return Ended::Broken;
+                            }
+                        }
+                    }
+                }
+                _ = &mut writer_task => return Ended::Broken,
+            }
+        }
+    }
+
+    fn dispatch(&mut self, frame: Frame) {
+        match frame {
+            Frame::Ack {
+                request,
+                stream,
+                version,
+                epoch,
+                level,
+                flags,
+                replicas,
+                echo,
+            } => {
+                if let Some(append) = self.appends.remove(&request) {
+                    append.tracker.answered(append.sequence);
+                    let _ = append.reply.send(Ok(Ack {
+                        stream,
+                        version,
+                        epoch,
+                        level,
+                        duplicate: flags & proto::frame::ACK_FLAG_DUPLICATE != 0,
+                        possible_duplicate: flags & proto::frame::ACK_FLAG_POSSIBLE_DUPLICATE != 0,
+                        replicas,
+                        echo,
+                        sequence: append.sequence,
+                    }));
+                }
+            }
+            Frame::Deliver {
+                subscription,
+                records,
+                ..
+            } => {
+                if let Some(state) = self.subscriptions.get_mut(&subscription) {
+                    for record in proto::frame::iter_records(&records) {
+                        // After a resubscription the server starts at
+                        // `next`; anything older was delivered already.
+                        if record.header.version < state.next {
+                            continue;
+                        }
+                        state.next = record.header.version + 1;
+                        state.delivered += 1;
+                        let _ = state.sender.send(Ok(ReceivedRecord::from(record)));
+                    }
+                }
+            }
+            Frame::Error {
+                request,
+                code,
+                message,
+            } => {
+                let error = ClientError::Server { code, message };
+                if let Some(append) = self.appends.remove(&request) {
+                    append.tracker.answered(append.sequence);
+                    let _ = append.reply.send(Err(error));
+                } else if let Some(pending) = self.requests.remove(&request) {
+                    let _ = pending.reply.send(Err(error));
+                } else if let Some(state) = self.subscriptions.remove(&request) {
+                    let _ = state.sender.send(Err(error));
+                }
+            }
+            other => {
+                let request = match &other {
+                    Frame::StreamInfo { request, .. }
+                    | Frame::StreamList { request, .. }
+                    | Frame::Ok { request }
+                    | Frame::StatusReply { request, .. }
+                    | Frame::Records { request, .. } => *request,
+                    _ => return,
+                };
+                if let Some(pending) = self.requests.remove(&request) {
+                    let _ = pending.reply.send(Ok(other));
+                }
+            }
+        }
+    }
+}
+
+async fn read_some(
+    reader: &mut OwnedReadHalf,
+    scratch: &mut [u8],
+    buffer: &mut FrameBuffer,
+) -> std::io::Result<usize> {
+    // Cancel-safe: bytes reach `buffer` only once the read has completed.
+    let count = reader.read(scratch).await?;
+    buffer.extend(&scratch[..count]);
+    Ok(count)
+}
+
+async fn write_frames(mut writer: OwnedWriteHalf, mut queue: mpsc::UnboundedReceiver<Vec<u8>>) {
+    let mut batch = Vec::new();
+    while let Some(first) = queue.recv().await {
+        batch.clear();
+        batch.extend_from_slice(&first);
+        while batch.len() < 1024 * 1024 {
+            match queue.try_recv() {
+                Ok(more) => batch.extend_from_slice(&more),
+                Err(_) => break,
+            }
+        }
+        if writer.write_all(&batch).await.is_err() {
+            return;
+        }
+    }
+}

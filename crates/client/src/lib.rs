@@ -1,0 +1,296 @@
+//! The Rust client library of stamplog.
+//!
+//! A [`Client`] holds one connection to a server and keeps it: when the
+//! connection breaks or the server restarts, it reconnects by itself and
+//! sends again every append not yet acknowledged, with the same event id,
+//! so the server answers a message that had landed with its original
+//! version and the `duplicate` flag instead of logging it twice (seed 000's
+//! application-level reliable messaging: the sender keeps a copy until the
+//! explicit acknowledgement).
+//!
+//! ```no_run
+//! use client::{Client, ClientConfig, DurabilityConfig};
+//!
+//! # async fn example() -> Result<(), client::ClientError> {
+//! let client = Client::connect(ClientConfig::new("127.0.0.1:7400")).await?;
+//! let stream = client.create_stream("orders", DurabilityConfig::Sync).await?;
+//! let mut producer = client.producer(stream.id);
+//! // One message, waiting for its acknowledgement:
+//! let ack = producer.send(b"order-1", b"two apples").await?;
+//! println!("logged as version {} (durable: {:?})", ack.version, ack.level);
+//! // Many in flight: submit returns once the message is sent; the ack
+//! // comes later.
+//! let mut pending = Vec::new();
+//! for number in 0..1000u32 {
+//!     pending.push(producer.submit(b"", &number.to_le_bytes()).await?);
+//! }
+//! for ack in pending {
+//!     ack.await?;
+//! }
+//! // Read everything from version 1 on, in order, each once.
+//! let mut subscription = client.subscribe(stream.id, 1).await?;
+//! while let Some(record) = subscription.next().await {
+//!     let record = record?;
+//!     println!("{} -> {} bytes", record.version, record.payload.len());
+//! #   break;
+//! }
+//! # Ok(())
+//! # }
+//! ```
+
+mod driver;
+mod producer;
+mod subscription;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use proto::Frame;
+pub use proto::{AckLevel, DurabilityConfig, ErrorCode, EventId, StreamInfo};
+use tokio::sync::{mpsc, oneshot, Semaphore};
+
+pub use producer::{Ack, PendingAck, Producer};
+pub use subscription::{ReceivedRecord, Subscription};
+
+use driver::Command;
+
+#[derive(Clone, Debug)]
+pub struct ClientConfig {
+    /// `host:port` of the server.
+    pub address: String,
+    /// The client id in every event id; random per client when `None`.
+    pub client_id: Option<u128>,
+    /// Appends in flight (sent, not yet acknowledged) across the client.
+    pub window: usize,
+    /// Records a subscription buffers before the server must wait.
+    pub subscription_buffer: u32,
+    /// How long a control request (create, open, list, status, fetch)
+    /// waits for its answer.
+    pub request_timeout: Duration,
+    /// How long one connection attempt may take.
+    pub connect_timeout: Duration,
+    /// Delay before the first reconnection attempt; it doubles up to
+    /// `reconnect_delay_max`.
+    pub reconnect_delay_min: Duration,
+    pub reconnect_delay_max: Duration,
+}
+
+impl ClientConfig {
+    pub fn new(address: impl Into<String>) -> Self {
+        ClientConfig {
+            address: address.into(),
+            client_id: None,
+            window: 256,
+            subscription_buffer: 1024,
+            request_timeout: Duration::from_secs(10),
+            connect_timeout: Duration::from_secs(5),
+            reconnect_delay_min: Duration::from_millis(20),
+            reconnect_delay_max: Duration::from_secs(1),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+pub enum ClientError {
+    #[error("cannot connect to {address}: {reason}")]
+    Connect { address: String, reason: String },
+    #[error("server refused ({code:?}): {message}")]
+    Server { code: ErrorCode, message: String },
+    #[error(
+        "the connection broke before the answer came; the request may or may not have taken effect"
+    )]
+    Disconnected,
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+    #[error("the client is closed")]
+    Closed,
+    #[error("unexpected answer from the server: {0}")]
+    Protocol(String),
+}
+
+pub(crate) struct Inner {
+    pub(crate) config: ClientConfig,
+    pub(crate) client_id: u128,
+    pub(crate) commands: mpsc::UnboundedSender<Command>,
+    /// Bounds the appends in flight (`window`).
+    pub(crate) window: Arc<Semaphore>,
+    next_request: AtomicU64,
+    next_session: AtomicU64,
+}
+
+impl Inner {
+    pub(crate) fn next_request(&self) -> u64 {
+        self.next_request.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+/// A connection to one server; cheap to clone.
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+impl Client {
+    /// Connects (the first attempt must succeed, so a wrong address is an
+    /// error at once) and starts the task that keeps the connection.
+    pub async fn connect(config: ClientConfig) -> Result<Client, ClientError> {
+        let client_id = config.client_id.unwrap_or_else(random_client_id);
+        let connection = driver::connect(&config, client_id).await?;
+        let (commands, receiver) = mpsc::unbounded_channel();
+        let inner = Arc::new(Inner {
+            window: Arc::new(Semaphore::new(config.window.max(1))),
+            config: config.clone(),
+            client_id,
+            commands,
+            next_request: AtomicU64::new(1),
+            next_session: AtomicU64::new(1),
+        });
+        tokio::spawn(driver::Driver::new(config, client_id, receiver).run(connection));
+        Ok(Client { inner })
+    }
+
+    pub fn client_id(&self) -> u128 {
+        self.inner.client_id
+    }
+
+    /// A producer: one session of this client, with its own sequence.
+    pub fn producer(&self, stream: u64) -> Producer {
+        let session = self.inner.next_session.fetch_add(1, Ordering::Relaxed);
+        Producer::new(Arc::clone(&self.inner), stream, session)
+    }
+
+    /// A producer with a chosen session and first sequence, for a process
+    /// that resumes a session it persisted.
+    pub fn producer_with_session(&self, stream: u64, session: u64, next_sequence: u64) -> Producer {
+        Producer::resume(Arc::clone(&self.inner), stream, session, next_sequence)
+    }
+
+    pub(crate) async fn request(
+        &self,
+        build: impl FnOnce(u64) -> Frame,
+    ) -> Result<Frame, ClientError> {
+        let request = self.inner.next_request();
+        let (reply, answer) = oneshot::channel();
+        let frame = build(request).to_bytes();
+        self.inner
+            .commands
+            .send(Command::Request {
+                request,
+                frame,
+                reply,
+            })
+            .map_err(|_| ClientError::Closed)?;
+        let timeout = self.inner.config.request_timeout;
+        match tokio::time::timeout(timeout, answer).await {
+            Err(_) => Err(ClientError::Timeout(timeout)),
+            Ok(Err(_)) => Err(ClientError::Closed),
+            Ok(Ok(result)) => result,
+        }
+    }
+
+    pub async fn create_stream(
+        &self,
+        name: &str,
+        durability: DurabilityConfig,
+    ) -> Result<StreamInfo, ClientError> {
+        let name = name.to_string();
+        expect_info(
+            self.request(|request| Frame::CreateStream {
+                request,
+                name,
+                durability,
+            })
+            .await?,
+        )
+    }
+
+    pub async fn open_stream(&self, name: &str) -> Result<StreamInfo, ClientError> {
+        let name = name.to_string();
+        expect_info(
+            self.request(|request| Frame::OpenStream { request, name })
+                .await?,
+        )
+    }
+
+    pub async fn delete_stream(&self, name: &str) -> Result<(), ClientError> {
+        let name = name.to_string();
+        match self
+            .request(|request| Frame::DeleteStream { request, name })
+            .await?
+        {
+            Frame::Ok { .. } => Ok(()),
+            other => Err(ClientError::Protocol(format!("{other:?}"))),
+        }
+    }
+
+    pub async fn list_streams(&self) -> Result<Vec<StreamInfo>, ClientError> {
+        match self
+            .request(|request| Frame::ListStreams { request })
+            .await?
+        {
+            Frame::StreamList { streams, .. } => Ok(streams),
+            other => Err(ClientError::Protocol(format!("{other:?}"))),
+        }
+    }
+
+    /// The server's status document (JSON).
+    pub async fn status(&self) -> Result<String, ClientError> {
+        match self.request(|request| Frame::Status { request }).await? {
+            Frame::StatusReply { json, .. } => Ok(json),
+            other => Err(ClientError::Protocol(format!("{other:?}"))),
+        }
+    }
+
+    /// Reads up to `max_records` committed records from version `from` on.
+    pub async fn fetch(
+        &self,
+        stream: u64,
+        from: u64,
+        max_records: u32,
+    ) -> Result<Vec<ReceivedRecord>, ClientError> {
+        let answer = self
+            .request(|request| Frame::Fetch {
+                request,
+                stream,
+                from,
+                max_records,
+                max_bytes: 1024 * 1024,
+            })
+            .await?;
+        match answer {
+            Frame::Records { records, .. } => Ok(proto::frame::iter_records(&records)
+                .map(ReceivedRecord::from)
+                .collect()),
+            other => Err(ClientError::Protocol(format!("{other:?}"))),
+        }
+    }
+
+    /// Subscribes to committed records from version `from` on. The
+    /// subscription survives reconnections and resumes after the last
+    /// record it delivered.
+    pub async fn subscribe(&self, stream: u64, from: u64) -> Result<Subscription, ClientError> {
+        Subscription::start(Arc::clone(&self.inner), stream, from.max(1))
+    }
+}
+
+fn expect_info(frame: Frame) -> Result<StreamInfo, ClientError> {
+    match frame {
+        Frame::StreamInfo { info, .. } => Ok(info),
+        other => Err(ClientError::Protocol(format!("{other:?}"))),
+    }
+}
+
+/// 128 random bits from the standard library's randomly keyed hasher.
+fn random_client_id() -> u128 {
+    use std::collections::hash_map::RandomState;
+    use std::hash::{BuildHasher, Hasher};
+    let mut value = 0u128;
+    for round in 0..2u64 {
+        let mut hasher = RandomState::new().build_hasher();
+        hasher.write_u64(round);
+        hasher.write_u128(value);
+        value = (value << 64) | u128::from(hasher.finish());
+    }
+    value
+}

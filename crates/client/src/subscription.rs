@@ -1,0 +1,119 @@
+//! Subscriptions: committed records pushed by the server, in order, each
+//! once, with credit-based flow control and resumption after reconnects.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use proto::{EventId, Record};
+use tokio::sync::mpsc;
+
+use crate::driver::Command;
+use crate::{ClientError, Inner};
+
+/// One record as a reader receives it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReceivedRecord {
+    pub stream: u64,
+    pub version: u64,
+    pub epoch: u64,
+    pub event: EventId,
+    pub flags: u16,
+    pub key: Vec<u8>,
+    pub payload: Vec<u8>,
+}
+
+impl From<Record<'_>> for ReceivedRecord {
+    fn from(record: Record<'_>) -> Self {
+        ReceivedRecord {
+            stream: record.header.stream,
+            version: record.header.version,
+            epoch: record.header.epoch,
+            event: record.header.event,
+            flags: record.header.flags,
+            key: record.key.to_vec(),
+            payload: record.payload.to_vec(),
+        }
+    }
+}
+
+/// What the driver and the subscription share.
+#[derive(Debug, Default)]
+pub(crate) struct SubscriptionCounters {
+    /// Records the reader has taken out of the buffer.
+    pub consumed: AtomicU64,
+}
+
+pub struct Subscription {
+    id: u64,
+    inner: Arc<Inner>,
+    records: mpsc::UnboundedReceiver<Result<ReceivedRecord, ClientError>>,
+    counters: Arc<SubscriptionCounters>,
+    /// Records taken since credit was last granted.
+    ungranted: u32,
+    finished: bool,
+}
+
+impl Subscription {
+    pub(crate) fn start(
+        inner: Arc<Inner>,
+        stream: u64,
+        from: u64,
+    ) -> Result<Subscription, ClientError> {
+        let id = inner.next_request();
+        let (sender, records) = mpsc::unbounded_channel();
+        let counters = Arc::new(SubscriptionCounters::default());
+        inner
+            .commands
+            .send(Command::Subscribe {
+                id,
+                stream,
+                from,
+                sender,
+                counters: Arc::clone(&counters),
+            })
+            .map_err(|_| ClientError::Closed)?;
+        Ok(Subscription {
+            id,
+            inner,
+            records,
+            counters,
+            ungranted: 0,
+            finished: false,
+        })
+    }
+
+    /// The next record; `None` once the client is closed. An error ends
+    /// the subscription (an unknown stream, a version no longer retained).
+    pub async fn next(&mut self) -> Option<Result<ReceivedRecord, ClientError>> {
+        if self.finished {
+            return None;
+        }
+        let item = self.records.recv().await;
+        match &item {
+            Some(Ok(_)) => {
+                self.counters.consumed.fetch_add(1, Ordering::Relaxed);
+                self.ungranted += 1;
+                // Credit goes back in halves of the buffer, so the server
+                // never waits for a reader that is keeping up.
+                if self.ungranted >= (self.inner.config.subscription_buffer / 2).max(1) {
+                    let credit = std::mem::take(&mut self.ungranted);
+                    let _ = self.inner.commands.send(Command::Credit {
+                        id: self.id,
+                        credit,
+                    });
+                }
+            }
+            Some(Err(_)) | None => self.finished = true,
+        }
+        item
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        let _ = self
+            .inner
+            .commands
+            .send(Command::Unsubscribe { id: self.id });
+    }
+}

@@ -1,0 +1,526 @@
+//! One client connection: the handshake, the read loop that cuts frames and
+//! dispatches them, the acknowledgement queue, and the writer task.
+//!
+//! Acknowledgements leave in the order their appends arrived: the ack task
+//! waits for each one's durability in turn. The queue between the read loop
+//! and the ack task is bounded by `in_flight_per_connection_max`; when it is
+//! full the read loop stops reading, and TCP pushes back on the client.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use proto::{ErrorCode, EventId, Frame, FrameBuffer, PROTOCOL_VERSION};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, Semaphore};
+use tokio::task::JoinHandle;
+
+use crate::state::ServerState;
+use crate::stream::{AppendFailure, Stream};
+use crate::subscription;
+
+/// Bytes the read loop asks the socket for at a time.
+const READ_BYTES: usize = 64 * 1024;
+
+/// An append waiting for its acknowledgement.
+struct PendingAck {
+    request: u64,
+    stream: Arc<Stream>,
+    version: u64,
+    duplicate: bool,
+    echo: Vec<u8>,
+}
+
+/// What one connection's tasks share.
+pub(crate) struct Outgoing {
+    pub frames: mpsc::Sender<Vec<u8>>,
+}
+
+impl Outgoing {
+    pub(crate) async fn send(&self, frame: &Frame) -> bool {
+        self.frames.send(frame.to_bytes()).await.is_ok()
+    }
+
+    async fn error(&self, request: u64, code: ErrorCode, message: impl Into<String>) -> bool {
+        self.send(&Frame::Error {
+            request,
+            code,
+            message: message.into(),
+        })
+        .await
+    }
+}
+
+pub(crate) async fn serve(socket: TcpStream, server: Arc<ServerState>) {
+    let _ = socket.set_nodelay(true);
+    let (mut reader, mut writer) = socket.into_split();
+    let Ok(_slot) = Arc::clone(&server.connection_slots).try_acquire_owned() else {
+        let frame = Frame::Error {
+            request: 0,
+            code: ErrorCode::Busy,
+            message: format!(
+                "the server serves at most {} connections",
+                server.config.connections_max
+            ),
+        };
+        let _ = writer.write_all(&frame.to_bytes()).await;
+        return;
+    };
+    let mut buffer = FrameBuffer::new();
+    let client = match handshake(&mut reader, &mut writer, &mut buffer, &server).await {
+        Ok(client) => client,
+        Err(message) => {
+            let frame = Frame::Error {
+                request: 0,
+                code: ErrorCode::BadFrame,
+                message,
+            };
+            let _ = writer.write_all(&frame.to_bytes()).await;
+            return;
+        }
+    };
+    let (frames, frames_receiver) = mpsc::channel(server.config.outgoing_frames_max);
+    let outgoing = Arc::new(Outgoing { frames });
+    let writer_task = tokio::spawn(write_frames(writer, frames_receiver));
+    let (acks, acks_receiver) = mpsc::channel(server.config.in_flight_per_connection_max);
+    let ack_task = tokio::spawn(send_acks(acks_receiver, Arc::clone(&outgoing)));
+    let mut connection = Connection {
+        server,
+        client,
+        outgoing,
+        acks,
+        subscriptions: HashMap::new(),
+    };
+    connection.read_loop(reader, buffer).await;
+    for (_, (task, _)) in connection.subscriptions.drain() {
+        task.abort();
+    }
+    drop(connection);
+    // The ack task drains what is queued (acks for appends already logged)
+    // and then the writer flushes them, unless the socket is gone.
+    let _ = ack_task.await;
+    let _ = writer_task.await;
+}
+
+async fn read_some(
+    reader: &mut OwnedReadHalf,
+    scratch: &mut [u8],
+    buffer: &mut FrameBuffer,
+) -> std::io::Result<usize> {
+    // Cancel-safe: bytes reach `buffer` only once the read has completed.
+    let count = reader.read(scratch).await?;
+    buffer.extend(&scratch[..count]);
+    Ok(count)
+}
+
+async fn handshake(
+    reader: &mut OwnedReadHalf,
+    writer: &mut OwnedWriteHalf,
+    buffer: &mut FrameBuffer,
+    server: &ServerState,
+) -> Result<u128, String> {
+    let mut scratch = vec![0u8; 1024];
+    let first = tokio::time::timeout(server.config.handshake_timeout, async {
+        loop {
+            match buffer.next_frame(1024) {
+                Ok(Some(frame)) => return Ok(frame),
+                Ok(None) => {}
+                Err(error) => return Err(format!("bad handshake: {error}")),
+            }
+            match read_some(reader, &mut scratch, buffer).await {
+                Ok(0) => return Err("connection closed during the handshake".to_string()),
+                Ok(_) => {}
+                Err(error) => return Err(error.to_string()),
+            }
+        }
+    })
+    .await
+    .map_err(|_| "no hello within the handshake timeout".to_string())??;
+    let Frame::Hello {
+        version, client, ..
+    } = first
+    else {
+        return Err("the first frame must be a hello".into());
+    };
+    if version != PROTOCOL_VERSION {
+        return Err(format!(
+            "protocol version {version} is not supported; this server speaks {PROTOCOL_VERSION}"
+        ));
+    }
+    let reply = Frame::HelloOk {
+        version: PROTOCOL_VERSION,
+        server: server.id,
+        max_frame: server.config.frame_bytes_max() as u32,
+    };
+    writer
+        .write_all(&reply.to_bytes())
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(client)
+}
+
+/// Writes queued frames, coalescing whatever is queued into one write.
+async fn write_frames(mut writer: OwnedWriteHalf, mut frames: mpsc::Receiver<Vec<u8>>) {
+    let mut batch = Vec::new();
+    while let Some(first) = frames.recv().await {
+        batch.clear();
+        batch.extend_from_slice(&first);
+        while batch.len() < 1024 * 1024 {
+            match frames.try_recv() {
+                Ok(more) => batch.extend_from_slice(&more),
+                Err(_) => break,
+            }
+        }
+        if writer.write_all(&batch).await.is_err() {
+            return;
+        }
+    }
+    let _ = writer.shutdown().await;
+}
+
+async fn send_acks(mut acks: mpsc::Receiver<PendingAck>, outgoing: Arc<Outgoing>) {
+    while let Some(pending) = acks.recv().await {
+        let frame = match pending.stream.wait_ack(pending.version).await {
+            Ok(level) => Frame::Ack {
+                request: pending.request,
+                stream: pending.stream.id,
+                version: pending.version,
+                epoch: 1,
+                level,
+                flags: if pending.duplicate {
+                    proto::frame::ACK_FLAG_DUPLICATE
+                } else {
+                    0
+                },
+                replicas: 1,
+                echo: pending.echo,
+            },
+            Err(failure) => Frame::Error {
+                request: pending.request,
+                code: ErrorCode::LogFailed,
+                message: format!("not acknowledged: the stream's log failed: {failure}"),
+            },
+        };
+        if !outgoing.send(&frame).await {
+            return;
+        }
+    }
+}
+
+struct Connection {
+    server: Arc<ServerState>,
+    client: u128,
+    outgoing: Arc<Outgoing>,
+    acks: mpsc::Sender<PendingAck>,
+    /// Each subscription's task and its credit (records it may still push).
+    subscriptions: HashMap<u64, (JoinHandle<()>, Arc<Semaphore>)>,
+}
+
+impl Connection {
+    async fn read_loop(&mut self, mut reader: OwnedReadHalf, mut buffer: FrameBuffer) {
+        let max_frame = self.server.config.frame_bytes_max();
+        let mut scratch = vec![0u8; READ_BYTES];
+        loop {
+            loop {
+                match buffer.next_frame(max_frame) {
+                    Ok(Some(frame)) => {
+                        if !self.handle(frame).await {
+                            return;
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(error) => {
+                        // A frame we cannot cut means we no longer know
+                        // where the next one starts: say why and close.
+                        self.outgoing
+                            .error(0, ErrorCode::BadFrame, error.to_string())
+                            .await;
+                        return;
+                    }
+                }
+            }
+            match read_some(&mut reader, &mut scratch, &mut buffer).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    }
+
+    /// Handles one frame; `false` closes the connection.
+    async fn handle(&mut self, frame: Frame) -> bool {
+        match frame {
+            Frame::Append {
+                request,
+                stream,
+                flags,
+                session,
+                sequence,
+                low_water,
+                key,
+                payload,
+            } => {
+                let event = EventId {
+                    client: self.client,
+                    session,
+                    sequence,
+                };
+                let echo = flags & proto::frame::APPEND_FLAG_ECHO != 0;
+                self.append(request, stream, event, low_water, key, payload, echo)
+                    .await
+            }
+            Frame::CreateStream {
+                request,
+                name,
+                durability,
+            } => {
+                let server = Arc::clone(&self.server);
+                let result =
+                    tokio::task::spawn_blocking(move || server.create_stream(&name, durability))
+                        .await;
+                let reply = match result.expect("create_stream does not panic") {
+                    Ok(info) => Frame::StreamInfo { request, info },
+                    Err(error) => Frame::Error {
+                        request,
+                        code: error.code,
+                        message: error.message,
+                    },
+                };
+                self.outgoing.send(&reply).await
+            }
+            Frame::DeleteStream { request, name } => {
+                let server = Arc::clone(&self.server);
+                let result = tokio::task::spawn_blocking(move || server.delete_stream(&name)).await;
+                let reply = match result.expect("delete_stream does not panic") {
+                    Ok(()) => Frame::Ok { request },
+                    Err(error) => Frame::Error {
+                        request,
+                        code: error.code,
+                        message: error.message,
+                    },
+                };
+                self.outgoing.send(&reply).await
+            }
+            Frame::OpenStream { request, name } => match self.server.stream_by_name(&name) {
+                Some(stream) => {
+                    self.outgoing
+                        .send(&Frame::StreamInfo {
+                            request,
+                            info: stream.info(),
+                        })
+                        .await
+                }
+                None => {
+                    self.outgoing
+                        .error(
+                            request,
+                            ErrorCode::UnknownStream,
+                            format!("no stream named {name:?}"),
+                        )
+                        .await
+                }
+            },
+            Frame::ListStreams { request } => {
+                let streams = self.server.streams().iter().map(|s| s.info()).collect();
+                self.outgoing
+                    .send(&Frame::StreamList { request, streams })
+                    .await
+            }
+            Frame::Status { request } => {
+                let json = self.server.status_json().to_string();
+                self.outgoing
+                    .send(&Frame::StatusReply { request, json })
+                    .await
+            }
+            Frame::Fetch {
+                request,
+                stream,
+                from,
+                max_records,
+                max_bytes,
+            } => {
+                self.fetch(request, stream, from, max_records, max_bytes)
+                    .await
+            }
+            Frame::Subscribe {
+                subscription,
+                stream,
+                from,
+                credit,
+            } => self.subscribe(subscription, stream, from, credit).await,
+            Frame::Credit {
+                subscription,
+                credit,
+            } => {
+                if let Some((_, credits)) = self.subscriptions.get(&subscription) {
+                    let limit = self.server.config.subscription_credit_max as usize;
+                    let room = limit.saturating_sub(credits.available_permits());
+                    credits.add_permits((credit as usize).min(room));
+                }
+                true
+            }
+            Frame::Unsubscribe { subscription } => {
+                if let Some((task, _)) = self.subscriptions.remove(&subscription) {
+                    task.abort();
+                }
+                self.outgoing
+                    .send(&Frame::Ok {
+                        request: subscription,
+                    })
+                    .await
+            }
+            other => {
+                let message = format!("a client may not send {}", frame_name(&other));
+                self.outgoing.error(0, ErrorCode::BadFrame, message).await;
+                false
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn append(
+        &mut self,
+        request: u64,
+        stream_id: u64,
+        event: EventId,
+        low_water: u64,
+        key: Vec<u8>,
+        payload: Vec<u8>,
+        echo: bool,
+    ) -> bool {
+        let Some(stream) = self.server.stream_by_id(stream_id) else {
+            return self
+                .outgoing
+                .error(
+                    request,
+                    ErrorCode::UnknownStream,
+                    format!("no stream with id {stream_id}"),
+                )
+                .await;
+        };
+        let limit = self.server.config.message_bytes_max;
+        if key.len() + payload.len() > limit {
+            let message = format!(
+                "message of {} bytes exceeds the limit of {limit} bytes",
+                key.len() + payload.len()
+            );
+            return self
+                .outgoing
+                .error(request, ErrorCode::MessageTooLarge, message)
+                .await;
+        }
+        match stream.append(event, low_water, &key, &payload).await {
+            Ok(appended) => {
+                let pending = PendingAck {
+                    request,
+                    stream,
+                    version: appended.version,
+                    duplicate: appended.duplicate,
+                    echo: if echo { payload } else { Vec::new() },
+                };
+                self.acks.send(pending).await.is_ok()
+            }
+            Err(failure) => {
+                let code = match &failure {
+                    AppendFailure::Rejected(engine::Rejection::Retired { .. }) => {
+                        ErrorCode::SequenceRetired
+                    }
+                    AppendFailure::Rejected(engine::Rejection::DedupeFull) => ErrorCode::Busy,
+                    AppendFailure::Rejected(engine::Rejection::ZeroSequence) => {
+                        ErrorCode::InvalidArgument
+                    }
+                    AppendFailure::TooLarge(_) => ErrorCode::MessageTooLarge,
+                    AppendFailure::LogFailed(_) => ErrorCode::LogFailed,
+                };
+                self.outgoing
+                    .error(request, code, failure.to_string())
+                    .await
+            }
+        }
+    }
+
+    async fn fetch(
+        &mut self,
+        request: u64,
+        stream_id: u64,
+        from: u64,
+        max_records: u32,
+        max_bytes: u32,
+    ) -> bool {
+        let Some(stream) = self.server.stream_by_id(stream_id) else {
+            return self
+                .outgoing
+                .error(
+                    request,
+                    ErrorCode::UnknownStream,
+                    format!("no stream with id {stream_id}"),
+                )
+                .await;
+        };
+        let max_bytes = (max_bytes as usize).min(self.server.config.read_batch_bytes_max);
+        let mut records = Vec::new();
+        let reply =
+            match stream
+                .log
+                .read(from.max(1), max_records as usize, max_bytes, &mut records)
+            {
+                Ok(count) => Frame::Records {
+                    request,
+                    next: from.max(1) + count as u64,
+                    count: count as u32,
+                    records,
+                },
+                Err(error) => Frame::Error {
+                    request,
+                    code: subscription::read_error_code(&error),
+                    message: error.to_string(),
+                },
+            };
+        self.outgoing.send(&reply).await
+    }
+
+    async fn subscribe(&mut self, id: u64, stream_id: u64, from: u64, credit: u32) -> bool {
+        let Some(stream) = self.server.stream_by_id(stream_id) else {
+            return self
+                .outgoing
+                .error(
+                    id,
+                    ErrorCode::UnknownStream,
+                    format!("no stream with id {stream_id}"),
+                )
+                .await;
+        };
+        if let Some((previous, _)) = self.subscriptions.remove(&id) {
+            previous.abort();
+        }
+        let credits = Arc::new(Semaphore::new(
+            credit.min(self.server.config.subscription_credit_max) as usize,
+        ));
+        let task = tokio::spawn(subscription::run(
+            id,
+            stream,
+            from.max(1),
+            Arc::clone(&credits),
+            Arc::clone(&self.outgoing),
+            self.server.config.read_batch_bytes_max,
+        ));
+        self.subscriptions.insert(id, (task, credits));
+        true
+    }
+}
+
+fn frame_name(frame: &Frame) -> &'static str {
+    match frame {
+        Frame::HelloOk { .. } => "hello-ok",
+        Frame::Hello { .. } => "a second hello",
+        Frame::Ack { .. } => "ack",
+        Frame::Records { .. } => "records",
+        Frame::Deliver { .. } => "deliver",
+        Frame::Error { .. } => "error",
+        Frame::Ok { .. } => "ok",
+        Frame::StreamInfo { .. } => "stream-info",
+        Frame::StreamList { .. } => "stream-list",
+        Frame::StatusReply { .. } => "status-reply",
+        _ => "this frame",
+    }
+}

@@ -1,0 +1,7 @@
+//! Integration tests: real servers on 127.0.0.1 port 0, driven through the
+//! client library and raw sockets.
+
+mod bad_input;
+mod harness;
+mod restart;
+mod streams;

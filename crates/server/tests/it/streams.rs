@@ -1,0 +1,211 @@
+//! Streams, appends, deduplication and reading through the client library.
+
+use client::{AckLevel, Client, ClientError, DurabilityConfig, ErrorCode};
+use server::ServerConfig;
+
+use crate::harness::TestServer;
+
+#[tokio::test]
+async fn streams_are_created_listed_opened_and_deleted_with_clear_errors() {
+    let data = tempfile::tempdir().unwrap();
+    let server = TestServer::start(ServerConfig::new(data.path())).await;
+    let client = Client::connect(server.client_config()).await.unwrap();
+    let created = client
+        .create_stream("orders", DurabilityConfig::Sync)
+        .await
+        .unwrap();
+    assert_eq!(created.name, "orders");
+    assert_eq!(created.last_version, 0);
+    let again = client
+        .create_stream("orders", DurabilityConfig::Memory)
+        .await;
+    assert!(
+        matches!(
+            again,
+            Err(ClientError::Server {
+                code: ErrorCode::StreamExists,
+                ..
+            })
+        ),
+        "{again:?}"
+    );
+    let bad = client.create_stream("../etc", DurabilityConfig::Sync).await;
+    assert!(
+        matches!(
+            bad,
+            Err(ClientError::Server {
+                code: ErrorCode::InvalidArgument,
+                ..
+            })
+        ),
+        "{bad:?}"
+    );
+    let small_pages = client
+        .create_stream(
+            "tiny",
+            DurabilityConfig::Paged {
+                pages: 2,
+                page_size: 4096,
+            },
+        )
+        .await;
+    assert!(
+        matches!(
+            small_pages,
+            Err(ClientError::Server {
+                code: ErrorCode::InvalidArgument,
+                ..
+            })
+        ),
+        "{small_pages:?}"
+    );
+    assert_eq!(client.open_stream("orders").await.unwrap().id, created.id);
+    let listed: Vec<String> = client
+        .list_streams()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
+    assert_eq!(listed, vec!["orders".to_string()]);
+    client.delete_stream("orders").await.unwrap();
+    let gone = client.open_stream("orders").await;
+    assert!(
+        matches!(
+            gone,
+            Err(ClientError::Server {
+                code: ErrorCode::UnknownStream,
+                ..
+            })
+        ),
+        "{gone:?}"
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn acknowledged_messages_get_dense_versions_and_are_read_back_in_order() {
+    let data = tempfile::tempdir().unwrap();
+    let server = TestServer::start(ServerConfig::new(data.path())).await;
+    let client = Client::connect(server.client_config()).await.unwrap();
+    for durability in [
+        DurabilityConfig::Sync,
+        DurabilityConfig::Memory,
+        DurabilityConfig::Paged {
+            pages: 2,
+            page_size: 2 << 20,
+        },
+    ] {
+        let name = format!("s{}", proto_name(durability));
+        let stream = client.create_stream(&name, durability).await.unwrap();
+        let mut producer = client.producer(stream.id);
+        let mut pending = Vec::new();
+        for number in 0..2000u32 {
+            pending.push(
+                producer
+                    .submit(
+                        &number.to_le_bytes(),
+                        &vec![7u8; 100 + (number % 50) as usize],
+                    )
+                    .await
+                    .unwrap(),
+            );
+        }
+        for (index, ack) in pending.into_iter().enumerate() {
+            let ack = ack.await.unwrap();
+            assert_eq!(ack.version, index as u64 + 1);
+            assert!(!ack.duplicate);
+            let expected = if durability == DurabilityConfig::Sync {
+                AckLevel::Synced
+            } else {
+                AckLevel::Memory
+            };
+            assert_eq!(ack.level, expected);
+        }
+        let mut subscription = client.subscribe(stream.id, 1).await.unwrap();
+        for version in 1..=2000u64 {
+            let record = subscription.next().await.unwrap().unwrap();
+            assert_eq!(record.version, version);
+            assert_eq!(record.key, ((version - 1) as u32).to_le_bytes());
+            assert_eq!(record.payload.len(), 100 + ((version - 1) % 50) as usize);
+        }
+        let fetched = client.fetch(stream.id, 1500, 10).await.unwrap();
+        assert_eq!(
+            fetched.iter().map(|r| r.version).collect::<Vec<_>>(),
+            (1500..1510).collect::<Vec<_>>()
+        );
+    }
+    server.stop().await;
+}
+
+fn proto_name(durability: DurabilityConfig) -> &'static str {
+    match durability {
+        DurabilityConfig::Sync => "sync",
+        DurabilityConfig::Memory => "memory",
+        DurabilityConfig::Paged { .. } => "paged",
+    }
+}
+
+#[tokio::test]
+async fn a_repeated_event_id_gets_the_original_version_and_the_duplicate_flag() {
+    let data = tempfile::tempdir().unwrap();
+    let server = TestServer::start(ServerConfig::new(data.path())).await;
+    let client = Client::connect(server.client_config()).await.unwrap();
+    let stream = client
+        .create_stream("dedupe", DurabilityConfig::Sync)
+        .await
+        .unwrap();
+    let mut first = client.producer_with_session(stream.id, 9, 1);
+    let original = first.send(b"", b"hello").await.unwrap();
+    let mut other = client.producer(stream.id);
+    other.send(b"", b"someone else").await.unwrap();
+    let mut retry = client.producer_with_session(stream.id, 9, 1);
+    let answer = retry.send(b"", b"hello").await.unwrap();
+    assert!(answer.duplicate);
+    assert_eq!(answer.version, original.version);
+    assert_eq!(
+        client.fetch(stream.id, 1, 100).await.unwrap().len(),
+        2,
+        "the duplicate must not be logged"
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_message_over_the_limit_is_refused_and_the_connection_goes_on() {
+    let data = tempfile::tempdir().unwrap();
+    let mut config = ServerConfig::new(data.path());
+    config.message_bytes_max = 1000;
+    let server = TestServer::start(config).await;
+    let client = Client::connect(server.client_config()).await.unwrap();
+    let stream = client
+        .create_stream("limits", DurabilityConfig::Sync)
+        .await
+        .unwrap();
+    let mut producer = client.producer(stream.id);
+    let refused = producer.send(b"", &[0; 1001]).await;
+    assert!(
+        matches!(
+            refused,
+            Err(ClientError::Server {
+                code: ErrorCode::MessageTooLarge,
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
+    let ack = producer.send(b"", &[0; 1000 - 3]).await.unwrap();
+    assert_eq!(ack.version, 1);
+    let unknown = client.producer(424242).send(b"", b"x").await;
+    assert!(
+        matches!(
+            unknown,
+            Err(ClientError::Server {
+                code: ErrorCode::UnknownStream,
+                ..
+            })
+        ),
+        "{unknown:?}"
+    );
+    server.stop().await;
+}
