@@ -318,7 +318,9 @@ impl Driver {
         .to_bytes()
     }
 
-    /// Everything to send on a fresh connection, in the order it was asked.
+    /// Everything to send on a fresh connection: control requests (in no
+    /// particular order), then appends in the order they were submitted,
+    /// then subscriptions.
     fn resend_all(&mut self) -> Vec<u8> {
         let mut bytes = Vec::new();
         for request in self.requests.values_mut() {

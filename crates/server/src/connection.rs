@@ -1,8 +1,10 @@
 //! One client connection: the handshake, the read loop that cuts frames and
 //! dispatches them, the acknowledgement queue, and the writer task.
 //!
-//! Acknowledgements leave in the order their appends arrived: the ack task
-//! waits for each one's durability in turn. The queue between the read loop
+//! Acknowledgements (and log failures) of logged appends leave in the order
+//! the appends arrived: the ack task waits for each one's durability in
+//! turn. Refusals that log nothing are answered at once and may overtake
+//! them; clients match answers by request id. The queue between the read loop
 //! and the ack task is bounded by `in_flight_per_connection_max`; when it is
 //! full the read loop stops reading, and TCP pushes back on the client.
 
@@ -70,10 +72,10 @@ pub(crate) async fn serve(socket: TcpStream, server: Arc<ServerState>) {
     let mut buffer = FrameBuffer::new();
     let client = match handshake(&mut reader, &mut writer, &mut buffer, &server).await {
         Ok(client) => client,
-        Err(message) => {
+        Err((code, message)) => {
             let frame = Frame::Error {
                 request: 0,
-                code: ErrorCode::BadFrame,
+                code,
                 message,
             };
             let _ = writer.write_all(&frame.to_bytes()).await;
@@ -119,7 +121,8 @@ async fn handshake(
     writer: &mut OwnedWriteHalf,
     buffer: &mut FrameBuffer,
     server: &ServerState,
-) -> Result<u128, String> {
+) -> Result<u128, (ErrorCode, String)> {
+    let bad = |message: String| (ErrorCode::BadFrame, message);
     let mut scratch = vec![0u8; 1024];
     let first = tokio::time::timeout(server.config.handshake_timeout, async {
         loop {
@@ -136,17 +139,19 @@ async fn handshake(
         }
     })
     .await
-    .map_err(|_| "no hello within the handshake timeout".to_string())??;
+    .map_err(|_| bad("no hello within the handshake timeout".to_string()))?
+    .map_err(bad)?;
     let Frame::Hello {
         version, client, ..
     } = first
     else {
-        return Err("the first frame must be a hello".into());
+        return Err(bad("the first frame must be a hello".into()));
     };
     if version != PROTOCOL_VERSION {
-        return Err(format!(
+        let message = format!(
             "protocol version {version} is not supported; this server speaks {PROTOCOL_VERSION}"
-        ));
+        );
+        return Err((ErrorCode::UnsupportedVersion, message));
     }
     let reply = Frame::HelloOk {
         version: PROTOCOL_VERSION,
@@ -156,7 +161,7 @@ async fn handshake(
     writer
         .write_all(&reply.to_bytes())
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| bad(e.to_string()))?;
     Ok(client)
 }
 
@@ -186,7 +191,7 @@ async fn send_acks(mut acks: mpsc::Receiver<PendingAck>, outgoing: Arc<Outgoing>
                 request: pending.request,
                 stream: pending.stream.id,
                 version: pending.version,
-                epoch: 1,
+                epoch: pending.stream.epoch(),
                 level,
                 flags: if pending.duplicate {
                     proto::frame::ACK_FLAG_DUPLICATE

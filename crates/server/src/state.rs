@@ -87,6 +87,15 @@ impl ServerState {
                 .map_err(|e| stream_error(e.to_string()))?;
             let meta: StreamMeta = serde_json::from_slice(&bytes)
                 .map_err(|e| stream_error(format!("bad {META_FILE}: {e}")))?;
+            if meta.format != 1 || meta.name != name {
+                return Err(stream_error(format!(
+                    "{META_FILE} has format {} and name {:?}; expected format 1 and the folder's name {name:?}",
+                    meta.format, meta.name
+                )));
+            }
+            if meta.durability != "memory" && !storage.exists(&folder.join("log")) {
+                return Err(stream_error("its log folder is missing".into()));
+            }
             let stream = Arc::new(Stream::open(&meta, &folder, &config).map_err(stream_error)?);
             if registry.by_id.contains_key(&stream.id) {
                 return Err(stream_error(format!(
@@ -163,9 +172,17 @@ impl ServerState {
                 format!("creating stream {name:?}: {e}"),
             )
         };
+        if storage.exists(&folder) {
+            // A folder without a meta file (the registry has no such
+            // stream) is what an interrupted create or delete leaves; none
+            // of it was ever acknowledged, so it goes.
+            storage.remove_dir_all(&folder).map_err(internal)?;
+        }
         storage.create_dir_all(&folder).map_err(internal)?;
-        let stream = Stream::open(&meta, &folder, &self.config)
-            .map_err(|reason| StreamError::new(ErrorCode::InvalidArgument, reason))?;
+        let stream = Stream::open(&meta, &folder, &self.config).map_err(|reason| {
+            let _ = storage.remove_dir_all(&folder);
+            StreamError::new(ErrorCode::InvalidArgument, reason)
+        })?;
         // The meta file is written last and atomically: a crash before it
         // leaves a folder that recovery skips, never a half-made stream.
         let bytes = serde_json::to_vec_pretty(&meta).expect("meta serialises");

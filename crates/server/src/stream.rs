@@ -166,6 +166,10 @@ impl Stream {
         }
     }
 
+    pub fn epoch(&self) -> u64 {
+        self.machine.lock().expect("stream lock poisoned").epoch()
+    }
+
     pub fn dedupe_entries(&self) -> usize {
         self.machine
             .lock()

@@ -16,7 +16,8 @@ pub enum Durability {
     /// `pages` × `page_size`; a full page is written and synced by the I/O
     /// thread while appends go on into the next free page; an append that
     /// finds no free page waits (a buffer-full wait). A crash loses at most
-    /// the records in pages not yet written.
+    /// the records in pages not yet written and synced. A page must hold
+    /// the largest record; the server checks that at stream creation.
     Paged { pages: usize, page_size: usize },
 }
 

@@ -219,6 +219,13 @@ fn scan_segment(
         file.sync_data().map_err(io_error(&path))?;
         break;
     }
+    if is_last {
+        // The bytes read back may sit only in the page cache: a process
+        // killed between the write and its fdatasync leaves them there.
+        // Sync before counting them durable, or a later power loss could
+        // take back what this process then acknowledges or serves.
+        file.sync_data().map_err(io_error(&path))?;
+    }
     segment.length = offset as u64;
     segment.file = Some(file);
     Ok(segment)

@@ -424,7 +424,6 @@ fn crash_images_taken_while_appending_keep_every_acknowledged_record() {
         push(&log, &mut payloads);
     }
     wait_durable(&log, 60, "first 60");
-    let mut images = 0;
     let mut beyond_acknowledged = 0;
     for seed in 0..200u64 {
         // Keep appending without waiting; the I/O thread runs concurrently.
@@ -447,9 +446,7 @@ fn crash_images_taken_while_appending_keep_every_acknowledged_record() {
             "{context}: read differs from recovery"
         );
         beyond_acknowledged += usize::from(seen.len() as u64 > acknowledged);
-        images += 1;
     }
-    assert_eq!(images, 200);
     let last = payloads.len() as u64;
     wait_durable(&log, last, "all");
     for mode in [CrashMode::DurableOnly, CrashMode::TornTail] {
@@ -997,7 +994,7 @@ impl Rng {
     }
 
     fn chance(&mut self, one_in: u64) -> bool {
-        self.next() % one_in == 0
+        self.range(1, one_in) == 1
     }
 }
 
@@ -1278,10 +1275,10 @@ impl wal::StorageFile for GatedFile {
 
 #[test]
 fn a_log_restarted_after_a_process_crash_counts_as_durable_only_records_on_disk() {
-    // The process dies after the I/O thread wrote records 6..=8 and before
-    // it synced them; the page cache still holds them. The restarted log
-    // recovers them, and then a power loss must not take away anything the
-    // restarted log reports durable.
+    // The process dies after the I/O thread wrote record 6 and before it
+    // synced it; the page cache still holds it. The restarted log recovers
+    // it, and then a power loss must not take away anything the restarted
+    // log reports durable.
     let config = sync_config(LogConfig::default().segment_bytes_max);
     let storage = FaultStorage::new();
     let gated = Gated {
@@ -1297,6 +1294,9 @@ fn a_log_restarted_after_a_process_crash_counts_as_durable_only_records_on_disk(
         &mut |r| seen.push(r.header.version),
     )
     .unwrap();
+    let path = segment_path(folder(), 1);
+    let written =
+        |records: usize| (SEGMENT_HEADER_LEN + records * (proto::RECORD_HEADER_LEN + 100)) as u64;
     let mut payloads = Vec::new();
     for version in 1..=8u64 {
         if version == 6 {
@@ -1306,18 +1306,19 @@ fn a_log_restarted_after_a_process_crash_counts_as_durable_only_records_on_disk(
         let bytes = payload(version, 100);
         append(&old, version, &encode(STREAM, version, &bytes)).unwrap();
         payloads.push(bytes);
+        if version == 6 {
+            // Record 6 is written and its sync held; 7 and 8 stay pending.
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while storage.read_file(&path).map_or(0, |b| b.len() as u64) < written(6) {
+                assert!(Instant::now() < deadline, "record 6 was never written");
+                std::thread::sleep(Duration::from_micros(100));
+            }
+        }
     }
-    // Wait until records 6..=8 are written (visible), their sync held.
-    let path = segment_path(folder(), 1);
-    let full_length = (SEGMENT_HEADER_LEN + 8 * (proto::RECORD_HEADER_LEN + 100)) as u64;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while storage.read_file(&path).map_or(0, |b| b.len() as u64) < full_length {
-        assert!(
-            Instant::now() < deadline,
-            "records 6..=8 were never written"
-        );
-        std::thread::sleep(Duration::from_micros(100));
-    }
+    assert_eq!(
+        storage.read_file(&path).map(|b| b.len() as u64),
+        Some(written(6))
+    );
     assert_eq!(old.durable_version(), 5);
     // The restarted process opens the same files (no power loss).
     let (restarted, recovered) = open_ok(&storage, config.clone(), "restart");
@@ -1327,13 +1328,14 @@ fn a_log_restarted_after_a_process_crash_counts_as_durable_only_records_on_disk(
     drop(restarted);
     gated.set_closed(false);
     drop(old);
-    assert_prefix(&recovered, &payloads, 8, "restart");
-    assert_eq!(claimed, 8, "the restarted log recovered 8 records");
+    assert_prefix(&recovered, &payloads, 6, "restart");
+    assert_eq!(recovered.len(), 6, "restart");
+    assert_eq!(claimed, 6, "the restarted log recovered 6 records");
     let (_, after_power_loss) = open_ok(&image, config, "after power loss");
     assert_prefix(
         &after_power_loss,
         &payloads,
         claimed,
-        "power loss after the restarted log reported durable version 8",
+        "power loss after the restarted log reported durable version 6",
     );
 }
