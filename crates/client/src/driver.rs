@@ -18,6 +18,9 @@ use crate::subscription::{ReceivedRecord, SubscriptionCounters};
 use crate::{ClientConfig, ClientError};
 
 const READ_BYTES: usize = 64 * 1024;
+/// Frames from the server may exceed the limit the server sets for
+/// clients' frames (a status document of many streams); this bounds them.
+const SERVER_FRAME_BYTES_MAX: usize = 64 * 1024 * 1024;
 
 pub(crate) enum Command {
     Append {
@@ -378,7 +381,7 @@ impl Driver {
                         return Ended::Broken;
                     }
                     loop {
-                        match buffer.next_frame(max_frame + 1024) {
+                        match buffer.next_frame(max_frame.max(SERVER_FRAME_BYTES_MAX)) {
                             Ok(Some(frame)) => self.dispatch(frame),
                             Ok(None) => break,
                             Err(_) => {

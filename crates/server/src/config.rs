@@ -24,7 +24,10 @@ pub struct ServerConfig {
     pub outgoing_frames_max: usize,
     /// Records a subscription may be granted as credit at once.
     pub subscription_credit_max: u32,
-    /// Bytes of records in one `Deliver` or `Records` frame.
+    /// Bytes of records in one `Deliver` or `Records` frame (more when one
+    /// record alone is larger). Frames from the server are not bound by
+    /// the client-frame limit announced in the handshake; clients accept
+    /// server frames of up to 64 MiB.
     pub read_batch_bytes_max: usize,
     /// Time a client has to send its `Hello`.
     pub handshake_timeout: Duration,

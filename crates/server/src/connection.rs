@@ -16,7 +16,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, Semaphore};
-use tokio::task::JoinHandle;
+use tokio::task::{AbortHandle, JoinHandle};
 
 use crate::state::ServerState;
 use crate::stream::{AppendFailure, Stream};
@@ -87,6 +87,10 @@ pub(crate) async fn serve(socket: TcpStream, server: Arc<ServerState>) {
     let writer_task = tokio::spawn(write_frames(writer, frames_receiver));
     let (acks, acks_receiver) = mpsc::channel(server.config.in_flight_per_connection_max);
     let ack_task = tokio::spawn(send_acks(acks_receiver, Arc::clone(&outgoing)));
+    // When the server shuts down it aborts this task; the guard takes the
+    // connection's other tasks down with it, so the socket closes and the
+    // client reconnects instead of waiting on a half-open connection.
+    let _guard = AbortOnDrop(vec![writer_task.abort_handle(), ack_task.abort_handle()]);
     let mut connection = Connection {
         server,
         client,
@@ -209,6 +213,25 @@ async fn send_acks(mut acks: mpsc::Receiver<PendingAck>, outgoing: Arc<Outgoing>
         };
         if !outgoing.send(&frame).await {
             return;
+        }
+    }
+}
+
+/// Aborts tasks when dropped.
+struct AbortOnDrop(Vec<AbortHandle>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        for task in &self.0 {
+            task.abort();
+        }
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        for (task, _) in self.subscriptions.values() {
+            task.abort();
         }
     }
 }

@@ -53,3 +53,191 @@ impl TestServer {
         client::ClientConfig::new(self.address.to_string())
     }
 }
+
+// ---------------------------------------------------------------------
+// Helpers for restart, bad_input, faults and property tests.
+
+/// A small seeded random number generator (SplitMix64), so tests are
+/// reproducible from a printed seed without extra dependencies.
+pub struct TestRng(u64);
+
+impl TestRng {
+    pub fn new(seed: u64) -> Self {
+        TestRng(seed ^ 0x5DEE_CE66_D1CE_4E5B)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// A number in `low..high` (`high > low`).
+    pub fn range(&mut self, low: u64, high: u64) -> u64 {
+        low + self.next_u64() % (high - low)
+    }
+
+    pub fn chance(&mut self, numerator: u64, denominator: u64) -> bool {
+        self.range(0, denominator) < numerator
+    }
+
+    pub fn bytes(&mut self, count: usize) -> Vec<u8> {
+        (0..count).map(|_| self.next_u64() as u8).collect()
+    }
+}
+
+/// A server configuration whose storage is `storage` (an in-memory
+/// fault-injecting file system), with its data under `/stamplog`.
+pub fn fault_config(storage: &wal::fault::FaultStorage) -> ServerConfig {
+    let mut config = ServerConfig::new("/stamplog");
+    config.storage = Arc::new(storage.clone());
+    config
+}
+
+/// A client configuration that reconnects quickly.
+pub fn quick_client_config(address: SocketAddr) -> client::ClientConfig {
+    let mut config = client::ClientConfig::new(address.to_string());
+    config.reconnect_delay_min = std::time::Duration::from_millis(10);
+    config.reconnect_delay_max = std::time::Duration::from_millis(100);
+    config
+}
+
+/// Reads every record of `stream` from version 1 on through `fetch`, in
+/// bounded pages, until a page comes back empty.
+pub async fn fetch_all(client: &client::Client, stream: u64) -> Vec<client::ReceivedRecord> {
+    let mut records: Vec<client::ReceivedRecord> = Vec::new();
+    for _ in 0..100_000 {
+        let from = records.last().map_or(1, |r| r.version + 1);
+        let page = client.fetch(stream, from, 1000).await.expect("fetch");
+        if page.is_empty() {
+            return records;
+        }
+        records.extend(page);
+    }
+    panic!("fetch_all did not reach the end of the stream");
+}
+
+/// One record as read straight from a stream's log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LoggedRecord {
+    pub version: u64,
+    pub event: proto::EventId,
+    pub key: Vec<u8>,
+    pub payload: Vec<u8>,
+}
+
+/// Reads every durable record of the stream named `name` of `state`
+/// straight from its log (blocking; call from `spawn_blocking` or a
+/// synchronous context).
+pub fn read_log(state: &ServerState, name: &str) -> Vec<LoggedRecord> {
+    let stream = state.stream_by_name(name).expect("the stream exists");
+    let mut records = Vec::new();
+    let mut next = stream.log.first_version();
+    for _ in 0..1_000_000 {
+        let mut bytes = Vec::new();
+        let count = stream
+            .log
+            .read(next, 1000, 1 << 20, &mut bytes)
+            .expect("log read");
+        if count == 0 {
+            return records;
+        }
+        for record in proto::frame::iter_records(&bytes) {
+            records.push(LoggedRecord {
+                version: record.header.version,
+                event: record.header.event,
+                key: record.key.to_vec(),
+                payload: record.payload.to_vec(),
+            });
+        }
+        next += count as u64;
+    }
+    panic!("read_log did not reach the end of the log");
+}
+
+/// Connects a raw socket and completes the handshake.
+pub async fn raw_hello(address: SocketAddr) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
+    let mut socket = tokio::net::TcpStream::connect(address)
+        .await
+        .expect("connect");
+    let hello = proto::Frame::Hello {
+        version: proto::PROTOCOL_VERSION,
+        client: 0xC0FFEE,
+        token: String::new(),
+    };
+    socket.write_all(&hello.to_bytes()).await.expect("hello");
+    let (frames, _) = read_frames(&mut socket, 1, std::time::Duration::from_secs(5)).await;
+    assert!(
+        matches!(frames.first(), Some(proto::Frame::HelloOk { .. })),
+        "handshake answer: {frames:?}"
+    );
+    socket
+}
+
+/// Reads frames until `count` have arrived, the server closes the
+/// connection, or `limit` passes. Returns the frames and whether the
+/// connection was closed (end of file or reset).
+pub async fn read_frames(
+    socket: &mut tokio::net::TcpStream,
+    count: usize,
+    limit: std::time::Duration,
+) -> (Vec<proto::Frame>, bool) {
+    use tokio::io::AsyncReadExt;
+    let deadline = tokio::time::Instant::now() + limit;
+    let mut bytes: Vec<u8> = Vec::new();
+    let mut frames = Vec::new();
+    let mut scratch = vec![0u8; 64 * 1024];
+    loop {
+        loop {
+            match proto::Frame::decode(&bytes, 64 << 20) {
+                Ok(Some((frame, used))) => {
+                    bytes.drain(..used);
+                    frames.push(frame);
+                }
+                Ok(None) => break,
+                Err(error) => panic!("the server sent an undecodable frame: {error}"),
+            }
+        }
+        if frames.len() >= count {
+            return (frames, false);
+        }
+        match tokio::time::timeout_at(deadline, socket.read(&mut scratch)).await {
+            Err(_) => return (frames, false),
+            Ok(Ok(0)) | Ok(Err(_)) => return (frames, true),
+            Ok(Ok(read)) => bytes.extend_from_slice(&scratch[..read]),
+        }
+    }
+}
+
+/// Names of threads that panicked since the hook was installed.
+static PANICKED_THREADS: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+/// Installs (once) a panic hook that remembers the name of every thread
+/// that panics, then calls the previous hook.
+pub fn record_panics() {
+    static INSTALL: std::sync::Once = std::sync::Once::new();
+    INSTALL.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let name = std::thread::current()
+                .name()
+                .unwrap_or("unnamed")
+                .to_string();
+            if let Ok(mut names) = PANICKED_THREADS.lock() {
+                names.push(name);
+            }
+            previous(info);
+        }));
+    });
+}
+
+/// Panics recorded on threads whose name satisfies `matches`.
+pub fn panics_where(matches: impl Fn(&str) -> bool) -> usize {
+    PANICKED_THREADS
+        .lock()
+        .map(|names| names.iter().filter(|n| matches(n)).count())
+        .unwrap_or(0)
+}

@@ -2,6 +2,8 @@
 //! client library and raw sockets.
 
 mod bad_input;
+mod faults;
 mod harness;
+mod property;
 mod restart;
 mod streams;

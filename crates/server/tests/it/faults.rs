@@ -1,0 +1,253 @@
+//! Storage faults under a running server, with `wal::fault::FaultStorage`
+//! as its disk: a full disk and failing fsyncs get clear errors, latch the
+//! stream failed, and never cost an acknowledged message.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use client::{Ack, Client, ClientError, DurabilityConfig, ErrorCode};
+use server::ServerState;
+use wal::fault::{CrashMode, FaultStorage};
+
+use crate::harness::{fault_config, quick_client_config, read_log, TestServer};
+
+fn payload(index: u32) -> Vec<u8> {
+    let mut bytes = index.to_le_bytes().to_vec();
+    bytes.resize(1000, (index % 251) as u8);
+    bytes
+}
+
+/// Submits `count` messages (from `first` on) with up to the client's
+/// window in flight; returns each one's answer, in order.
+async fn submit_all(
+    client: &Client,
+    stream: u64,
+    first: u32,
+    count: u32,
+) -> Vec<(u32, Result<Ack, ClientError>)> {
+    let mut producer = client.producer(stream);
+    let mut pending = Vec::new();
+    for index in first..first + count {
+        pending.push((index, producer.submit(b"", &payload(index)).await.unwrap()));
+    }
+    let mut answers = Vec::new();
+    for (index, ack) in pending {
+        let answer = tokio::time::timeout(Duration::from_secs(10), ack)
+            .await
+            .unwrap_or_else(|_| panic!("message {index} got no answer within 10 s"));
+        answers.push((index, answer));
+    }
+    answers
+}
+
+/// Opens a new server state on `image`, as a restarted process would, and
+/// checks that every acknowledged message of `acked` is in stream `name`
+/// at its version with its payload, and that versions are dense. Returns
+/// the number of records recovered.
+async fn check_recovered(
+    image: FaultStorage,
+    name: &str,
+    acked: &[(u32, Ack)],
+    what: &str,
+) -> usize {
+    let name = name.to_string();
+    let acked = acked.to_vec();
+    let what = what.to_string();
+    tokio::task::spawn_blocking(move || {
+        let state: Arc<ServerState> = ServerState::open(fault_config(&image))
+            .unwrap_or_else(|e| panic!("{what}: the crashed image does not open: {e}"));
+        let records = read_log(&state, &name);
+        for (position, record) in records.iter().enumerate() {
+            assert_eq!(record.version, position as u64 + 1, "{what}: versions are dense");
+        }
+        for (index, ack) in &acked {
+            let record = records.get((ack.version - 1) as usize).unwrap_or_else(|| {
+                panic!(
+                    "{what}: acknowledged message {index} (version {}) is lost; {} records recovered",
+                    ack.version,
+                    records.len()
+                )
+            });
+            assert_eq!(
+                record.payload,
+                payload(*index),
+                "{what}: version {} holds another message",
+                ack.version
+            );
+        }
+        let count = records.len();
+        drop(state);
+        count
+    })
+    .await
+    .unwrap()
+}
+
+fn total_bytes(storage: &FaultStorage) -> u64 {
+    storage.files().iter().map(|(_, length)| length).sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_fails_the_stream_with_a_clear_error_and_loses_nothing_acknowledged() {
+    let storage = FaultStorage::new();
+    let mut config = fault_config(&storage);
+    config.segment_bytes_max = 64 * 1024;
+    let server = TestServer::start(config).await;
+    let client = Client::connect(quick_client_config(server.address))
+        .await
+        .unwrap();
+    let stream = client
+        .create_stream("full", DurabilityConfig::Sync)
+        .await
+        .unwrap();
+    // Room for about 150 messages of 1000 bytes, over a few segments.
+    storage.set_space_limit(Some(total_bytes(&storage) + 150 * 1_050));
+
+    let mut acked: Vec<(u32, Ack)> = Vec::new();
+    let mut errors: Vec<(u32, ErrorCode, String)> = Vec::new();
+    let mut next = 0u32;
+    for _round in 0..20 {
+        for (index, answer) in submit_all(&client, stream.id, next, 40).await {
+            match answer {
+                Ok(ack) => {
+                    assert!(
+                        errors.is_empty(),
+                        "message {index} was acknowledged after the log failed"
+                    );
+                    acked.push((index, ack));
+                }
+                Err(ClientError::Server { code, message }) => errors.push((index, code, message)),
+                Err(other) => panic!("message {index}: {other}"),
+            }
+        }
+        next += 40;
+        if errors.len() >= 40 {
+            break;
+        }
+    }
+    assert!(
+        !acked.is_empty(),
+        "nothing was acknowledged before the disk filled"
+    );
+    assert!(!errors.is_empty(), "the disk never filled");
+    for (index, code, message) in &errors {
+        assert_eq!(*code, ErrorCode::LogFailed, "message {index}: {message}");
+        assert!(
+            message.contains("No space left on device"),
+            "message {index}: the error does not say the disk is full: {message}"
+        );
+    }
+    for (position, (_, ack)) in acked.iter().enumerate() {
+        assert_eq!(ack.version, position as u64 + 1);
+    }
+    let status: serde_json::Value = serde_json::from_str(&client.status().await.unwrap()).unwrap();
+    let failed = status["streams"][0]["failed"].as_str().unwrap_or_default();
+    assert!(failed.contains("No space left on device"), "{status}");
+    // A read of what was acknowledged still works on the failed stream.
+    let fetched = client.fetch(stream.id, 1, 10).await.unwrap();
+    assert_eq!(fetched.first().map(|r| r.version), Some(1));
+
+    // Power loss now, in both ways, then a restart on what is left.
+    for (mode, seed) in [
+        (CrashMode::DurableOnly, 1),
+        (CrashMode::TornTail, 2),
+        (CrashMode::TornTail, 3),
+    ] {
+        let image = storage.crash(mode, seed);
+        let what = format!("{mode:?} crash with seed {seed}");
+        let recovered = check_recovered(image, "full", &acked, &what).await;
+        assert!(recovered >= acked.len(), "{what}");
+    }
+    drop(client);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_fsync_failure_is_never_acknowledged() {
+    for allowed_syncs in [0u64, 2, 5] {
+        let storage = FaultStorage::new();
+        let server = TestServer::start(fault_config(&storage)).await;
+        let client = Client::connect(quick_client_config(server.address))
+            .await
+            .unwrap();
+        let stream = client
+            .create_stream("fsync", DurabilityConfig::Sync)
+            .await
+            .unwrap();
+        let mut acked: Vec<(u32, Ack)> = Vec::new();
+        for (index, answer) in submit_all(&client, stream.id, 0, 10).await {
+            acked.push((index, answer.expect("no fault yet")));
+        }
+        storage.fail_sync_after(allowed_syncs);
+        let mut errors = 0;
+        // Rounds of messages until the syncs run out: each round needs at
+        // least one more sync.
+        let mut next = 10u32;
+        for _round in 0..100 {
+            for (index, answer) in submit_all(&client, stream.id, next, 40).await {
+                match answer {
+                    Ok(ack) => {
+                        assert_eq!(
+                            errors, 0,
+                            "allowed {allowed_syncs}: message {index} acknowledged after a failed fsync"
+                        );
+                        acked.push((index, ack));
+                    }
+                    Err(ClientError::Server { code, message }) => {
+                        assert_eq!(code, ErrorCode::LogFailed, "message {index}: {message}");
+                        assert!(
+                            message.contains("injected fsync failure"),
+                            "message {index}: the error does not name the failure: {message}"
+                        );
+                        errors += 1;
+                    }
+                    Err(other) => panic!("message {index}: {other}"),
+                }
+            }
+            next += 40;
+            if errors > 0 {
+                break;
+            }
+        }
+        assert!(errors > 0, "allowed {allowed_syncs}: no fsync ever failed");
+        // Later appends are refused at once, and the status says why.
+        let later = client.producer(stream.id).send(b"", &payload(9999)).await;
+        assert!(
+            matches!(
+                &later,
+                Err(ClientError::Server {
+                    code: ErrorCode::LogFailed,
+                    ..
+                })
+            ),
+            "{later:?}"
+        );
+        let status: serde_json::Value =
+            serde_json::from_str(&client.status().await.unwrap()).unwrap();
+        let failed = status["streams"][0]["failed"].as_str().unwrap_or_default();
+        assert!(failed.contains("injected fsync failure"), "{status}");
+        // Readers never see past what was synced.
+        let info = client.open_stream("fsync").await.unwrap();
+        let last_acked = acked.last().map_or(0, |(_, ack)| ack.version);
+        assert_eq!(
+            info.committed_version, last_acked,
+            "allowed {allowed_syncs}: committed version against the last ack"
+        );
+        let fetched = client.fetch(stream.id, last_acked + 1, 10).await.unwrap();
+        assert!(
+            fetched.is_empty(),
+            "allowed {allowed_syncs}: a reader sees unsynced records {:?}",
+            fetched.iter().map(|r| r.version).collect::<Vec<_>>()
+        );
+
+        // Only what was synced survives DurableOnly: every ack must be in it.
+        let what = format!("allowed {allowed_syncs}, DurableOnly crash");
+        let image = storage.crash(CrashMode::DurableOnly, 11);
+        check_recovered(image, "fsync", &acked, &what).await;
+        let what = format!("allowed {allowed_syncs}, TornTail crash");
+        let image = storage.crash(CrashMode::TornTail, 12);
+        check_recovered(image, "fsync", &acked, &what).await;
+        drop(client);
+        server.stop().await;
+    }
+}
