@@ -1,0 +1,196 @@
+//! `stamplog demo`: the whole promise in one run. A local server in a
+//! temporary folder takes a workload; midway it is killed with SIGKILL and
+//! started again on the same port; the client reconnects and resends what
+//! was not acknowledged; then everything is read back and checked.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use client::{Client, ClientConfig, DurabilityConfig};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::child::ServerProcess;
+
+#[derive(clap::Args, Debug)]
+pub struct DemoArgs {
+    /// Messages to send.
+    #[arg(long, default_value_t = 50_000)]
+    pub messages: u64,
+    /// Payload bytes per message.
+    #[arg(long, default_value_t = 1024)]
+    pub size: usize,
+    /// Messages in flight.
+    #[arg(long, default_value_t = 256)]
+    pub window: usize,
+    /// Kill the server with SIGKILL once this fraction of the messages is
+    /// acknowledged (0 for no kill).
+    #[arg(long, default_value_t = 0.5)]
+    pub kill_at: f64,
+    /// Hide the progress bar.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+/// What the demo measured and checked.
+#[derive(Debug, Default)]
+pub struct DemoOutcome {
+    pub sent: u64,
+    pub acknowledged: u64,
+    pub duplicate_answers: u64,
+    pub lost: u64,
+    pub duplicated: u64,
+    pub misplaced: u64,
+    pub gaps: u64,
+    pub seconds: f64,
+    pub latencies_us: Vec<f64>,
+    pub restarts: u32,
+}
+
+pub fn run(args: DemoArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(args.messages > 0, "--messages must be at least 1");
+    anyhow::ensure!(args.size >= 8, "--size must be at least 8 bytes (the message number)");
+    anyhow::ensure!((0.0..1.0).contains(&args.kill_at), "--kill-at must be in [0, 1)");
+    let data = tempfile::Builder::new().prefix("stamplog-demo-").tempdir_in(std::env::temp_dir())?;
+    let server = ServerProcess::start(data.path(), "127.0.0.1:0")?;
+    println!("server started: pid {}, {} (data in {})", server.pid(), server.address, data.path().display());
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let outcome = runtime.block_on(drive(&args, server, data.path()))?;
+    print_outcome(&args, &outcome);
+    anyhow::ensure!(
+        outcome.lost == 0 && outcome.duplicated == 0 && outcome.misplaced == 0 && outcome.gaps == 0,
+        "the check failed: {} lost, {} duplicated, {} misplaced, {} gaps",
+        outcome.lost,
+        outcome.duplicated,
+        outcome.misplaced,
+        outcome.gaps
+    );
+    Ok(())
+}
+
+async fn drive(args: &DemoArgs, server: ServerProcess, data: &std::path::Path) -> anyhow::Result<DemoOutcome> {
+    let address = server.address;
+    let mut config = ClientConfig::new(address.to_string());
+    config.window = args.window;
+    let client = Client::connect(config).await?;
+    let stream = client.create_stream("demo", DurabilityConfig::Sync).await?;
+    let progress = progress_bar(args.messages, args.quiet);
+    let (acks, mut answers) = tokio::sync::mpsc::channel(args.window * 2);
+    let mut producer = client.producer(stream.id);
+    let (messages, size) = (args.messages, args.size);
+    let sender = tokio::spawn(async move {
+        for index in 0..messages {
+            let mut payload = vec![(index % 251) as u8; size];
+            payload[..8].copy_from_slice(&index.to_le_bytes());
+            let pending = producer.submit(b"", &payload).await?;
+            if acks.send((index, Instant::now(), pending)).await.is_err() {
+                break;
+            }
+        }
+        anyhow::Ok(())
+    });
+    let started = Instant::now();
+    let kill_after = (args.messages as f64 * args.kill_at) as u64;
+    let mut server = Some(server);
+    let mut outcome = DemoOutcome::default();
+    let mut acked_versions = HashMap::with_capacity(args.messages as usize);
+    while let Some((index, submitted, pending)) = answers.recv().await {
+        let ack = pending.await.with_context(|| format!("message {index}"))?;
+        outcome.latencies_us.push(submitted.elapsed().as_secs_f64() * 1e6);
+        outcome.duplicate_answers += u64::from(ack.duplicate);
+        acked_versions.insert(index, ack.version);
+        outcome.acknowledged += 1;
+        progress.inc(1);
+        if args.kill_at > 0.0 && outcome.acknowledged == kill_after {
+            if let Some(running) = server.take() {
+                progress.suspend(|| println!("killing the server (SIGKILL) after {} acknowledgements", outcome.acknowledged));
+                running.kill()?;
+                let data = data.to_path_buf();
+                let listen = address.to_string();
+                let restarted = tokio::task::spawn_blocking(move || ServerProcess::start(&data, &listen)).await??;
+                progress.suspend(|| println!("server restarted: pid {}, {}", restarted.pid(), restarted.address));
+                outcome.restarts += 1;
+                server = Some(restarted);
+            }
+        }
+    }
+    sender.await??;
+    outcome.seconds = started.elapsed().as_secs_f64();
+    outcome.sent = args.messages;
+    progress.finish_and_clear();
+    check(&client, stream.id, &acked_versions, &mut outcome).await?;
+    drop(server);
+    Ok(outcome)
+}
+
+/// Reads the whole stream back and compares it with the acknowledgements.
+async fn check(client: &Client, stream: u64, acked: &HashMap<u64, u64>, outcome: &mut DemoOutcome) -> anyhow::Result<()> {
+    let last = acked.values().copied().max().unwrap_or(0);
+    let mut seen: HashMap<u64, u64> = HashMap::with_capacity(acked.len());
+    let mut subscription = client.subscribe(stream, 1).await?;
+    let mut expected_version = 1;
+    while expected_version <= last {
+        let record = tokio::time::timeout(Duration::from_secs(30), subscription.next())
+            .await
+            .context("reading back timed out")?
+            .context("the subscription ended early")??;
+        if record.version != expected_version {
+            outcome.gaps += 1;
+        }
+        expected_version = record.version + 1;
+        let index = u64::from_le_bytes(record.payload[..8].try_into().context("short payload")?);
+        if seen.insert(index, record.version).is_some() {
+            outcome.duplicated += 1;
+        }
+    }
+    for (index, version) in acked {
+        match seen.get(index) {
+            None => outcome.lost += 1,
+            Some(found) if found != version => outcome.misplaced += 1,
+            Some(_) => {}
+        }
+    }
+    Ok(())
+}
+
+fn progress_bar(total: u64, quiet: bool) -> ProgressBar {
+    if quiet {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(total);
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} sending [{bar:40}] {pos}/{len} {per_sec} eta {eta}")
+            .expect("valid template")
+            .progress_chars("=> "),
+    );
+    bar
+}
+
+fn print_outcome(args: &DemoArgs, outcome: &DemoOutcome) {
+    let summary = report::stats::Summary::of(&outcome.latencies_us);
+    let rate = outcome.acknowledged as f64 / outcome.seconds;
+    let mut table = report::Table::new("stamplog demo: one server, durability sync, SIGKILL midway", &["figure", "value"]);
+    let rows = [
+        ("messages sent", outcome.sent.to_string()),
+        ("messages acknowledged", outcome.acknowledged.to_string()),
+        ("payload bytes", args.size.to_string()),
+        ("in flight (window)", args.window.to_string()),
+        ("server kills and restarts", outcome.restarts.to_string()),
+        ("seconds", format!("{:.2}", outcome.seconds)),
+        ("messages/s", format!("{rate:.0}")),
+        ("MB/s", format!("{:.1}", rate * args.size as f64 / 1e6)),
+        ("ack latency p50 (µs)", format!("{:.0}", summary.p50)),
+        ("ack latency p90 (µs)", format!("{:.0}", summary.p90)),
+        ("ack latency p99 (µs)", format!("{:.0}", summary.p99)),
+        ("ack latency max (µs)", format!("{:.0}", summary.max)),
+        ("answers flagged duplicate (resent after the kill)", outcome.duplicate_answers.to_string()),
+        ("lost acknowledged messages", outcome.lost.to_string()),
+        ("duplicated messages in the log", outcome.duplicated.to_string()),
+        ("acks whose version holds another message", outcome.misplaced.to_string()),
+        ("gaps in versions", outcome.gaps.to_string()),
+    ];
+    for (name, value) in rows {
+        table.row(vec![name.to_string(), value]);
+    }
+    table.print();
+}

@@ -1,0 +1,61 @@
+//! The `stamplog` binary: parses the command line and calls the libraries.
+
+mod child;
+mod commands;
+mod demo;
+mod server_config;
+
+use clap::{Parser, Subcommand};
+
+/// stamplog: a durably logged message service. Every acknowledged message
+/// has one version, is on disk before its acknowledgement (durability
+/// `sync`), and is read back in order, exactly once, while clients retry and
+/// servers restart.
+#[derive(Parser, Debug)]
+#[command(name = "stamplog", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run a server: listen for clients and keep the streams' logs in a
+    /// data folder.
+    Server(server_config::ServerArgs),
+    /// Send messages (the arguments, or one per line of standard input) and
+    /// print the version each one got.
+    Send(commands::SendArgs),
+    /// Print a stream's committed messages in version order.
+    Tail(commands::TailArgs),
+    /// Print a server's status (JSON): its streams, versions and counters.
+    Status(commands::StatusArgs),
+    /// Create, list or delete streams.
+    Streams(commands::StreamsArgs),
+    /// Start a local server in a temporary folder, send a workload, kill
+    /// the server with SIGKILL midway and restart it, read everything back,
+    /// and count lost and duplicated messages (both must be 0).
+    Demo(demo::DemoArgs),
+    /// Run an experiment: print a table, write CSV, JSON and PNG plots.
+    Bench {
+        #[command(subcommand)]
+        experiment: bench::BenchCommand,
+    },
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Server(args) => server_config::run(args),
+        Command::Send(args) => commands::send(args),
+        Command::Tail(args) => commands::tail(args),
+        Command::Status(args) => commands::status(args),
+        Command::Streams(args) => commands::streams(args),
+        Command::Demo(args) => demo::run(args),
+        Command::Bench { experiment } => bench::run(experiment),
+    };
+    if let Err(error) = result {
+        eprintln!("stamplog: {error:#}");
+        std::process::exit(1);
+    }
+}

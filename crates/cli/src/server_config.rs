@@ -1,0 +1,134 @@
+//! `stamplog server`: the settings (a TOML file, every key overridable by a
+//! flag of the same name) and the process around `server::run`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use serde::Deserialize;
+
+/// Run a server. Settings come from `--config FILE` (TOML), and any flag
+/// given overrides the file's key of the same name (dashes for
+/// underscores).
+#[derive(clap::Args, Debug, Default)]
+pub struct ServerArgs {
+    /// TOML file with any of the keys below.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Address to listen on; port 0 picks a free port. The first line the
+    /// server prints is `listening on ADDRESS`. [default: 127.0.0.1:7400]
+    #[arg(long)]
+    pub listen: Option<String>,
+    /// Folder for the streams' logs. [default: ./stamplog-data]
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+    /// Largest key + payload of one message, in bytes. [default: 1048576]
+    #[arg(long)]
+    pub message_bytes_max: Option<usize>,
+    /// Connections served at once. [default: 1024]
+    #[arg(long)]
+    pub connections_max: Option<usize>,
+    /// Appends of one connection awaiting their ack before the server stops
+    /// reading from it. [default: 4096]
+    #[arg(long)]
+    pub in_flight_per_connection_max: Option<usize>,
+    /// A log segment is closed past this size, in bytes. [default: 67108864]
+    #[arg(long)]
+    pub segment_bytes_max: Option<u64>,
+    /// `sync` streams: bytes waiting for the next group commit before
+    /// appends wait. [default: 33554432]
+    #[arg(long)]
+    pub pending_bytes_max: Option<usize>,
+    /// `paged` streams: a partly filled page is written after this many
+    /// milliseconds. [default: 2]
+    #[arg(long)]
+    pub page_flush_ms: Option<u64>,
+    /// `memory` streams: bytes of messages kept for readers. [default: 67108864]
+    #[arg(long)]
+    pub memory_retain_bytes: Option<usize>,
+}
+
+/// The TOML file: the same keys as the flags, with underscores.
+#[derive(Deserialize, Debug, Default)]
+#[serde(deny_unknown_fields)]
+struct ServerFile {
+    listen: Option<String>,
+    data: Option<PathBuf>,
+    message_bytes_max: Option<usize>,
+    connections_max: Option<usize>,
+    in_flight_per_connection_max: Option<usize>,
+    segment_bytes_max: Option<u64>,
+    pending_bytes_max: Option<usize>,
+    page_flush_ms: Option<u64>,
+    memory_retain_bytes: Option<usize>,
+}
+
+/// Resolves flags over the file over the defaults.
+pub fn resolve(args: &ServerArgs) -> anyhow::Result<(String, server::ServerConfig)> {
+    let file = match &args.config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).with_context(|| format!("reading config file {}", path.display()))?;
+            toml::from_str::<ServerFile>(&text).with_context(|| format!("config file {}", path.display()))?
+        }
+        None => ServerFile::default(),
+    };
+    let listen = args.listen.clone().or(file.listen).unwrap_or_else(|| "127.0.0.1:7400".into());
+    let data = args.data.clone().or(file.data).unwrap_or_else(|| PathBuf::from("stamplog-data"));
+    let mut config = server::ServerConfig::new(data);
+    macro_rules! merge {
+        ($field:ident) => {
+            if let Some(value) = args.$field.or(file.$field) {
+                config.$field = value;
+            }
+        };
+    }
+    merge!(message_bytes_max);
+    merge!(connections_max);
+    merge!(in_flight_per_connection_max);
+    merge!(segment_bytes_max);
+    merge!(pending_bytes_max);
+    merge!(memory_retain_bytes);
+    if let Some(milliseconds) = args.page_flush_ms.or(file.page_flush_ms) {
+        config.page_flush_interval = Duration::from_millis(milliseconds);
+    }
+    anyhow::ensure!(config.message_bytes_max >= 1, "message_bytes_max must be at least 1");
+    anyhow::ensure!(config.connections_max >= 1, "connections_max must be at least 1");
+    anyhow::ensure!(config.in_flight_per_connection_max >= 1, "in_flight_per_connection_max must be at least 1");
+    Ok((listen, config))
+}
+
+pub fn run(args: ServerArgs) -> anyhow::Result<()> {
+    let (listen, config) = resolve(&args)?;
+    let data = config.data_dir.clone();
+    let state = server::ServerState::open(config).with_context(|| format!("opening data folder {}", data.display()))?;
+    let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
+    runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind(&listen)
+            .await
+            .with_context(|| format!("listening on {listen}"))?;
+        let address = listener.local_addr()?;
+        println!("listening on {address}");
+        eprintln!(
+            "stamplog server {} on {address}, data in {}",
+            env!("CARGO_PKG_VERSION"),
+            data.display()
+        );
+        server::run(listener, Arc::clone(&state), shutdown_signal()).await;
+        anyhow::Ok(())
+    })?;
+    drop(runtime);
+    // Dropping the last reference closes the logs: pending records are
+    // written and synced before the process exits.
+    drop(state);
+    eprintln!("stamplog server stopped");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminate.recv() => {}
+    }
+}

@@ -1,0 +1,144 @@
+//! The binary's commands end to end: server, streams, send, tail, status,
+//! demo, and clear errors for bad input.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Output, Stdio};
+
+const BINARY: &str = env!("CARGO_BIN_EXE_stamplog");
+
+/// A `stamplog server` process on a free port; killed when dropped.
+struct Server {
+    child: Child,
+    address: String,
+}
+
+impl Server {
+    fn start(extra: &[&str]) -> (Server, tempfile::TempDir) {
+        let data = tempfile::tempdir().unwrap();
+        let mut child = Command::new(BINARY)
+            .args(["server", "--listen", "127.0.0.1:0", "--data"])
+            .arg(data.path())
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let address = line.trim().strip_prefix("listening on ").expect("first line names the address").to_string();
+        (Server { child, address }, data)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn run(args: &[&str], input: Option<&str>) -> Output {
+    let mut child = Command::new(BINARY)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    if let Some(text) = input {
+        stdin.write_all(text.as_bytes()).unwrap();
+    }
+    drop(stdin);
+    child.wait_with_output().unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn send_then_tail_prints_every_message_with_its_version() {
+    let (server, _data) = Server::start(&[]);
+    let address = server.address.as_str();
+    let sent = run(&["send", "-s", address, "--stream", "greetings", "--create", "hello", "world"], None);
+    assert!(sent.status.success(), "{}", text(&sent.stderr));
+    let lines: Vec<String> = text(&sent.stdout).lines().map(str::to_string).collect();
+    assert_eq!(lines.len(), 2);
+    assert!(lines[0].starts_with("version 1 ") && lines[0].contains("Synced"), "{lines:?}");
+    let piped = run(&["send", "-s", address, "--stream", "greetings"], Some("third\nfourth\n"));
+    assert!(piped.status.success(), "{}", text(&piped.stderr));
+    assert!(text(&piped.stdout).contains("version 4 "));
+    let tailed = run(&["tail", "-s", address, "--stream", "greetings"], None);
+    assert!(tailed.status.success(), "{}", text(&tailed.stderr));
+    let payloads: Vec<String> = text(&tailed.stdout)
+        .lines()
+        .map(|line| line.split('\t').next_back().unwrap().to_string())
+        .collect();
+    assert_eq!(payloads, vec!["hello", "world", "third", "fourth"]);
+    let status = run(&["status", "-s", address], None);
+    let json: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(json["streams"][0]["name"], "greetings");
+    assert_eq!(json["streams"][0]["last_version"], 4);
+}
+
+#[test]
+fn streams_are_created_listed_and_deleted_from_the_command_line() {
+    let (server, _data) = Server::start(&[]);
+    let address = server.address.as_str();
+    let created = run(&["streams", "-s", address, "create", "events", "--durability", "paged", "--pages", "3"], None);
+    assert!(created.status.success(), "{}", text(&created.stderr));
+    let listed = run(&["streams", "-s", address, "list"], None);
+    assert!(text(&listed.stdout).contains("events"));
+    assert!(text(&listed.stdout).contains("Paged"));
+    let deleted = run(&["streams", "-s", address, "delete", "events"], None);
+    assert!(deleted.status.success());
+    let again = run(&["streams", "-s", address, "delete", "events"], None);
+    assert!(!again.status.success());
+    assert!(text(&again.stderr).contains("no stream named \"events\""), "{}", text(&again.stderr));
+}
+
+#[test]
+fn bad_input_gets_a_clear_error_and_a_non_zero_exit() {
+    let unreachable = run(&["status", "-s", "127.0.0.1:1"], None);
+    assert!(!unreachable.status.success());
+    assert!(text(&unreachable.stderr).contains("cannot connect to 127.0.0.1:1"), "{}", text(&unreachable.stderr));
+    let (server, _data) = Server::start(&[]);
+    let unknown = run(&["send", "-s", &server.address, "--stream", "nope", "x"], None);
+    assert!(!unknown.status.success());
+    assert!(text(&unknown.stderr).contains("no stream named"), "{}", text(&unknown.stderr));
+    let bad_mode = run(&["streams", "create", "x", "--durability", "fast"], None);
+    assert!(!bad_mode.status.success());
+    assert!(text(&bad_mode.stderr).contains("invalid value 'fast'"));
+}
+
+#[test]
+fn the_config_file_sets_keys_and_flags_override_them() {
+    let folder = tempfile::tempdir().unwrap();
+    let config = folder.path().join("stamplog.toml");
+    std::fs::write(&config, "message_bytes_max = 100\nlisten = \"127.0.0.1:1\"\n").unwrap();
+    let config_arg = config.to_str().unwrap();
+    let (server, _data) = Server::start(&["--config", config_arg]);
+    let address = server.address.as_str();
+    let fits = run(&["send", "-s", address, "--stream", "small", "--create", &"x".repeat(100)], None);
+    assert!(fits.status.success(), "{}", text(&fits.stderr));
+    let too_big = run(&["send", "-s", address, "--stream", "small", &"x".repeat(101)], None);
+    assert!(!too_big.status.success());
+    assert!(text(&too_big.stderr).contains("exceeds the limit of 100 bytes"), "{}", text(&too_big.stderr));
+    std::fs::write(&config, "no_such_key = 1\n").unwrap();
+    let refused = run(&["server", "--config", config_arg], None);
+    assert!(!refused.status.success());
+    assert!(text(&refused.stderr).contains("no_such_key"), "{}", text(&refused.stderr));
+}
+
+#[test]
+fn the_demo_survives_a_sigkill_with_nothing_lost_or_duplicated() {
+    let demo = run(&["demo", "--messages", "3000", "--size", "64", "--quiet"], None);
+    let stdout = text(&demo.stdout);
+    assert!(demo.status.success(), "{stdout}\n{}", text(&demo.stderr));
+    assert!(stdout.contains("killing the server (SIGKILL)"), "{stdout}");
+    for figure in ["lost acknowledged messages", "duplicated messages in the log", "gaps in versions"] {
+        let line = stdout.lines().find(|l| l.contains(figure)).unwrap_or_else(|| panic!("no {figure}: {stdout}"));
+        assert!(line.trim_end().ends_with(" 0"), "{line}");
+    }
+}
