@@ -29,7 +29,9 @@ impl ServerProcess {
             .context("starting the server process")?;
         let stdout = child.stdout.take().expect("stdout is piped");
         let mut line = String::new();
-        BufReader::new(stdout).read_line(&mut line).context("reading the server's first line")?;
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .context("reading the server's first line")?;
         let address = line
             .trim()
             .strip_prefix("listening on ")

@@ -9,7 +9,12 @@ use client::{Client, ClientConfig, DurabilityConfig};
 #[derive(clap::Args, Debug, Clone)]
 pub struct ServerAddress {
     /// Server address (host:port).
-    #[arg(long, short = 's', default_value = "127.0.0.1:7400", env = "STAMPLOG_SERVER")]
+    #[arg(
+        long,
+        short = 's',
+        default_value = "127.0.0.1:7400",
+        env = "STAMPLOG_SERVER"
+    )]
     pub server: String,
 }
 
@@ -133,19 +138,30 @@ pub fn send(args: SendArgs) -> anyhow::Result<()> {
             Err(client::ClientError::Server {
                 code: client::ErrorCode::UnknownStream,
                 ..
-            }) if args.create => client.create_stream(&args.stream, args.durability.config()).await?,
-            Err(error) => return Err(error).with_context(|| format!("opening stream {:?}", args.stream)),
+            }) if args.create => {
+                client
+                    .create_stream(&args.stream, args.durability.config())
+                    .await?
+            }
+            Err(error) => {
+                return Err(error).with_context(|| format!("opening stream {:?}", args.stream))
+            }
         };
         let mut producer = client.producer(stream.id);
-        let messages: Box<dyn Iterator<Item = std::io::Result<String>>> = if args.messages.is_empty() {
-            Box::new(std::io::stdin().lock().lines())
-        } else {
-            Box::new(args.messages.into_iter().map(Ok))
-        };
+        let messages: Box<dyn Iterator<Item = std::io::Result<String>>> =
+            if args.messages.is_empty() {
+                Box::new(std::io::stdin().lock().lines())
+            } else {
+                Box::new(args.messages.into_iter().map(Ok))
+            };
         let mut pending = std::collections::VecDeque::new();
         for message in messages {
             let message = message.context("reading standard input")?;
-            pending.push_back(producer.submit(args.key.as_bytes(), message.as_bytes()).await?);
+            pending.push_back(
+                producer
+                    .submit(args.key.as_bytes(), message.as_bytes())
+                    .await?,
+            );
             // Print answers as they come, keeping the window full.
             while pending.len() > 64 {
                 print_ack(pending.pop_front().expect("not empty").await?);
@@ -160,7 +176,10 @@ pub fn send(args: SendArgs) -> anyhow::Result<()> {
 
 fn print_ack(ack: client::Ack) {
     let duplicate = if ack.duplicate { " duplicate" } else { "" };
-    println!("version {} epoch {} {:?}{duplicate}", ack.version, ack.epoch, ack.level);
+    println!(
+        "version {} epoch {} {:?}{duplicate}",
+        ack.version, ack.epoch, ack.level
+    );
 }
 
 pub fn tail(args: TailArgs) -> anyhow::Result<()> {
@@ -206,7 +225,10 @@ pub fn streams(args: StreamsArgs) -> anyhow::Result<()> {
         let client = connect(&args.address).await?;
         match args.action {
             StreamsAction::List => {
-                let mut table = report::Table::new("streams", &["name", "id", "durability", "first", "last", "committed"]);
+                let mut table = report::Table::new(
+                    "streams",
+                    &["name", "id", "durability", "first", "last", "committed"],
+                );
                 for info in client.list_streams().await? {
                     table.row(vec![
                         info.name,
@@ -221,7 +243,10 @@ pub fn streams(args: StreamsArgs) -> anyhow::Result<()> {
             }
             StreamsAction::Create { name, durability } => {
                 let info = client.create_stream(&name, durability.config()).await?;
-                println!("created {} ({:016x}, {:?})", info.name, info.id, info.durability);
+                println!(
+                    "created {} ({:016x}, {:?})",
+                    info.name, info.id, info.durability
+                );
             }
             StreamsAction::Delete { name } => {
                 client.delete_stream(&name).await?;

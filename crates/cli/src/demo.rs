@@ -49,12 +49,28 @@ pub struct DemoOutcome {
 
 pub fn run(args: DemoArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.messages > 0, "--messages must be at least 1");
-    anyhow::ensure!(args.size >= 8, "--size must be at least 8 bytes (the message number)");
-    anyhow::ensure!((0.0..1.0).contains(&args.kill_at), "--kill-at must be in [0, 1)");
-    let data = tempfile::Builder::new().prefix("stamplog-demo-").tempdir_in(std::env::temp_dir())?;
+    anyhow::ensure!(
+        args.size >= 8,
+        "--size must be at least 8 bytes (the message number)"
+    );
+    anyhow::ensure!(
+        (0.0..1.0).contains(&args.kill_at),
+        "--kill-at must be in [0, 1)"
+    );
+    let data = tempfile::Builder::new()
+        .prefix("stamplog-demo-")
+        .tempdir_in(std::env::temp_dir())?;
     let server = ServerProcess::start(data.path(), "127.0.0.1:0")?;
-    println!("server started: pid {}, {} (data in {})", server.pid(), server.address, data.path().display());
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    println!(
+        "server started: pid {}, {} (data in {})",
+        server.pid(),
+        server.address,
+        data.path().display()
+    );
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
     let outcome = runtime.block_on(drive(&args, server, data.path()))?;
     print_outcome(&args, &outcome);
     anyhow::ensure!(
@@ -68,7 +84,11 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn drive(args: &DemoArgs, server: ServerProcess, data: &std::path::Path) -> anyhow::Result<DemoOutcome> {
+async fn drive(
+    args: &DemoArgs,
+    server: ServerProcess,
+    data: &std::path::Path,
+) -> anyhow::Result<DemoOutcome> {
     let address = server.address;
     let mut config = ClientConfig::new(address.to_string());
     config.window = args.window;
@@ -96,19 +116,34 @@ async fn drive(args: &DemoArgs, server: ServerProcess, data: &std::path::Path) -
     let mut acked_versions = HashMap::with_capacity(args.messages as usize);
     while let Some((index, submitted, pending)) = answers.recv().await {
         let ack = pending.await.with_context(|| format!("message {index}"))?;
-        outcome.latencies_us.push(submitted.elapsed().as_secs_f64() * 1e6);
+        outcome
+            .latencies_us
+            .push(submitted.elapsed().as_secs_f64() * 1e6);
         outcome.duplicate_answers += u64::from(ack.duplicate);
         acked_versions.insert(index, ack.version);
         outcome.acknowledged += 1;
         progress.inc(1);
         if args.kill_at > 0.0 && outcome.acknowledged == kill_after {
             if let Some(running) = server.take() {
-                progress.suspend(|| println!("killing the server (SIGKILL) after {} acknowledgements", outcome.acknowledged));
+                progress.suspend(|| {
+                    println!(
+                        "killing the server (SIGKILL) after {} acknowledgements",
+                        outcome.acknowledged
+                    )
+                });
                 running.kill()?;
                 let data = data.to_path_buf();
                 let listen = address.to_string();
-                let restarted = tokio::task::spawn_blocking(move || ServerProcess::start(&data, &listen)).await??;
-                progress.suspend(|| println!("server restarted: pid {}, {}", restarted.pid(), restarted.address));
+                let restarted =
+                    tokio::task::spawn_blocking(move || ServerProcess::start(&data, &listen))
+                        .await??;
+                progress.suspend(|| {
+                    println!(
+                        "server restarted: pid {}, {}",
+                        restarted.pid(),
+                        restarted.address
+                    )
+                });
                 outcome.restarts += 1;
                 server = Some(restarted);
             }
@@ -124,7 +159,12 @@ async fn drive(args: &DemoArgs, server: ServerProcess, data: &std::path::Path) -
 }
 
 /// Reads the whole stream back and compares it with the acknowledgements.
-async fn check(client: &Client, stream: u64, acked: &HashMap<u64, u64>, outcome: &mut DemoOutcome) -> anyhow::Result<()> {
+async fn check(
+    client: &Client,
+    stream: u64,
+    acked: &HashMap<u64, u64>,
+    outcome: &mut DemoOutcome,
+) -> anyhow::Result<()> {
     let last = acked.values().copied().max().unwrap_or(0);
     let mut seen: HashMap<u64, u64> = HashMap::with_capacity(acked.len());
     let mut subscription = client.subscribe(stream, 1).await?;
@@ -159,9 +199,11 @@ fn progress_bar(total: u64, quiet: bool) -> ProgressBar {
     }
     let bar = ProgressBar::new(total);
     bar.set_style(
-        ProgressStyle::with_template("{spinner} sending [{bar:40}] {pos}/{len} {per_sec} eta {eta}")
-            .expect("valid template")
-            .progress_chars("=> "),
+        ProgressStyle::with_template(
+            "{spinner} sending [{bar:40}] {pos}/{len} {per_sec} eta {eta}",
+        )
+        .expect("valid template")
+        .progress_chars("=> "),
     );
     bar
 }
@@ -169,7 +211,10 @@ fn progress_bar(total: u64, quiet: bool) -> ProgressBar {
 fn print_outcome(args: &DemoArgs, outcome: &DemoOutcome) {
     let summary = report::stats::Summary::of(&outcome.latencies_us);
     let rate = outcome.acknowledged as f64 / outcome.seconds;
-    let mut table = report::Table::new("stamplog demo: one server, durability sync, SIGKILL midway", &["figure", "value"]);
+    let mut table = report::Table::new(
+        "stamplog demo: one server, durability sync, SIGKILL midway",
+        &["figure", "value"],
+    );
     let rows = [
         ("messages sent", outcome.sent.to_string()),
         ("messages acknowledged", outcome.acknowledged.to_string()),
@@ -183,10 +228,19 @@ fn print_outcome(args: &DemoArgs, outcome: &DemoOutcome) {
         ("ack latency p90 (µs)", format!("{:.0}", summary.p90)),
         ("ack latency p99 (µs)", format!("{:.0}", summary.p99)),
         ("ack latency max (µs)", format!("{:.0}", summary.max)),
-        ("answers flagged duplicate (resent after the kill)", outcome.duplicate_answers.to_string()),
+        (
+            "answers flagged duplicate (resent after the kill)",
+            outcome.duplicate_answers.to_string(),
+        ),
         ("lost acknowledged messages", outcome.lost.to_string()),
-        ("duplicated messages in the log", outcome.duplicated.to_string()),
-        ("acks whose version holds another message", outcome.misplaced.to_string()),
+        (
+            "duplicated messages in the log",
+            outcome.duplicated.to_string(),
+        ),
+        (
+            "acks whose version holds another message",
+            outcome.misplaced.to_string(),
+        ),
         ("gaps in versions", outcome.gaps.to_string()),
     ];
     for (name, value) in rows {

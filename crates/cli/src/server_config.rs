@@ -68,13 +68,23 @@ struct ServerFile {
 pub fn resolve(args: &ServerArgs) -> anyhow::Result<(String, server::ServerConfig)> {
     let file = match &args.config {
         Some(path) => {
-            let text = std::fs::read_to_string(path).with_context(|| format!("reading config file {}", path.display()))?;
-            toml::from_str::<ServerFile>(&text).with_context(|| format!("config file {}", path.display()))?
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading config file {}", path.display()))?;
+            toml::from_str::<ServerFile>(&text)
+                .with_context(|| format!("config file {}", path.display()))?
         }
         None => ServerFile::default(),
     };
-    let listen = args.listen.clone().or(file.listen).unwrap_or_else(|| "127.0.0.1:7400".into());
-    let data = args.data.clone().or(file.data).unwrap_or_else(|| PathBuf::from("stamplog-data"));
+    let listen = args
+        .listen
+        .clone()
+        .or(file.listen)
+        .unwrap_or_else(|| "127.0.0.1:7400".into());
+    let data = args
+        .data
+        .clone()
+        .or(file.data)
+        .unwrap_or_else(|| PathBuf::from("stamplog-data"));
     let mut config = server::ServerConfig::new(data);
     macro_rules! merge {
         ($field:ident) => {
@@ -92,16 +102,26 @@ pub fn resolve(args: &ServerArgs) -> anyhow::Result<(String, server::ServerConfi
     if let Some(milliseconds) = args.page_flush_ms.or(file.page_flush_ms) {
         config.page_flush_interval = Duration::from_millis(milliseconds);
     }
-    anyhow::ensure!(config.message_bytes_max >= 1, "message_bytes_max must be at least 1");
-    anyhow::ensure!(config.connections_max >= 1, "connections_max must be at least 1");
-    anyhow::ensure!(config.in_flight_per_connection_max >= 1, "in_flight_per_connection_max must be at least 1");
+    anyhow::ensure!(
+        config.message_bytes_max >= 1,
+        "message_bytes_max must be at least 1"
+    );
+    anyhow::ensure!(
+        config.connections_max >= 1,
+        "connections_max must be at least 1"
+    );
+    anyhow::ensure!(
+        config.in_flight_per_connection_max >= 1,
+        "in_flight_per_connection_max must be at least 1"
+    );
     Ok((listen, config))
 }
 
 pub fn run(args: ServerArgs) -> anyhow::Result<()> {
     let (listen, config) = resolve(&args)?;
     let data = config.data_dir.clone();
-    let state = server::ServerState::open(config).with_context(|| format!("opening data folder {}", data.display()))?;
+    let state = server::ServerState::open(config)
+        .with_context(|| format!("opening data folder {}", data.display()))?;
     let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
     runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind(&listen)
@@ -126,7 +146,8 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
 }
 
 async fn shutdown_signal() {
-    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("SIGTERM handler");
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         _ = terminate.recv() => {}

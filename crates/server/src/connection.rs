@@ -15,7 +15,7 @@ use proto::{ErrorCode, EventId, Frame, FrameBuffer, PROTOCOL_VERSION};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::{mpsc, watch, Semaphore};
 use tokio::task::{AbortHandle, JoinHandle};
 
 use crate::state::ServerState;
@@ -54,7 +54,11 @@ impl Outgoing {
     }
 }
 
-pub(crate) async fn serve(socket: TcpStream, server: Arc<ServerState>) {
+pub(crate) async fn serve(
+    socket: TcpStream,
+    server: Arc<ServerState>,
+    mut stop: watch::Receiver<bool>,
+) {
     let _ = socket.set_nodelay(true);
     let (mut reader, mut writer) = socket.into_split();
     let Ok(_slot) = Arc::clone(&server.connection_slots).try_acquire_owned() else {
@@ -70,7 +74,11 @@ pub(crate) async fn serve(socket: TcpStream, server: Arc<ServerState>) {
         return;
     };
     let mut buffer = FrameBuffer::new();
-    let client = match handshake(&mut reader, &mut writer, &mut buffer, &server).await {
+    let shaken = tokio::select! {
+        shaken = handshake(&mut reader, &mut writer, &mut buffer, &server) => shaken,
+        _ = stop.wait_for(|stopping| *stopping) => return,
+    };
+    let client = match shaken {
         Ok(client) => client,
         Err((code, message)) => {
             let frame = Frame::Error {
@@ -98,13 +106,31 @@ pub(crate) async fn serve(socket: TcpStream, server: Arc<ServerState>) {
         acks,
         subscriptions: HashMap::new(),
     };
-    connection.read_loop(reader, buffer).await;
-    for (_, (task, _)) in connection.subscriptions.drain() {
+    let stopped_by_server = tokio::select! {
+        _ = connection.read_loop(reader, buffer) => false,
+        _ = stop.wait_for(|stopping| *stopping) => true,
+    };
+    // Every task of the connection is gone before `serve` returns: they
+    // hold the streams, and the server's shutdown closes the logs only once
+    // nothing holds them.
+    let subscriptions: Vec<JoinHandle<()>> = connection
+        .subscriptions
+        .drain()
+        .map(|(_, (task, _))| task)
+        .collect();
+    drop(connection);
+    for task in &subscriptions {
         task.abort();
     }
-    drop(connection);
-    // The ack task drains what is queued (acks for appends already logged)
-    // and then the writer flushes them, unless the socket is gone.
+    for task in subscriptions {
+        let _ = task.await;
+    }
+    if stopped_by_server {
+        ack_task.abort();
+        writer_task.abort();
+    }
+    // Otherwise the ack task drains what is queued (acks for appends
+    // already logged) and the writer sends them, unless the socket is gone.
     let _ = ack_task.await;
     let _ = writer_task.await;
 }

@@ -29,14 +29,17 @@ use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 
 /// Serves `listener` until `shutdown` completes, then closes every
-/// connection. The caller drops the last `Arc<ServerState>` to flush and
-/// close the logs.
+/// connection and returns once all their tasks are gone, so the caller's
+/// `Arc<ServerState>` is the last reference: dropping it writes what is
+/// pending and closes the logs.
 pub async fn run(
     listener: TcpListener,
     server: Arc<ServerState>,
     shutdown: impl Future<Output = ()>,
 ) {
     let mut connections = JoinSet::new();
+    // Connections watch this to stop; `run` then waits for each of them.
+    let (stop, stopping) = tokio::sync::watch::channel(false);
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -44,7 +47,7 @@ pub async fn run(
             accepted = listener.accept() => match accepted {
                 Ok((socket, _peer)) => {
                     let server = Arc::clone(&server);
-                    connections.spawn(connection::serve(socket, server));
+                    connections.spawn(connection::serve(socket, server, stopping.clone()));
                 }
                 Err(error) => {
                     // Out of file descriptors and the like: back off rather
@@ -56,5 +59,6 @@ pub async fn run(
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
         }
     }
-    connections.shutdown().await;
+    let _ = stop.send(true);
+    while connections.join_next().await.is_some() {}
 }

@@ -388,14 +388,14 @@ impl Log {
             ));
         }
         let position = state.segments.partition_point(|s| s.base <= from);
-        let targets: Vec<(Arc<dyn StorageFile>, u64, u64)> = state.segments
+        let targets: Vec<(Arc<dyn StorageFile>, u64, u64, u64)> = state.segments
             [position.saturating_sub(1)..]
             .iter()
             .filter(|s| s.base <= durable)
             .filter_map(|s| {
                 s.file
                     .clone()
-                    .map(|file| (file, s.seek(from.max(s.base)), s.last_version))
+                    .map(|file| (file, s.seek(from.max(s.base)), s.last_version, s.length))
             })
             .collect();
         drop(state);
@@ -407,11 +407,11 @@ impl Log {
             max_bytes,
             start_len: out.len(),
         };
-        for (file, offset, last_version) in targets {
+        for (file, offset, last_version, end) in targets {
             if reader.next > last_version {
                 continue;
             }
-            if !reader.read_segment(file.as_ref(), offset, out)? {
+            if !reader.read_segment(file.as_ref(), offset, last_version, end, out)? {
                 break;
             }
         }
@@ -463,12 +463,22 @@ impl SegmentReader {
         &mut self,
         file: &dyn StorageFile,
         mut offset: u64,
+        last_version: u64,
+        end: u64,
         out: &mut Vec<u8>,
     ) -> Result<bool, ReadError> {
-        let length = file.len().map_err(|e| ReadError::Io(e.to_string()))?;
+        // The file may run past its last record (preallocated zeros); only
+        // the bytes up to the segment's logical end hold records.
+        let length = file
+            .len()
+            .map_err(|e| ReadError::Io(e.to_string()))?
+            .min(end);
         let mut buffer = vec![0u8; READ_CHUNK_BYTES];
         loop {
-            if offset >= length {
+            if self.next > self.durable {
+                return Ok(false);
+            }
+            if offset >= length || self.next > last_version {
                 return Ok(true);
             }
             let want = buffer.len().min((length - offset) as usize);
@@ -476,6 +486,12 @@ impl SegmentReader {
                 .map_err(|e| ReadError::Io(e.to_string()))?;
             let mut position = 0;
             while position < want {
+                if self.next > self.durable {
+                    return Ok(false);
+                }
+                if self.next > last_version {
+                    return Ok(true);
+                }
                 let (record, used) = match Record::decode(&buffer[position..want]) {
                     Ok(decoded) => decoded,
                     Err(proto::RecordError::Truncated { needed, .. }) => {

@@ -16,18 +16,127 @@ use crate::storage::StorageFile;
 /// Spare buffers a `Sync` log keeps for reuse between batches.
 const SPARE_BUFFERS_MAX: usize = 4;
 
+/// The tail segment is kept this far ahead of its last record with zeros,
+/// so an fdatasync after an append flushes data only: a write that grows
+/// the file also changes its size, and syncing that metadata costs a
+/// journal commit on every batch.
+const PREALLOCATE_AHEAD_BYTES: u64 = 1024 * 1024;
+/// Zeros written per preallocation step.
+const PREALLOCATE_STEP_BYTES: usize = 1024 * 1024;
+
+/// The I/O thread's view of the segment it appends to.
+struct Tail {
+    base: u64,
+    /// The file's length, zeros past the last record included.
+    allocated: u64,
+    /// Off after a preallocation failed (a nearly full disk): the log goes
+    /// on without it, and real writes report the error.
+    preallocate: bool,
+}
+
 impl Shared {
     pub(crate) fn run_io(self: Arc<Self>) {
+        let mut tail = self.current_tail();
         while let Some(batch) = self.next_batch() {
             let started = Instant::now();
-            match self.write_batch(&batch) {
-                Ok(()) => self.complete(batch, started),
+            match self.write_batch(&batch, &mut tail) {
+                Ok(()) => {
+                    let last = batch.last().expect("a batch is never empty");
+                    let end = last.offset + last.bytes.len() as u64;
+                    let in_tail = last.segment_base == tail.base;
+                    self.complete(batch, started);
+                    if in_tail {
+                        self.preallocate(&mut tail, end);
+                    }
+                }
                 Err(error) => {
                     self.latch(error);
                     return;
                 }
             }
         }
+        if self.lock_state().failed.is_none() {
+            // A clean shutdown leaves the tail segment ending in its last
+            // record, as if no zeros had been written ahead.
+            let mut touched = Vec::new();
+            let trimmed = self
+                .trim_tail(&tail, &mut touched)
+                .and_then(|()| sync_all(&touched));
+            if let Err(error) = trimmed {
+                self.latch(error);
+            }
+        }
+    }
+
+    fn current_tail(&self) -> Tail {
+        let state = self.lock_state();
+        let segment = state.segments.last().expect("a disk log has a segment");
+        let allocated = segment
+            .file
+            .as_ref()
+            .and_then(|f| f.len().ok())
+            .unwrap_or(0);
+        Tail {
+            base: segment.base,
+            allocated,
+            preallocate: true,
+        }
+    }
+
+    /// Extends the tail segment with zeros when its last record comes
+    /// within `PREALLOCATE_AHEAD_BYTES` of the file's end. The zeros are
+    /// made durable by the next batch's fdatasync; recovery cuts them off.
+    fn preallocate(&self, tail: &mut Tail, end: u64) {
+        let limit = self.config.segment_bytes_max;
+        if !tail.preallocate
+            || tail.allocated >= end + PREALLOCATE_AHEAD_BYTES
+            || tail.allocated >= limit
+        {
+            return;
+        }
+        let Some(file) = self.segment_file(tail.base) else {
+            return;
+        };
+        static ZEROS: [u8; PREALLOCATE_STEP_BYTES] = [0; PREALLOCATE_STEP_BYTES];
+        let from = tail.allocated.max(end);
+        let length = (PREALLOCATE_STEP_BYTES as u64).min(limit.saturating_sub(from)) as usize;
+        match file.write_at(&ZEROS[..length], from) {
+            Ok(()) => tail.allocated = from + length as u64,
+            Err(_) => tail.preallocate = false,
+        }
+    }
+
+    /// Cuts the zeros off a segment the log is leaving, so that only the
+    /// last segment can end in anything but a whole record.
+    fn trim_tail(
+        &self,
+        tail: &Tail,
+        touched: &mut Vec<(std::path::PathBuf, Arc<dyn StorageFile>)>,
+    ) -> Result<(), LogError> {
+        let length = {
+            let state = self.lock_state();
+            state
+                .segments
+                .iter()
+                .rev()
+                .find(|s| s.base == tail.base)
+                .map(|s| s.length)
+        };
+        let (Some(length), Some(file)) = (length, self.segment_file(tail.base)) else {
+            return Ok(());
+        };
+        if tail.allocated <= length {
+            return Ok(());
+        }
+        let path = crate::segment::segment_path(&self.folder, tail.base);
+        file.set_len(length).map_err(|source| LogError::Io {
+            path: path.clone(),
+            source,
+        })?;
+        if !touched.iter().any(|(p, _)| *p == path) {
+            touched.push((path, file));
+        }
+        Ok(())
     }
 
     /// Waits for the next batch: for `Sync`, everything pending; for
@@ -76,7 +185,7 @@ impl Shared {
         segment.file.clone()
     }
 
-    fn write_batch(&self, batch: &[crate::log::Chunk]) -> Result<(), LogError> {
+    fn write_batch(&self, batch: &[crate::log::Chunk], tail: &mut Tail) -> Result<(), LogError> {
         let mut touched: Vec<(std::path::PathBuf, Arc<dyn StorageFile>)> = Vec::new();
         for chunk in batch {
             let path = crate::segment::segment_path(&self.folder, chunk.segment_base);
@@ -86,6 +195,7 @@ impl Shared {
                     // Everything written to earlier segments is made durable
                     // before a later segment gets any record, so recovery
                     // never finds a later segment behind a torn earlier one.
+                    self.trim_tail(tail, &mut touched)?;
                     sync_all(&touched)?;
                     let file = recovery::create_segment_file(
                         self.storage.as_ref(),
@@ -102,6 +212,11 @@ impl Shared {
                     {
                         segment.file = Some(file.clone());
                     }
+                    *tail = Tail {
+                        base: chunk.segment_base,
+                        allocated: crate::segment::SEGMENT_HEADER_LEN as u64,
+                        preallocate: tail.preallocate,
+                    };
                     file
                 }
             };
@@ -146,9 +261,8 @@ impl Shared {
                 }
             }
         }
-        self.progress
-            .send_modify(|progress| progress.durable = last_version);
-        self.space.notify_waiters();
+        // Counters first, so whoever the new durable version wakes sees
+        // them complete.
         let counters = &self.counters;
         counters.syncs.fetch_add(1, Ordering::Relaxed);
         counters
@@ -161,6 +275,9 @@ impl Shared {
             now.duration_since(started).as_nanos() as u64,
             Ordering::Relaxed,
         );
+        self.progress
+            .send_modify(|progress| progress.durable = last_version);
+        self.space.notify_waiters();
     }
 
     /// Latches the log failed. The data of a failed fsync may or may not be

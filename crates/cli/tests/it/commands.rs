@@ -24,8 +24,14 @@ impl Server {
             .spawn()
             .unwrap();
         let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-        let address = line.trim().strip_prefix("listening on ").expect("first line names the address").to_string();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let address = line
+            .trim()
+            .strip_prefix("listening on ")
+            .expect("first line names the address")
+            .to_string();
         (Server { child, address }, data)
     }
 }
@@ -61,12 +67,30 @@ fn text(bytes: &[u8]) -> String {
 fn send_then_tail_prints_every_message_with_its_version() {
     let (server, _data) = Server::start(&[]);
     let address = server.address.as_str();
-    let sent = run(&["send", "-s", address, "--stream", "greetings", "--create", "hello", "world"], None);
+    let sent = run(
+        &[
+            "send",
+            "-s",
+            address,
+            "--stream",
+            "greetings",
+            "--create",
+            "hello",
+            "world",
+        ],
+        None,
+    );
     assert!(sent.status.success(), "{}", text(&sent.stderr));
     let lines: Vec<String> = text(&sent.stdout).lines().map(str::to_string).collect();
     assert_eq!(lines.len(), 2);
-    assert!(lines[0].starts_with("version 1 ") && lines[0].contains("Synced"), "{lines:?}");
-    let piped = run(&["send", "-s", address, "--stream", "greetings"], Some("third\nfourth\n"));
+    assert!(
+        lines[0].starts_with("version 1 ") && lines[0].contains("Synced"),
+        "{lines:?}"
+    );
+    let piped = run(
+        &["send", "-s", address, "--stream", "greetings"],
+        Some("third\nfourth\n"),
+    );
     assert!(piped.status.success(), "{}", text(&piped.stderr));
     assert!(text(&piped.stdout).contains("version 4 "));
     let tailed = run(&["tail", "-s", address, "--stream", "greetings"], None);
@@ -86,7 +110,20 @@ fn send_then_tail_prints_every_message_with_its_version() {
 fn streams_are_created_listed_and_deleted_from_the_command_line() {
     let (server, _data) = Server::start(&[]);
     let address = server.address.as_str();
-    let created = run(&["streams", "-s", address, "create", "events", "--durability", "paged", "--pages", "3"], None);
+    let created = run(
+        &[
+            "streams",
+            "-s",
+            address,
+            "create",
+            "events",
+            "--durability",
+            "paged",
+            "--pages",
+            "3",
+        ],
+        None,
+    );
     assert!(created.status.success(), "{}", text(&created.stderr));
     let listed = run(&["streams", "-s", address, "list"], None);
     assert!(text(&listed.stdout).contains("events"));
@@ -95,18 +132,33 @@ fn streams_are_created_listed_and_deleted_from_the_command_line() {
     assert!(deleted.status.success());
     let again = run(&["streams", "-s", address, "delete", "events"], None);
     assert!(!again.status.success());
-    assert!(text(&again.stderr).contains("no stream named \"events\""), "{}", text(&again.stderr));
+    assert!(
+        text(&again.stderr).contains("no stream named \"events\""),
+        "{}",
+        text(&again.stderr)
+    );
 }
 
 #[test]
 fn bad_input_gets_a_clear_error_and_a_non_zero_exit() {
     let unreachable = run(&["status", "-s", "127.0.0.1:1"], None);
     assert!(!unreachable.status.success());
-    assert!(text(&unreachable.stderr).contains("cannot connect to 127.0.0.1:1"), "{}", text(&unreachable.stderr));
+    assert!(
+        text(&unreachable.stderr).contains("cannot connect to 127.0.0.1:1"),
+        "{}",
+        text(&unreachable.stderr)
+    );
     let (server, _data) = Server::start(&[]);
-    let unknown = run(&["send", "-s", &server.address, "--stream", "nope", "x"], None);
+    let unknown = run(
+        &["send", "-s", &server.address, "--stream", "nope", "x"],
+        None,
+    );
     assert!(!unknown.status.success());
-    assert!(text(&unknown.stderr).contains("no stream named"), "{}", text(&unknown.stderr));
+    assert!(
+        text(&unknown.stderr).contains("no stream named"),
+        "{}",
+        text(&unknown.stderr)
+    );
     let bad_mode = run(&["streams", "create", "x", "--durability", "fast"], None);
     assert!(!bad_mode.status.success());
     assert!(text(&bad_mode.stderr).contains("invalid value 'fast'"));
@@ -116,29 +168,65 @@ fn bad_input_gets_a_clear_error_and_a_non_zero_exit() {
 fn the_config_file_sets_keys_and_flags_override_them() {
     let folder = tempfile::tempdir().unwrap();
     let config = folder.path().join("stamplog.toml");
-    std::fs::write(&config, "message_bytes_max = 100\nlisten = \"127.0.0.1:1\"\n").unwrap();
+    std::fs::write(
+        &config,
+        "message_bytes_max = 100\nlisten = \"127.0.0.1:1\"\n",
+    )
+    .unwrap();
     let config_arg = config.to_str().unwrap();
     let (server, _data) = Server::start(&["--config", config_arg]);
     let address = server.address.as_str();
-    let fits = run(&["send", "-s", address, "--stream", "small", "--create", &"x".repeat(100)], None);
+    let fits = run(
+        &[
+            "send",
+            "-s",
+            address,
+            "--stream",
+            "small",
+            "--create",
+            &"x".repeat(100),
+        ],
+        None,
+    );
     assert!(fits.status.success(), "{}", text(&fits.stderr));
-    let too_big = run(&["send", "-s", address, "--stream", "small", &"x".repeat(101)], None);
+    let too_big = run(
+        &["send", "-s", address, "--stream", "small", &"x".repeat(101)],
+        None,
+    );
     assert!(!too_big.status.success());
-    assert!(text(&too_big.stderr).contains("exceeds the limit of 100 bytes"), "{}", text(&too_big.stderr));
+    assert!(
+        text(&too_big.stderr).contains("exceeds the limit of 100 bytes"),
+        "{}",
+        text(&too_big.stderr)
+    );
     std::fs::write(&config, "no_such_key = 1\n").unwrap();
     let refused = run(&["server", "--config", config_arg], None);
     assert!(!refused.status.success());
-    assert!(text(&refused.stderr).contains("no_such_key"), "{}", text(&refused.stderr));
+    assert!(
+        text(&refused.stderr).contains("no_such_key"),
+        "{}",
+        text(&refused.stderr)
+    );
 }
 
 #[test]
 fn the_demo_survives_a_sigkill_with_nothing_lost_or_duplicated() {
-    let demo = run(&["demo", "--messages", "3000", "--size", "64", "--quiet"], None);
+    let demo = run(
+        &["demo", "--messages", "3000", "--size", "64", "--quiet"],
+        None,
+    );
     let stdout = text(&demo.stdout);
     assert!(demo.status.success(), "{stdout}\n{}", text(&demo.stderr));
     assert!(stdout.contains("killing the server (SIGKILL)"), "{stdout}");
-    for figure in ["lost acknowledged messages", "duplicated messages in the log", "gaps in versions"] {
-        let line = stdout.lines().find(|l| l.contains(figure)).unwrap_or_else(|| panic!("no {figure}: {stdout}"));
+    for figure in [
+        "lost acknowledged messages",
+        "duplicated messages in the log",
+        "gaps in versions",
+    ] {
+        let line = stdout
+            .lines()
+            .find(|l| l.contains(figure))
+            .unwrap_or_else(|| panic!("no {figure}: {stdout}"));
         assert!(line.trim_end().ends_with(" 0"), "{line}");
     }
 }

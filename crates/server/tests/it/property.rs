@@ -40,6 +40,8 @@ struct Acked {
 #[derive(Default)]
 struct Shared {
     acked: Vec<Acked>,
+    /// Answers other than an ack before the crash (none are expected).
+    errors: Vec<String>,
     /// The image a power loss left, once it happened. Acks that arrive
     /// later are not counted: their records may postdate the image.
     image: Option<FaultStorage>,
@@ -129,8 +131,15 @@ async fn run_seed(seed: u64) -> Result<String, String> {
         let client_id = client.client_id();
         tasks.spawn(async move {
             while let Some((key, payload, pending)) = receiver.recv().await {
-                let Ok(ack) = pending.await else {
-                    continue;
+                let ack = match pending.await {
+                    Ok(ack) => ack,
+                    Err(error) => {
+                        let mut state = shared.lock().unwrap();
+                        if state.image.is_none() {
+                            state.errors.push(format!("producer {producer}: {error}"));
+                        }
+                        continue;
+                    }
                 };
                 {
                     let mut state = shared.lock().unwrap();
@@ -178,6 +187,12 @@ async fn run_seed(seed: u64) -> Result<String, String> {
 
     let (acked, image) = {
         let mut shared = shared.lock().unwrap();
+        if !shared.errors.is_empty() {
+            return Err(format!(
+                "{summary}: appends failed before the crash: {:?}",
+                shared.errors
+            ));
+        }
         (
             std::mem::take(&mut shared.acked),
             shared.image.take().expect("crashed"),

@@ -1,0 +1,61 @@
+//! stamplog's experiments: each reproduces a figure or table of a seed
+//! document (F14), prints a table, and writes CSV, PNG and optional JSON.
+//!
+//! The `stamplog bench` subcommand embeds [`BenchCommand`] and calls [`run`];
+//! tests call each experiment's own `run` with tiny parameters and assert on
+//! the figures it returns, so no benchmark can rot unnoticed.
+//!
+//! | experiment | seed | what it measures |
+//! | --- | --- | --- |
+//! | [`logging`] | 000, Figures 2.14-2.16 | logging latency densities, end-to-end latency with and without logging, against a bare write + fdatasync |
+//! | [`paged`] | 004, Tables 1 and 2 | overhead of the paged log buffer against no logging and buffering only, buffer-full rate, for 1, 2 and 3 pages |
+//! | [`throughput`] | F1 group commit | messages/s and ack latency per size, durability and window; sync/memory ratio |
+//! | [`memory`] | F16 limits | the server's resident memory while a slow reader lags behind a fast writer |
+
+pub mod compute;
+pub mod discard;
+pub mod fdatasync;
+pub mod harness;
+pub mod logging;
+pub mod memory;
+pub mod output;
+pub mod paged;
+pub mod process;
+pub mod progress;
+pub mod throughput;
+pub mod units;
+
+pub use logging::LoggingArgs;
+pub use memory::MemoryArgs;
+pub use paged::PagedArgs;
+pub use throughput::ThroughputArgs;
+
+/// The experiments of `stamplog bench`.
+#[derive(clap::Subcommand, Debug, Clone)]
+pub enum BenchCommand {
+    /// Seed 000: logging latency per message size, and end-to-end latency
+    /// with and without logging (Figures 2.14-2.16), against a bare
+    /// write + fdatasync on the same disk.
+    Logging(LoggingArgs),
+    /// Seed 004: run time of a compute-and-send workload with no logging,
+    /// buffering only, and the paged log with 1, 2 and 3 pages; buffer-full
+    /// rate (Tables 1 and 2).
+    Paged(PagedArgs),
+    /// Group commit: messages/s, MB/s and ack latency per payload size,
+    /// durability mode and window of messages in flight.
+    Throughput(ThroughputArgs),
+    /// Bounded memory: the server's RSS (run as a child process) while a
+    /// writer streams messages and a slow reader lags behind.
+    Memory(MemoryArgs),
+}
+
+/// Runs one experiment: progress bar on stderr, table on stdout, files in
+/// its output folder.
+pub fn run(command: BenchCommand) -> anyhow::Result<()> {
+    match command {
+        BenchCommand::Logging(args) => logging::run(args).map(drop),
+        BenchCommand::Paged(args) => paged::run(args).map(drop),
+        BenchCommand::Throughput(args) => throughput::run(args).map(drop),
+        BenchCommand::Memory(args) => memory::run(args).map(drop),
+    }
+}

@@ -1,0 +1,160 @@
+//! A stamplog server run as a child process, so its memory can be measured
+//! apart from the benchmark's, and the resident-memory sampler.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+
+/// How long the child may take to print its `listening on` line.
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The first line the server prints on stdout, followed by its address.
+const LISTENING_PREFIX: &str = "listening on ";
+
+/// A running server process; killed when dropped, so an error anywhere in
+/// the experiment never leaves it behind.
+pub struct ServerProcess {
+    child: Child,
+    pub address: SocketAddr,
+    /// Where the child's stderr goes, named in errors.
+    pub log_path: PathBuf,
+}
+
+impl ServerProcess {
+    /// Runs `<binary> server --listen 127.0.0.1:0 --data <data>` and waits
+    /// for its `listening on ADDR` line.
+    pub fn spawn(binary: &Path, data: &Path, log_path: &Path) -> anyhow::Result<ServerProcess> {
+        let log = File::create(log_path)
+            .with_context(|| format!("cannot create {}", log_path.display()))?;
+        let mut child = Command::new(binary)
+            .arg("server")
+            .arg("--listen")
+            .arg("127.0.0.1:0")
+            .arg("--data")
+            .arg(data)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("cannot start {}", binary.display()))?;
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let mut process = ServerProcess {
+            child,
+            address: SocketAddr::from(([127, 0, 0, 1], 0)),
+            log_path: log_path.to_path_buf(),
+        };
+        let line = first_line(stdout).with_context(|| process.describe_failure())?;
+        process.address = match line.trim().strip_prefix(LISTENING_PREFIX) {
+            Some(address) => address
+                .parse()
+                .with_context(|| format!("the server printed a bad address: {line:?}"))?,
+            None => bail!(
+                "the server's first line is {line:?}, not `{LISTENING_PREFIX}ADDR`; {}",
+                process.describe_failure()
+            ),
+        };
+        Ok(process)
+    }
+
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Names the log file and quotes its end, for error messages.
+    fn describe_failure(&self) -> String {
+        let text = std::fs::read_to_string(&self.log_path).unwrap_or_default();
+        let tail: String = text
+            .chars()
+            .rev()
+            .take(2000)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect();
+        format!("server stderr ({}):\n{tail}", self.log_path.display())
+    }
+
+    /// Kills the server and reaps it.
+    pub fn kill(mut self) -> anyhow::Result<()> {
+        self.child.kill().context("cannot kill the server")?;
+        self.child.wait().context("cannot reap the server")?;
+        Ok(())
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        // Killing an exited child fails harmlessly; reaping avoids a zombie.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Reads the first line of `stdout` within [`STARTUP_TIMEOUT`], then keeps
+/// draining it on the same thread so the child never blocks on a full pipe.
+fn first_line(stdout: std::process::ChildStdout) -> anyhow::Result<String> {
+    let (sender, receiver) = mpsc::channel();
+    std::thread::Builder::new()
+        .name("server-stdout".into())
+        .spawn(move || {
+            let mut reader = BufReader::new(stdout);
+            let mut line = String::new();
+            let result = reader.read_line(&mut line).map(|_| line);
+            let _ = sender.send(result);
+            let _ = std::io::copy(&mut reader, &mut std::io::sink());
+        })
+        .context("cannot start the stdout reader")?;
+    match receiver.recv_timeout(STARTUP_TIMEOUT) {
+        Ok(Ok(line)) if !line.is_empty() => Ok(line),
+        Ok(Ok(_)) => bail!("the server exited before printing its address"),
+        Ok(Err(error)) => Err(error).context("cannot read the server's stdout"),
+        Err(_) => bail!("the server printed no address within {STARTUP_TIMEOUT:?}"),
+    }
+}
+
+/// Resident memory of a process, from `/proc/<pid>/status`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemoryUsage {
+    /// `VmRSS`: resident now, in KiB.
+    pub resident_kib: u64,
+    /// `VmHWM`: the most ever resident, in KiB.
+    pub peak_kib: u64,
+}
+
+/// Reads `VmRSS` and `VmHWM` of process `pid`.
+pub fn memory_usage(pid: u32) -> anyhow::Result<MemoryUsage> {
+    let path = format!("/proc/{pid}/status");
+    let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {path}"))?;
+    let field = |name: &str| -> anyhow::Result<u64> {
+        let line = text
+            .lines()
+            .find(|line| line.starts_with(name))
+            .with_context(|| format!("{path} has no {name}"))?;
+        let number = line[name.len()..].trim().trim_end_matches("kB").trim();
+        number
+            .parse()
+            .with_context(|| format!("bad {name} line in {path}: {line:?}"))
+    };
+    Ok(MemoryUsage {
+        resident_kib: field("VmRSS:")?,
+        peak_kib: field("VmHWM:")?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_usage_of_this_process_is_positive() {
+        let usage = memory_usage(std::process::id()).unwrap();
+        assert!(usage.resident_kib > 0);
+        assert!(usage.peak_kib >= usage.resident_kib);
+    }
+}

@@ -1,0 +1,273 @@
+//! Runs every in-process benchmark with tiny parameters, so none can rot,
+//! and checks the flags parse as documented.
+
+use std::path::Path;
+
+use bench::logging::LoggingArgs;
+use bench::paged::{self, PagedArgs};
+use bench::throughput::{self, ThroughputArgs};
+use bench::BenchCommand;
+use clap::{CommandFactory, Parser};
+
+/// Stands in for the `stamplog bench` command line.
+#[derive(Parser, Debug)]
+struct BenchLine {
+    #[command(subcommand)]
+    command: BenchCommand,
+}
+
+/// Points the output, the JSON file and the data folder into `folder`.
+fn quiet_output(folder: &Path) -> bench::output::OutputArgs {
+    bench::output::OutputArgs {
+        out: Some(folder.join("out")),
+        json: Some(folder.join("figures.json")),
+        data: Some(folder.join("data")),
+        quiet: true,
+    }
+}
+
+fn assert_files(folder: &Path, names: &[&str]) {
+    for name in names {
+        let path = folder.join(name);
+        let length = std::fs::metadata(&path)
+            .unwrap_or_else(|error| panic!("{} is missing: {error}", path.display()))
+            .len();
+        assert!(length > 0, "{} is empty", path.display());
+    }
+}
+
+fn read_json(path: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+#[test]
+fn logging_with_tiny_parameters_writes_its_files_and_sane_figures() {
+    let folder = tempfile::tempdir().unwrap();
+    let args = LoggingArgs {
+        sizes: vec![1000],
+        messages: 30,
+        warmup: 5,
+        fdatasync_samples: Some(20),
+        output: quiet_output(folder.path()),
+    };
+    let figures = bench::logging::run(args).unwrap();
+    assert_eq!(figures.rows.len(), 1);
+    let row = &figures.rows[0];
+    assert_eq!(row.size, 1000);
+    assert_eq!(row.replies, 30);
+    assert_eq!(
+        row.log_latency.count, 30,
+        "one log sample per measured message"
+    );
+    assert_eq!(row.fdatasync.count, 20);
+    for summary in [
+        &row.log_latency,
+        &row.fdatasync,
+        &row.end_to_end_logging,
+        &row.end_to_end_no_logging,
+    ] {
+        assert!(
+            summary.min > 0.0 && summary.p50 <= summary.p99,
+            "{summary:?}"
+        );
+    }
+    assert!(row.ratio_p50.is_finite() && row.ratio_p50 > 0.0);
+    // The reply leaves only after the record is durable.
+    assert!(row.end_to_end_logging.p50 >= row.log_latency.min);
+    let out = folder.path().join("out");
+    assert_files(
+        &out,
+        &[
+            "logging.csv",
+            "logging-end-to-end.csv",
+            "logging.png",
+            "logging-summary.png",
+            "logging-end-to-end.png",
+        ],
+    );
+    let json = read_json(&folder.path().join("figures.json"));
+    assert_eq!(json["sizes"][0]["replies"], 30);
+}
+
+#[test]
+fn paged_with_tiny_parameters_counts_every_append_and_waits_at_every_switch_with_one_page() {
+    let folder = tempfile::tempdir().unwrap();
+    let args = PagedArgs {
+        messages: 3000,
+        size: 1024,
+        compute_us: 1.0,
+        page_size: 64 * 1024,
+        pages: vec![1, 3],
+        flush_interval_ms: 100,
+        output: quiet_output(folder.path()),
+    };
+    let figures = paged::run(args).unwrap();
+    let labels: Vec<&str> = figures.modes.iter().map(|m| m.label.as_str()).collect();
+    assert_eq!(
+        labels,
+        ["no logging", "buffering only", "64KiBx1", "64KiBx3"]
+    );
+    for mode in &figures.modes {
+        assert!(mode.run_seconds > 0.0);
+        assert!(mode.buffer_full_waits <= mode.page_switches, "{mode:?}");
+        if mode.mode != paged::Mode::NoLogging {
+            assert_eq!(mode.appends, 3000);
+            assert!(mode.page_switches > 0);
+        }
+    }
+    // One page is synchronous writing: the page being written is the only
+    // one, so every switch must wait (the seed's 100%).
+    let one_page = &figures.modes[2];
+    assert_eq!(one_page.buffer_full_waits, one_page.page_switches);
+    assert_eq!(one_page.buffer_full_rate_percent, 100.0);
+    assert!(one_page.pages_written >= 1);
+    assert!(figures.modes[0].overhead_vs_no_logging_percent.abs() < 1e-9);
+    let out = folder.path().join("out");
+    assert_files(&out, &["paged.csv", "paged.png", "paged-buffer-full.png"]);
+    let json = read_json(&folder.path().join("figures.json"));
+    assert_eq!(json["modes"].as_array().unwrap().len(), 4);
+}
+
+#[test]
+fn throughput_with_tiny_parameters_acknowledges_every_message() {
+    let folder = tempfile::tempdir().unwrap();
+    let args = ThroughputArgs {
+        sizes: vec![100],
+        modes: vec![throughput::Mode::Sync, throughput::Mode::Memory],
+        windows: vec![1, 8],
+        messages: 200,
+        window_one_messages: 40,
+        pages: 2,
+        page_size: 4 * 1024 * 1024,
+        output: quiet_output(folder.path()),
+    };
+    let figures = throughput::run(args).unwrap();
+    assert_eq!(figures.cells.len(), 4);
+    for cell in &figures.cells {
+        let expected = if cell.window == 1 { 40 } else { 200 };
+        assert_eq!(cell.messages, expected, "{cell:?}");
+        assert_eq!(cell.latency.count, expected);
+        assert!(cell.messages_per_second > 0.0 && cell.megabytes_per_second > 0.0);
+        assert!(cell.latency.p50 <= cell.latency.p99);
+        if cell.mode == throughput::Mode::Sync {
+            assert_eq!(cell.records_synced, expected as u64, "{cell:?}");
+            assert!(cell.syncs >= 1 && cell.mean_batch >= 1.0);
+        }
+    }
+    let ratio = figures.sync_over_memory(100, 8).unwrap();
+    assert!(ratio.is_finite() && ratio > 0.0);
+    let out = folder.path().join("out");
+    assert_files(
+        &out,
+        &[
+            "throughput.csv",
+            "throughput-ratio.csv",
+            "throughput.png",
+            "throughput-100B.png",
+        ],
+    );
+    let json = read_json(&folder.path().join("figures.json"));
+    assert_eq!(json["cells"].as_array().unwrap().len(), 4);
+}
+
+#[test]
+fn bench_command_line_is_consistent_and_parses_lists_with_units() {
+    BenchLine::command().debug_assert();
+    let line = BenchLine::parse_from([
+        "bench",
+        "logging",
+        "--sizes",
+        "100,1KB,4KiB",
+        "--messages",
+        "7",
+        "--quiet",
+    ]);
+    match line.command {
+        BenchCommand::Logging(args) => {
+            assert_eq!(args.sizes, [100, 1000, 4096]);
+            assert_eq!(args.messages, 7);
+            assert!(args.output.quiet);
+        }
+        other => panic!("parsed as {other:?}"),
+    }
+    let line = BenchLine::parse_from(["bench", "throughput", "--modes", "memory,paged"]);
+    match line.command {
+        BenchCommand::Throughput(args) => {
+            assert_eq!(
+                args.modes,
+                [throughput::Mode::Memory, throughput::Mode::Paged]
+            );
+            assert_eq!(args.windows, [1, 16, 256]);
+        }
+        other => panic!("parsed as {other:?}"),
+    }
+    assert!(BenchLine::try_parse_from(["bench", "paged", "--page-size", "lots"]).is_err());
+}
+
+#[test]
+fn defaults_match_the_documented_workloads() {
+    let logging = LoggingArgs::default();
+    assert_eq!(logging.sizes, [100, 1000, 10_000, 100_000]);
+    let paged = PagedArgs::default();
+    assert_eq!(paged.pages, [1, 2, 3]);
+    let memory = bench::MemoryArgs::default();
+    assert_eq!(memory.messages, 1_000_000);
+    assert_eq!(memory.window, 256);
+    assert_eq!(
+        paged
+            .output
+            .out_folder("paged")
+            .to_str()
+            .unwrap()
+            .replace('\\', "/"),
+        "bench-out/paged"
+    );
+}
+
+#[test]
+fn server_process_reads_the_address_and_is_killed_on_drop() {
+    use std::os::unix::fs::PermissionsExt;
+    let folder = tempfile::tempdir().unwrap();
+    let script = folder.path().join("fake-server");
+    std::fs::write(
+        &script,
+        "#!/bin/sh\necho \"listening on 127.0.0.1:4321\"\nexec sleep 30\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let process = bench::process::ServerProcess::spawn(
+        &script,
+        &folder.path().join("data"),
+        &folder.path().join("stderr.log"),
+    )
+    .unwrap();
+    assert_eq!(process.address.to_string(), "127.0.0.1:4321");
+    let pid = process.id();
+    assert!(bench::process::memory_usage(pid).unwrap().resident_kib > 0);
+    drop(process);
+    assert!(
+        bench::process::memory_usage(pid).is_err(),
+        "the child is gone"
+    );
+}
+
+#[test]
+fn server_process_that_prints_something_else_is_an_error() {
+    use std::os::unix::fs::PermissionsExt;
+    let folder = tempfile::tempdir().unwrap();
+    let script = folder.path().join("bad-server");
+    std::fs::write(&script, "#!/bin/sh\necho oops >&2\necho hello\n").unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let error = bench::process::ServerProcess::spawn(
+        &script,
+        &folder.path().join("data"),
+        &folder.path().join("stderr.log"),
+    )
+    .err()
+    .expect("a server without the listening line is refused");
+    let message = format!("{error:#}");
+    assert!(
+        message.contains("hello") && message.contains("oops"),
+        "{message}"
+    );
+}
