@@ -301,6 +301,22 @@ impl Connection {
         }
     }
 
+    /// The stream with `stream_id`, or, when there is none, the result of
+    /// answering `request` with `UnknownStream` (`false`: the connection
+    /// is gone).
+    async fn find_stream(&self, request: u64, stream_id: u64) -> Result<Arc<Stream>, bool> {
+        match self.server.stream_by_id(stream_id) {
+            Some(stream) => Ok(stream),
+            None => {
+                let message = format!("no stream with id {stream_id}");
+                Err(self
+                    .outgoing
+                    .error(request, ErrorCode::UnknownStream, message)
+                    .await)
+            }
+        }
+    }
+
     /// Handles one frame; `false` closes the connection.
     async fn handle(&mut self, frame: Frame) -> bool {
         match frame {
@@ -442,15 +458,9 @@ impl Connection {
         payload: Vec<u8>,
         echo: bool,
     ) -> bool {
-        let Some(stream) = self.server.stream_by_id(stream_id) else {
-            return self
-                .outgoing
-                .error(
-                    request,
-                    ErrorCode::UnknownStream,
-                    format!("no stream with id {stream_id}"),
-                )
-                .await;
+        let stream = match self.find_stream(request, stream_id).await {
+            Ok(stream) => stream,
+            Err(open) => return open,
         };
         let limit = self.server.config.message_bytes_max;
         if key.len() + payload.len() > limit {
@@ -501,15 +511,9 @@ impl Connection {
         max_records: u32,
         max_bytes: u32,
     ) -> bool {
-        let Some(stream) = self.server.stream_by_id(stream_id) else {
-            return self
-                .outgoing
-                .error(
-                    request,
-                    ErrorCode::UnknownStream,
-                    format!("no stream with id {stream_id}"),
-                )
-                .await;
+        let stream = match self.find_stream(request, stream_id).await {
+            Ok(stream) => stream,
+            Err(open) => return open,
         };
         let max_bytes = (max_bytes as usize).min(self.server.config.read_batch_bytes_max);
         let mut records = Vec::new();
@@ -534,15 +538,9 @@ impl Connection {
     }
 
     async fn subscribe(&mut self, id: u64, stream_id: u64, from: u64, credit: u32) -> bool {
-        let Some(stream) = self.server.stream_by_id(stream_id) else {
-            return self
-                .outgoing
-                .error(
-                    id,
-                    ErrorCode::UnknownStream,
-                    format!("no stream with id {stream_id}"),
-                )
-                .await;
+        let stream = match self.find_stream(id, stream_id).await {
+            Ok(stream) => stream,
+            Err(open) => return open,
         };
         if let Some((previous, _)) = self.subscriptions.remove(&id) {
             previous.abort();

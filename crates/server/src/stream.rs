@@ -130,8 +130,13 @@ impl Stream {
         let log_config = log_config(durability, config);
         let record_max = config.message_bytes_max + proto::RECORD_HEADER_LEN;
         if log_config.record_bytes_max() < record_max {
+            let setting = match durability {
+                DurabilityConfig::Paged { .. } => "raise the stream's page_size",
+                DurabilityConfig::Sync => "raise the server's pending_bytes_max",
+                DurabilityConfig::Memory => "raise the server's memory_retain_bytes",
+            };
             return Err(format!(
-                "this durability holds records of at most {} bytes, less than a message of {} bytes needs; raise page_size",
+                "this durability holds records of at most {} bytes, less than a message of {} bytes needs; {setting}",
                 log_config.record_bytes_max(),
                 record_max
             ));
