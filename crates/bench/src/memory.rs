@@ -126,6 +126,7 @@ pub fn run(args: MemoryArgs) -> anyhow::Result<MemoryFigures> {
     let server = ServerProcess::spawn(
         &binary,
         &data.path().join("server"),
+        "127.0.0.1:0",
         &data.path().join("server-stderr.log"),
     )?;
     let runtime = output::runtime()?;

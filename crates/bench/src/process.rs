@@ -1,5 +1,6 @@
-//! A stamplog server run as a child process, so its memory can be measured
-//! apart from the benchmark's, and the resident-memory sampler.
+//! A stamplog server run as a child process (so its memory can be measured
+//! apart from the benchmark's, and so the demo can kill it with SIGKILL),
+//! and the resident-memory sampler.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader};
@@ -27,15 +28,21 @@ pub struct ServerProcess {
 }
 
 impl ServerProcess {
-    /// Runs `<binary> server --listen 127.0.0.1:0 --data <data>` and waits
-    /// for its `listening on ADDR` line.
-    pub fn spawn(binary: &Path, data: &Path, log_path: &Path) -> anyhow::Result<ServerProcess> {
+    /// Runs `<binary> server --listen <listen> --data <data>` and waits for
+    /// its `listening on ADDR` line. `listen` is `127.0.0.1:0` for a free
+    /// port, or the address of a server being restarted in place.
+    pub fn spawn(
+        binary: &Path,
+        data: &Path,
+        listen: &str,
+        log_path: &Path,
+    ) -> anyhow::Result<ServerProcess> {
         let log = File::create(log_path)
             .with_context(|| format!("cannot create {}", log_path.display()))?;
         let mut child = Command::new(binary)
             .arg("server")
             .arg("--listen")
-            .arg("127.0.0.1:0")
+            .arg(listen)
             .arg("--data")
             .arg(data)
             .stdin(Stdio::null())

@@ -10,7 +10,7 @@ use anyhow::Context;
 use client::{Client, ClientConfig, DurabilityConfig};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::child::ServerProcess;
+use bench::process::ServerProcess;
 
 #[derive(clap::Args, Debug)]
 pub struct DemoArgs {
@@ -23,10 +23,10 @@ pub struct DemoArgs {
     /// Messages in flight.
     #[arg(long, default_value_t = 256)]
     pub window: usize,
-    /// Kill the server with SIGKILL once this fraction of the messages is
-    /// acknowledged (0 for no kill).
-    #[arg(long, default_value_t = 0.5)]
-    pub kill_at: f64,
+    /// How many times to kill the server with SIGKILL (and start it again
+    /// on the same port and data), spread evenly over the run; 0 for none.
+    #[arg(long, default_value_t = 1)]
+    pub kills: u32,
     /// Hide the progress bar.
     #[arg(long)]
     pub quiet: bool,
@@ -54,16 +54,16 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
         "--size must be at least 8 bytes (the message number)"
     );
     anyhow::ensure!(
-        (0.0..1.0).contains(&args.kill_at),
-        "--kill-at must be in [0, 1)"
+        u64::from(args.kills) < args.messages,
+        "--kills must be below --messages"
     );
     let data = tempfile::Builder::new()
         .prefix("stamplog-demo-")
         .tempdir_in(std::env::temp_dir())?;
-    let server = ServerProcess::start(data.path(), "127.0.0.1:0")?;
+    let server = start_server(data.path(), "127.0.0.1:0", 1)?;
     println!(
         "server started: pid {}, {} (data in {})",
-        server.pid(),
+        server.id(),
         server.address,
         data.path().display()
     );
@@ -110,7 +110,10 @@ async fn drive(
         anyhow::Ok(())
     });
     let started = Instant::now();
-    let kill_after = (args.messages as f64 * args.kill_at) as u64;
+    // Kill number k (from 1) comes after k / (kills + 1) of the messages.
+    let kill_points: Vec<u64> = (1..=u64::from(args.kills))
+        .map(|k| args.messages * k / (u64::from(args.kills) + 1))
+        .collect();
     let mut server = Some(server);
     let mut outcome = DemoOutcome::default();
     let mut acked_versions = HashMap::with_capacity(args.messages as usize);
@@ -123,7 +126,7 @@ async fn drive(
         acked_versions.insert(index, ack.version);
         outcome.acknowledged += 1;
         progress.inc(1);
-        if args.kill_at > 0.0 && outcome.acknowledged == kill_after {
+        if kill_points.contains(&outcome.acknowledged) {
             if let Some(running) = server.take() {
                 progress.suspend(|| {
                     println!(
@@ -134,13 +137,14 @@ async fn drive(
                 running.kill()?;
                 let data = data.to_path_buf();
                 let listen = address.to_string();
+                let start = outcome.restarts + 2;
                 let restarted =
-                    tokio::task::spawn_blocking(move || ServerProcess::start(&data, &listen))
+                    tokio::task::spawn_blocking(move || start_server(&data, &listen, start))
                         .await??;
                 progress.suspend(|| {
                     println!(
                         "server restarted: pid {}, {}",
-                        restarted.pid(),
+                        restarted.id(),
                         restarted.address
                     )
                 });
@@ -156,6 +160,14 @@ async fn drive(
     check(&client, stream.id, &acked_versions, &mut outcome).await?;
     drop(server);
     Ok(outcome)
+}
+
+/// Starts `stamplog server` from this very binary, its stderr going to a
+/// file in the data folder (one per start).
+fn start_server(data: &std::path::Path, listen: &str, start: u32) -> anyhow::Result<ServerProcess> {
+    let binary = std::env::current_exe().context("finding the stamplog binary")?;
+    let log = data.join(format!("server-{start}.log"));
+    ServerProcess::spawn(&binary, &data.join("server"), listen, &log)
 }
 
 /// Reads the whole stream back and compares it with the acknowledgements.
@@ -212,7 +224,10 @@ fn print_outcome(args: &DemoArgs, outcome: &DemoOutcome) {
     let summary = report::stats::Summary::of(&outcome.latencies_us);
     let rate = outcome.acknowledged as f64 / outcome.seconds;
     let mut table = report::Table::new(
-        "stamplog demo: one server, durability sync, SIGKILL midway",
+        format!(
+            "stamplog demo: one server, durability sync, {} SIGKILL and restart(s)",
+            outcome.restarts
+        ),
         &["figure", "value"],
     );
     let rows = [

@@ -1,6 +1,5 @@
 //! The `stamplog` binary: parses the command line and calls the libraries.
 
-mod child;
 mod commands;
 mod demo;
 mod server_config;

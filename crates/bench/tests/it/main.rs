@@ -238,6 +238,7 @@ fn server_process_reads_the_address_and_is_killed_on_drop() {
     let process = bench::process::ServerProcess::spawn(
         &script,
         &folder.path().join("data"),
+        "127.0.0.1:0",
         &folder.path().join("stderr.log"),
     )
     .unwrap();
@@ -261,6 +262,7 @@ fn server_process_that_prints_something_else_is_an_error() {
     let error = bench::process::ServerProcess::spawn(
         &script,
         &folder.path().join("data"),
+        "127.0.0.1:0",
         &folder.path().join("stderr.log"),
     )
     .err()

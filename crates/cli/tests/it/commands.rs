@@ -230,3 +230,48 @@ fn the_demo_survives_a_sigkill_with_nothing_lost_or_duplicated() {
         assert!(line.trim_end().ends_with(" 0"), "{line}");
     }
 }
+
+#[test]
+fn five_sigkills_under_load_lose_and_duplicate_nothing() {
+    let demo = run(
+        &[
+            "demo",
+            "--messages",
+            "20000",
+            "--size",
+            "100",
+            "--kills",
+            "5",
+            "--quiet",
+        ],
+        None,
+    );
+    let stdout = text(&demo.stdout);
+    assert!(demo.status.success(), "{stdout}\n{}", text(&demo.stderr));
+    assert_eq!(
+        stdout.matches("killing the server (SIGKILL)").count(),
+        5,
+        "{stdout}"
+    );
+    let restarts = stdout
+        .lines()
+        .find(|l| l.contains("server kills and restarts"))
+        .unwrap();
+    assert!(restarts.trim_end().ends_with(" 5"), "{restarts}");
+    let acknowledged = stdout
+        .lines()
+        .find(|l| l.contains("messages acknowledged"))
+        .unwrap();
+    assert!(
+        acknowledged.trim_end().ends_with(" 20000"),
+        "{acknowledged}"
+    );
+    for figure in [
+        "lost acknowledged messages",
+        "duplicated messages in the log",
+        "gaps in versions",
+    ] {
+        let line = stdout.lines().find(|l| l.contains(figure)).unwrap();
+        assert!(line.trim_end().ends_with(" 0"), "{line}");
+    }
+}
