@@ -304,14 +304,22 @@ impl Driver {
 
     fn subscribe_frame(&self, id: u64, state: &SubscriptionState) -> Vec<u8> {
         // Credit is what the buffer can still take: the records delivered
-        // and not yet consumed occupy the rest.
-        let buffered = state.delivered
-            - state
-                .counters
-                .consumed
-                .load(Ordering::Relaxed)
-                .min(state.delivered);
-        let credit = u64::from(self.config.subscription_buffer).saturating_sub(buffered) as u32;
+        // and not yet consumed occupy part of it, and the slots consumed
+        // but not yet granted back will be granted by the reader itself.
+        let consumed = state
+            .counters
+            .consumed
+            .load(Ordering::Relaxed)
+            .min(state.delivered);
+        let returned = state
+            .counters
+            .returned
+            .load(Ordering::Relaxed)
+            .min(consumed);
+        let buffered = state.delivered - consumed;
+        let held_back = consumed - returned;
+        let credit =
+            u64::from(self.config.subscription_buffer).saturating_sub(buffered + held_back) as u32;
         Frame::Subscribe {
             subscription: id,
             stream: state.stream,

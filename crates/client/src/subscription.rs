@@ -41,6 +41,9 @@ impl From<Record<'_>> for ReceivedRecord {
 pub(crate) struct SubscriptionCounters {
     /// Records the reader has taken out of the buffer.
     pub consumed: AtomicU64,
+    /// Records whose slots the reader has granted back to the server as
+    /// credit; `consumed - returned` are slots free but not yet granted.
+    pub returned: AtomicU64,
 }
 
 pub struct Subscription {
@@ -97,6 +100,9 @@ impl Subscription {
                 // never waits for a reader that is keeping up.
                 if self.ungranted >= (self.inner.config.subscription_buffer / 2).max(1) {
                     let credit = std::mem::take(&mut self.ungranted);
+                    self.counters
+                        .returned
+                        .fetch_add(u64::from(credit), Ordering::Relaxed);
                     let _ = self.inner.commands.send(Command::Credit {
                         id: self.id,
                         credit,
