@@ -166,3 +166,26 @@ impl Future for PendingAck {
             .map(|result| result.unwrap_or(Err(ClientError::Closed)))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_low_water_mark_is_the_smallest_unanswered_sequence() {
+        let tracker = SessionTracker::default();
+        assert_eq!(tracker.low_water(1), 1, "nothing sent: the next sequence");
+        for sequence in 1..=5 {
+            tracker.sent(sequence);
+        }
+        assert_eq!(tracker.low_water(6), 1);
+        tracker.answered(2);
+        tracker.answered(3);
+        assert_eq!(tracker.low_water(6), 1, "1 is still unanswered");
+        tracker.answered(1);
+        assert_eq!(tracker.low_water(6), 4);
+        tracker.answered(4);
+        tracker.answered(5);
+        assert_eq!(tracker.low_water(6), 6, "everything answered");
+    }
+}
