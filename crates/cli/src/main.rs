@@ -11,7 +11,7 @@ use clap::{Parser, Subcommand};
 /// `sync`), and is read back in order, exactly once, while clients retry and
 /// servers restart.
 #[derive(Parser, Debug)]
-#[command(name = "stamplog", version, about, long_about = None)]
+#[command(name = "stamplog", version)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
