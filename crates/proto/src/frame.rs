@@ -236,7 +236,12 @@ pub enum FrameError {
 
 fn put_str16(out: &mut Vec<u8>, text: &str) {
     let bytes = text.as_bytes();
-    let length = bytes.len().min(u16::MAX as usize);
+    // Cut an over-long string on a character boundary, so what is sent is
+    // still valid UTF-8.
+    let mut length = bytes.len().min(u16::MAX as usize);
+    while !text.is_char_boundary(length) {
+        length -= 1;
+    }
     out.extend_from_slice(&(length as u16).to_le_bytes());
     out.extend_from_slice(&bytes[..length]);
 }
@@ -926,6 +931,23 @@ mod tests {
             assert_eq!(used, bytes.len());
             assert_eq!(decoded, frame);
         }
+    }
+
+    #[test]
+    fn an_over_long_string_is_cut_on_a_character_boundary() {
+        // Four-byte characters: 65,535 falls inside one.
+        let message = "\u{1F600}".repeat(20_000);
+        let bytes = Frame::Error {
+            request: 1,
+            code: ErrorCode::UnknownStream,
+            message,
+        }
+        .to_bytes();
+        let (decoded, _) = Frame::decode(&bytes, 1 << 20).unwrap().unwrap();
+        let Frame::Error { message, .. } = decoded else {
+            panic!("not an error frame");
+        };
+        assert_eq!(message.len(), 65_532);
     }
 
     #[test]

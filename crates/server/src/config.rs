@@ -22,6 +22,8 @@ pub struct ServerConfig {
     pub in_flight_per_connection_max: usize,
     /// Frames queued for one connection's socket.
     pub outgoing_frames_max: usize,
+    /// Subscriptions one connection may hold at once.
+    pub subscriptions_per_connection_max: usize,
     /// Records a subscription may be granted as credit at once.
     pub subscription_credit_max: u32,
     /// Bytes of records in one `Deliver` or `Records` frame (more when one
@@ -49,6 +51,7 @@ impl ServerConfig {
             connections_max: 1024,
             in_flight_per_connection_max: 4096,
             outgoing_frames_max: 1024,
+            subscriptions_per_connection_max: 64,
             subscription_credit_max: 65_536,
             read_batch_bytes_max: 1024 * 1024,
             handshake_timeout: Duration::from_secs(10),

@@ -15,7 +15,7 @@ use proto::{ErrorCode, EventId, Frame, FrameBuffer, PROTOCOL_VERSION};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, watch, Semaphore};
+use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::{AbortHandle, JoinHandle};
 
 use crate::state::ServerState;
@@ -24,6 +24,8 @@ use crate::subscription;
 
 /// Bytes the read loop asks the socket for at a time.
 const READ_BYTES: usize = 64 * 1024;
+/// Bytes of records read for one connection and not yet written to it.
+const READ_BUDGET_BYTES: usize = 4 * 1024 * 1024;
 
 /// An append waiting for its acknowledgement.
 struct PendingAck {
@@ -34,14 +36,42 @@ struct PendingAck {
     echo: Vec<u8>,
 }
 
+/// A frame waiting for the socket, with the read budget it holds (returned
+/// once it is written).
+type Queued = (Vec<u8>, Option<OwnedSemaphorePermit>);
+
 /// What one connection's tasks share.
 pub(crate) struct Outgoing {
-    pub frames: mpsc::Sender<Vec<u8>>,
+    frames: mpsc::Sender<Queued>,
+    /// Bytes of records read for this connection (fetches and
+    /// subscriptions) and not yet written to its socket. A reader takes its
+    /// batch's worth before it reads, so a client that stops reading holds
+    /// at most this much of the server's memory, however many
+    /// subscriptions it opens.
+    read_budget: Arc<Semaphore>,
 }
 
 impl Outgoing {
     pub(crate) async fn send(&self, frame: &Frame) -> bool {
-        self.frames.send(frame.to_bytes()).await.is_ok()
+        self.frames.send((frame.to_bytes(), None)).await.is_ok()
+    }
+
+    /// Takes `bytes` of the read budget (waiting for room); `None` once the
+    /// connection is closing.
+    pub(crate) async fn reserve_read(&self, bytes: usize) -> Option<OwnedSemaphorePermit> {
+        let bytes = bytes.min(READ_BUDGET_BYTES) as u32;
+        Arc::clone(&self.read_budget)
+            .acquire_many_owned(bytes)
+            .await
+            .ok()
+    }
+
+    /// Queues a frame of records read under `budget`.
+    pub(crate) async fn send_read(&self, frame: &Frame, budget: OwnedSemaphorePermit) -> bool {
+        self.frames
+            .send((frame.to_bytes(), Some(budget)))
+            .await
+            .is_ok()
     }
 
     async fn error(&self, request: u64, code: ErrorCode, message: impl Into<String>) -> bool {
@@ -91,7 +121,10 @@ pub(crate) async fn serve(
         }
     };
     let (frames, frames_receiver) = mpsc::channel(server.config.outgoing_frames_max);
-    let outgoing = Arc::new(Outgoing { frames });
+    let outgoing = Arc::new(Outgoing {
+        frames,
+        read_budget: Arc::new(Semaphore::new(READ_BUDGET_BYTES)),
+    });
     let writer_task = tokio::spawn(write_frames(writer, frames_receiver));
     let (acks, acks_receiver) = mpsc::channel(server.config.in_flight_per_connection_max);
     let ack_task = tokio::spawn(send_acks(acks_receiver, Arc::clone(&outgoing)));
@@ -196,20 +229,27 @@ async fn handshake(
 }
 
 /// Writes queued frames, coalescing whatever is queued into one write.
-async fn write_frames(mut writer: OwnedWriteHalf, mut frames: mpsc::Receiver<Vec<u8>>) {
+async fn write_frames(mut writer: OwnedWriteHalf, mut frames: mpsc::Receiver<Queued>) {
     let mut batch = Vec::new();
-    while let Some(first) = frames.recv().await {
+    let mut budgets = Vec::new();
+    while let Some((first, budget)) = frames.recv().await {
         batch.clear();
         batch.extend_from_slice(&first);
+        budgets.extend(budget);
         while batch.len() < 1024 * 1024 {
             match frames.try_recv() {
-                Ok(more) => batch.extend_from_slice(&more),
+                Ok((more, budget)) => {
+                    batch.extend_from_slice(&more);
+                    budgets.extend(budget);
+                }
                 Err(_) => break,
             }
         }
         if writer.write_all(&batch).await.is_err() {
             return;
         }
+        // Written: the records' bytes are the kernel's now.
+        budgets.clear();
     }
     let _ = writer.shutdown().await;
 }
@@ -495,6 +535,7 @@ impl Connection {
                     }
                     AppendFailure::TooLarge(_) => ErrorCode::MessageTooLarge,
                     AppendFailure::LogFailed(_) => ErrorCode::LogFailed,
+                    AppendFailure::Deleted => ErrorCode::UnknownStream,
                 };
                 self.outgoing
                     .error(request, code, failure.to_string())
@@ -516,6 +557,9 @@ impl Connection {
             Err(open) => return open,
         };
         let max_bytes = (max_bytes as usize).min(self.server.config.read_batch_bytes_max);
+        let Some(budget) = self.outgoing.reserve_read(max_bytes).await else {
+            return false;
+        };
         let mut records = Vec::new();
         let reply =
             match stream
@@ -534,7 +578,7 @@ impl Connection {
                     message: error.to_string(),
                 },
             };
-        self.outgoing.send(&reply).await
+        self.outgoing.send_read(&reply, budget).await
     }
 
     async fn subscribe(&mut self, id: u64, stream_id: u64, from: u64, credit: u32) -> bool {
@@ -542,8 +586,19 @@ impl Connection {
             Ok(stream) => stream,
             Err(open) => return open,
         };
-        if let Some((previous, _)) = self.subscriptions.remove(&id) {
-            previous.abort();
+        if self.subscriptions.contains_key(&id) {
+            // Replacing a live subscription could interleave its queued
+            // records with the new one's; ids must be fresh.
+            let message = format!("subscription id {id} is in use on this connection");
+            return self
+                .outgoing
+                .error(id, ErrorCode::InvalidArgument, message)
+                .await;
+        }
+        let limit = self.server.config.subscriptions_per_connection_max;
+        if self.subscriptions.len() >= limit {
+            let message = format!("a connection may hold at most {limit} subscriptions");
+            return self.outgoing.error(id, ErrorCode::Busy, message).await;
         }
         let credits = Arc::new(Semaphore::new(
             credit.min(self.server.config.subscription_credit_max) as usize,

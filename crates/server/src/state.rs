@@ -1,7 +1,7 @@
 //! The server's streams: recovered at start, created and deleted by
 //! clients, looked up by name and by id.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
@@ -44,7 +44,12 @@ impl StreamError {
 struct Registry {
     by_name: HashMap<String, Arc<Stream>>,
     by_id: HashMap<u64, Arc<Stream>>,
+    /// Names whose folder a create or delete is working on.
+    busy_names: HashSet<String>,
 }
+
+/// How long a delete waits for the stream's log to write what it holds.
+const STREAM_DRAIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 pub struct ServerState {
     pub config: ServerConfig,
@@ -150,21 +155,46 @@ impl ServerState {
         if let Some(problem) = stream_name_error(name) {
             return Err(StreamError::new(ErrorCode::InvalidArgument, problem));
         }
-        let mut registry = self.streams.write().expect("registry lock poisoned");
-        if registry.by_name.contains_key(name) {
-            return Err(StreamError::new(
-                ErrorCode::StreamExists,
-                format!("stream {name:?} already exists"),
-            ));
-        }
-        let id = loop {
-            let candidate = crate::random::random_u128() as u64;
-            if candidate != 0 && !registry.by_id.contains_key(&candidate) {
-                break candidate;
+        let id = {
+            let mut registry = self.streams.write().expect("registry lock poisoned");
+            if registry.by_name.contains_key(name) || registry.busy_names.contains(name) {
+                return Err(StreamError::new(
+                    ErrorCode::StreamExists,
+                    format!("stream {name:?} already exists (or is being created or deleted)"),
+                ));
+            }
+            registry.busy_names.insert(name.to_string());
+            loop {
+                let candidate = crate::random::random_u128() as u64;
+                if candidate != 0 && !registry.by_id.contains_key(&candidate) {
+                    break candidate;
+                }
             }
         };
+        // The disk work runs without the registry lock, so appends to other
+        // streams go on; the busy name keeps a create or delete of the same
+        // name out of the folder meanwhile.
+        let created = self.create_files(id, name, durability);
+        let mut registry = self.streams.write().expect("registry lock poisoned");
+        registry.busy_names.remove(name);
+        let stream = Arc::new(created?);
+        registry.by_id.insert(id, Arc::clone(&stream));
+        registry
+            .by_name
+            .insert(name.to_string(), Arc::clone(&stream));
+        Ok(stream.info())
+    }
+
+    fn create_files(
+        &self,
+        id: u64,
+        name: &str,
+        durability: DurabilityConfig,
+    ) -> Result<Stream, StreamError> {
+        use proto::ErrorCode;
         let meta = StreamMeta::new(id, name, durability);
-        let folder = self.config.data_dir.join("streams").join(name);
+        let streams_folder = self.config.data_dir.join("streams");
+        let folder = streams_folder.join(name);
         let storage = self.config.storage.as_ref();
         let internal = |e: std::io::Error| {
             StreamError::new(
@@ -179,21 +209,20 @@ impl ServerState {
             storage.remove_dir_all(&folder).map_err(internal)?;
         }
         storage.create_dir_all(&folder).map_err(internal)?;
+        // The new folder's entry, then its `log/` entry, are made durable
+        // before anything in them is acknowledged.
+        storage.sync_dir(&streams_folder).map_err(internal)?;
         let stream = Stream::open(&meta, &folder, &self.config).map_err(|reason| {
             let _ = storage.remove_dir_all(&folder);
             StreamError::new(ErrorCode::InvalidArgument, reason)
         })?;
+        storage.sync_dir(&folder).map_err(internal)?;
         // The meta file is written last and atomically: a crash before it
         // leaves a folder that recovery skips, never a half-made stream.
         let bytes = serde_json::to_vec_pretty(&meta).expect("meta serialises");
         wal::storage::write_atomically(storage, &folder.join(META_FILE), &bytes)
             .map_err(internal)?;
-        let stream = Arc::new(stream);
-        registry.by_id.insert(id, Arc::clone(&stream));
-        registry
-            .by_name
-            .insert(name.to_string(), Arc::clone(&stream));
-        Ok(stream.info())
+        Ok(stream)
     }
 
     /// Deletes a stream and its files; blocking disk work.
@@ -208,9 +237,25 @@ impl ServerState {
                 )
             })?;
             registry.by_id.remove(&stream.id);
+            registry.busy_names.insert(name.to_string());
             stream
         };
+        let deleted = self.delete_files(&stream);
+        self.streams
+            .write()
+            .expect("registry lock poisoned")
+            .busy_names
+            .remove(name);
+        deleted
+    }
+
+    fn delete_files(&self, stream: &Stream) -> Result<(), StreamError> {
+        use proto::ErrorCode;
+        // Refuse further appends and let the log write what it holds, so
+        // its I/O thread touches no file once the folder is gone.
+        stream.close_for_delete(STREAM_DRAIN_TIMEOUT);
         let storage = self.config.storage.as_ref();
+        let name = &stream.name;
         let internal = |e: std::io::Error| {
             StreamError::new(
                 ErrorCode::Internal,

@@ -2,6 +2,7 @@
 //! the append path that ties them together.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -87,6 +88,8 @@ pub enum AppendFailure {
     TooLarge(String),
     #[error("the stream's log has failed and takes no more writes: {0}")]
     LogFailed(Arc<str>),
+    #[error("the stream was deleted")]
+    Deleted,
 }
 
 /// The outcome of an accepted append.
@@ -97,6 +100,8 @@ pub struct Appended {
 }
 
 pub struct Stream {
+    /// Set once the stream is deleted: appends are refused from then on.
+    deleted: AtomicBool,
     pub id: u64,
     pub name: String,
     pub durability: DurabilityConfig,
@@ -151,6 +156,7 @@ impl Stream {
         )
         .map_err(|error: LogError| error.to_string())?;
         Ok(Stream {
+            deleted: AtomicBool::new(false),
             id: meta.id,
             name: meta.name.clone(),
             durability,
@@ -168,6 +174,23 @@ impl Stream {
             first_version: self.log.first_version(),
             last_version: self.log.last_version(),
             committed_version: self.log.durable_version(),
+        }
+    }
+
+    /// Refuses every later append, then waits (up to `timeout`) until the
+    /// log has written what it holds. Blocking; for the delete path.
+    pub fn close_for_delete(&self, timeout: Duration) {
+        {
+            // Under the machine lock, so no append is halfway through.
+            let _machine = self.machine.lock().expect("stream lock poisoned");
+            self.deleted.store(true, Ordering::Release);
+        }
+        let deadline = std::time::Instant::now() + timeout;
+        while self.log.durable_version() < self.log.last_version()
+            && self.log.failure().is_none()
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(1));
         }
     }
 
@@ -221,6 +244,9 @@ impl Stream {
         record: &mut Vec<u8>,
     ) -> Result<Option<Appended>, AppendFailure> {
         let mut machine = self.machine.lock().expect("stream lock poisoned");
+        if self.deleted.load(Ordering::Acquire) {
+            return Err(AppendFailure::Deleted);
+        }
         let version = match machine.decide(event, low_water)? {
             Decision::Duplicate { version } => {
                 return Ok(Some(Appended {

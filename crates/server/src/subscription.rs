@@ -57,6 +57,9 @@ pub(crate) async fn run(
         {
             return;
         }
+        let Some(budget) = outgoing.reserve_read(batch_bytes_max).await else {
+            return;
+        };
         let mut records = Vec::new();
         let count = match stream
             .log
@@ -97,7 +100,7 @@ pub(crate) async fn run(
             count,
             records,
         };
-        if !outgoing.send(&frame).await {
+        if !outgoing.send_read(&frame, budget).await {
             return;
         }
     }

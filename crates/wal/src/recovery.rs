@@ -106,7 +106,9 @@ pub(crate) fn recover(
         });
     }
     let mut segments: Vec<Segment> = Vec::with_capacity(bases.len());
-    let mut expected = bases[0];
+    // Until retention deletes old segments, a log starts at version 1; a
+    // first segment based later means segments were lost.
+    let mut expected = 1;
     for (position, &base) in bases.iter().enumerate() {
         let is_last = position + 1 == bases.len();
         let path = segment::segment_path(folder, base);
@@ -177,8 +179,12 @@ fn scan_segment(
     file.read_exact_at(&mut bytes, 0).map_err(io_error(&path))?;
     if let Err(reason) = segment::check_header(&bytes, stream, base) {
         // A crash while a segment was being created leaves a last segment
-        // with a torn header and nothing after it; it is made anew.
-        if is_last && !has_record_after(&bytes, 0, stream, base) {
+        // whose header is cut short (or still zeros) and nothing after it;
+        // it is made anew. A whole header that is wrong is no torn write
+        // (it may be another stream's file) and is refused.
+        let header_torn = bytes.len() < SEGMENT_HEADER_LEN
+            || bytes[..SEGMENT_HEADER_LEN].iter().all(|&byte| byte == 0);
+        if is_last && header_torn && !has_record_after(&bytes, 0, stream, base) {
             drop(file);
             return create_segment(storage, folder, stream, base);
         }
@@ -201,10 +207,18 @@ fn scan_segment(
                 offset += used;
                 continue;
             }
-            Ok((record, _)) => format!(
-                "record of stream {} version {} where stream {stream} version {expected} belongs",
-                record.header.stream, record.header.version
-            ),
+            Ok((record, _)) => {
+                // A whole record with a good checksum in the wrong place is
+                // no torn write: something else wrote here.
+                return Err(LogError::Corrupt {
+                    path,
+                    offset: offset as u64,
+                    reason: format!(
+                        "record of stream {} version {} where stream {stream} version {expected} belongs",
+                        record.header.stream, record.header.version
+                    ),
+                });
+            }
             Err(error) => error.to_string(),
         };
         if !is_last || has_record_after(&bytes, offset + 1, stream, expected) {

@@ -39,7 +39,8 @@ pub fn parse_segment_name(name: &str) -> Option<u64> {
     if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    digits.parse().ok()
+    // Versions start at 1; a segment based at 0 is no segment of ours.
+    digits.parse().ok().filter(|&base| base > 0)
 }
 
 pub fn encode_header(stream: u64, base_version: u64) -> [u8; SEGMENT_HEADER_LEN] {
@@ -107,6 +108,7 @@ mod tests {
             .collect();
         assert_eq!(bases, vec![1, 9, 10, 100_000]);
         assert_eq!(parse_segment_name("1.seg"), None);
+        assert_eq!(parse_segment_name(&segment_name(0)), None);
         assert_eq!(parse_segment_name("00000000000000000001.seg.tmp"), None);
     }
 

@@ -102,7 +102,12 @@ impl Shared {
         let length = (PREALLOCATE_STEP_BYTES as u64).min(limit.saturating_sub(from)) as usize;
         match file.write_at(&ZEROS[..length], from) {
             Ok(()) => tail.allocated = from + length as u64,
-            Err(_) => tail.preallocate = false,
+            Err(_) => {
+                // A short write may have grown the file before failing;
+                // remember its real length so a rollover still trims it.
+                tail.allocated = file.len().unwrap_or(from + length as u64);
+                tail.preallocate = false;
+            }
         }
     }
 

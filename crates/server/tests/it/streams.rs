@@ -209,3 +209,79 @@ async fn a_message_over_the_limit_is_refused_and_the_connection_goes_on() {
     );
     server.stop().await;
 }
+
+#[tokio::test]
+async fn a_stream_recreated_right_after_its_delete_keeps_what_it_acknowledges() {
+    let data = tempfile::tempdir().unwrap();
+    let config = ServerConfig::new(data.path());
+    let server = TestServer::start(config.clone()).await;
+    let client = Client::connect(server.client_config()).await.unwrap();
+    let old = client
+        .create_stream("again", DurabilityConfig::Sync)
+        .await
+        .unwrap();
+    let mut old_producer = client.producer(old.id);
+    old_producer.send(b"", b"old").await.unwrap();
+    client.delete_stream("again").await.unwrap();
+    let refused = old_producer.send(b"", b"after delete").await;
+    assert!(
+        matches!(
+            refused,
+            Err(ClientError::Server {
+                code: ErrorCode::UnknownStream,
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
+    let new = client
+        .create_stream("again", DurabilityConfig::Sync)
+        .await
+        .unwrap();
+    assert_ne!(new.id, old.id);
+    let mut producer = client.producer(new.id);
+    for number in 0..10u8 {
+        producer.send(b"", &[number]).await.unwrap();
+    }
+    let address = server.address;
+    server.stop().await;
+    let server = TestServer::start_at(config, address).await;
+    let client = Client::connect(server.client_config()).await.unwrap();
+    let reopened = client.open_stream("again").await.unwrap();
+    assert_eq!(reopened.id, new.id);
+    let records = client.fetch(new.id, 1, 100).await.unwrap();
+    let payloads: Vec<Vec<u8>> = records.into_iter().map(|r| r.payload).collect();
+    assert_eq!(payloads, (0..10u8).map(|n| vec![n]).collect::<Vec<_>>());
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_connection_holds_a_bounded_number_of_subscriptions() {
+    let data = tempfile::tempdir().unwrap();
+    let mut config = ServerConfig::new(data.path());
+    config.subscriptions_per_connection_max = 3;
+    let server = TestServer::start(config).await;
+    let client = Client::connect(server.client_config()).await.unwrap();
+    let stream = client
+        .create_stream("many", DurabilityConfig::Sync)
+        .await
+        .unwrap();
+    client.producer(stream.id).send(b"", b"x").await.unwrap();
+    let mut kept = Vec::new();
+    for _ in 0..3 {
+        let mut subscription = client.subscribe(stream.id, 1).await.unwrap();
+        assert_eq!(subscription.next().await.unwrap().unwrap().version, 1);
+        kept.push(subscription);
+    }
+    let mut refused = client.subscribe(stream.id, 1).await.unwrap();
+    match refused.next().await {
+        Some(Err(ClientError::Server {
+            code: ErrorCode::Busy,
+            message,
+        })) => {
+            assert!(message.contains("at most 3 subscriptions"), "{message}")
+        }
+        other => panic!("a fourth subscription was not refused: {other:?}"),
+    }
+    server.stop().await;
+}

@@ -191,3 +191,51 @@ fn an_append_over_the_page_size_is_refused() {
         Err(wal::AppendError::TooLarge { .. })
     ));
 }
+
+#[test]
+fn a_log_missing_its_first_segment_is_refused() {
+    let folder = tempfile::tempdir().unwrap();
+    let storage: Arc<dyn Storage> = Arc::new(FileStorage);
+    let config = LogConfig {
+        segment_bytes_max: 4096,
+        ..LogConfig::default()
+    };
+    {
+        let (log, _) = open(storage.clone(), folder.path(), config.clone());
+        append_all(&log, 7, 1, 100, 200);
+        wait_durable(&log, 100);
+    }
+    std::fs::remove_file(folder.path().join(wal::segment::segment_name(1))).unwrap();
+    let refused = Log::open(storage, folder.path(), 7, config, &mut |_| {});
+    match refused {
+        Err(wal::LogError::Corrupt { reason, .. }) => {
+            assert!(reason.contains("versions are missing"), "{reason}")
+        }
+        Err(other) => panic!("wrong error: {other}"),
+        Ok(_) => panic!("a log without its first segment opened"),
+    }
+}
+
+#[test]
+fn another_streams_segment_is_refused_and_left_as_it_is() {
+    let folder = tempfile::tempdir().unwrap();
+    let storage: Arc<dyn Storage> = Arc::new(FileStorage);
+    {
+        let (log, _) = open(storage.clone(), folder.path(), LogConfig::default());
+        append_all(&log, 7, 1, 10, 100);
+        wait_durable(&log, 10);
+    }
+    let path = folder.path().join(wal::segment::segment_name(1));
+    let before = std::fs::read(&path).unwrap();
+    let refused = Log::open(storage, folder.path(), 8, LogConfig::default(), &mut |_| {});
+    assert!(
+        matches!(refused, Err(wal::LogError::Corrupt { offset: 0, .. })),
+        "{:?}",
+        refused.err()
+    );
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        before,
+        "the file must not be touched"
+    );
+}
