@@ -3,7 +3,6 @@
 //! started again on the same port; the client reconnects and resends what
 //! was not acknowledged; then everything is read back and checked.
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -38,10 +37,8 @@ pub struct DemoOutcome {
     pub sent: u64,
     pub acknowledged: u64,
     pub duplicate_answers: u64,
-    pub lost: u64,
-    pub duplicated: u64,
-    pub misplaced: u64,
-    pub gaps: u64,
+    /// The history checker's verdict on the client's history and the log.
+    pub report: checker::Report,
     pub seconds: f64,
     pub latencies_us: Vec<f64>,
     pub restarts: u32,
@@ -74,12 +71,9 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
     let outcome = runtime.block_on(drive(&args, server, data.path()))?;
     print_outcome(&args, &outcome);
     anyhow::ensure!(
-        outcome.lost == 0 && outcome.duplicated == 0 && outcome.misplaced == 0 && outcome.gaps == 0,
-        "the check failed: {} lost, {} duplicated, {} misplaced, {} gaps",
-        outcome.lost,
-        outcome.duplicated,
-        outcome.misplaced,
-        outcome.gaps
+        outcome.report.is_clean(),
+        "the history checker found violations:\n{}",
+        outcome.report
     );
     Ok(())
 }
@@ -97,13 +91,21 @@ async fn drive(
     let progress = progress_bar(args.messages, args.quiet);
     let (acks, mut answers) = tokio::sync::mpsc::channel(args.window * 2);
     let mut producer = client.producer(stream.id);
-    let (messages, size) = (args.messages, args.size);
+    let (messages, size, client_id) = (args.messages, args.size, client.client_id());
     let sender = tokio::spawn(async move {
         for index in 0..messages {
             let mut payload = vec![(index % 251) as u8; size];
             payload[..8].copy_from_slice(&index.to_le_bytes());
+            let sent = checker::Sent {
+                event: checker::EventId {
+                    client: client_id,
+                    session: producer.session(),
+                    sequence: producer.next_sequence(),
+                },
+                digest: checker::digest(b"", &payload),
+            };
             let pending = producer.submit(b"", &payload).await?;
-            if acks.send((index, Instant::now(), pending)).await.is_err() {
+            if acks.send((sent, Instant::now(), pending)).await.is_err() {
                 break;
             }
         }
@@ -116,14 +118,21 @@ async fn drive(
         .collect();
     let mut server = Some(server);
     let mut outcome = DemoOutcome::default();
-    let mut acked_versions = HashMap::with_capacity(args.messages as usize);
-    while let Some((index, submitted, pending)) = answers.recv().await {
-        let ack = pending.await.with_context(|| format!("message {index}"))?;
+    let mut history = checker::ClientHistory::default();
+    while let Some((sent, submitted, pending)) = answers.recv().await {
+        history.sent.push(sent);
+        let ack = pending
+            .await
+            .with_context(|| format!("message {}", sent.event.sequence))?;
+        history.acked.push(checker::Acked {
+            event: sent.event,
+            version: ack.version,
+            duplicate: ack.duplicate,
+        });
         outcome
             .latencies_us
             .push(submitted.elapsed().as_secs_f64() * 1e6);
         outcome.duplicate_answers += u64::from(ack.duplicate);
-        acked_versions.insert(index, ack.version);
         outcome.acknowledged += 1;
         progress.inc(1);
         if kill_points.contains(&outcome.acknowledged) {
@@ -157,7 +166,7 @@ async fn drive(
     outcome.seconds = started.elapsed().as_secs_f64();
     outcome.sent = args.messages;
     progress.finish_and_clear();
-    check(&client, stream.id, &acked_versions, &mut outcome).await?;
+    outcome.report = check(&client, stream.id, &history).await?;
     drop(server);
     Ok(outcome)
 }
@@ -170,39 +179,35 @@ fn start_server(data: &std::path::Path, listen: &str, start: u32) -> anyhow::Res
     ServerProcess::spawn(&binary, &data.join("server"), listen, &log)
 }
 
-/// Reads the whole stream back and compares it with the acknowledgements.
+/// Reads the whole committed stream back and hands it, with the client's
+/// history, to the history checker.
 async fn check(
     client: &Client,
     stream: u64,
-    acked: &HashMap<u64, u64>,
-    outcome: &mut DemoOutcome,
-) -> anyhow::Result<()> {
-    let last = acked.values().copied().max().unwrap_or(0);
-    let mut seen: HashMap<u64, u64> = HashMap::with_capacity(acked.len());
+    history: &checker::ClientHistory,
+) -> anyhow::Result<checker::Report> {
+    let committed = client.open_stream("demo").await?.committed_version;
+    let mut log = checker::ReplicaLog {
+        replica: "server".into(),
+        records: Vec::with_capacity(committed as usize),
+    };
     let mut subscription = client.subscribe(stream, 1).await?;
-    let mut expected_version = 1;
-    while expected_version <= last {
+    while log.records.last().map_or(0, |r| r.version) < committed {
         let record = tokio::time::timeout(Duration::from_secs(30), subscription.next())
             .await
             .context("reading back timed out")?
             .context("the subscription ended early")??;
-        if record.version != expected_version {
-            outcome.gaps += 1;
-        }
-        expected_version = record.version + 1;
-        let index = u64::from_le_bytes(record.payload[..8].try_into().context("short payload")?);
-        if seen.insert(index, record.version).is_some() {
-            outcome.duplicated += 1;
-        }
+        log.records.push(checker::Logged {
+            version: record.version,
+            event: record.event,
+            digest: checker::digest(&record.key, &record.payload),
+        });
     }
-    for (index, version) in acked {
-        match seen.get(index) {
-            None => outcome.lost += 1,
-            Some(found) if found != version => outcome.misplaced += 1,
-            Some(_) => {}
-        }
-    }
-    Ok(())
+    Ok(checker::check(
+        std::slice::from_ref(history),
+        std::slice::from_ref(&log),
+        Some(committed),
+    ))
 }
 
 fn progress_bar(total: u64, quiet: bool) -> ProgressBar {
@@ -221,6 +226,7 @@ fn progress_bar(total: u64, quiet: bool) -> ProgressBar {
 }
 
 fn print_outcome(args: &DemoArgs, outcome: &DemoOutcome) {
+    let report = &outcome.report;
     let summary = report::stats::Summary::of(&outcome.latencies_us);
     let rate = outcome.acknowledged as f64 / outcome.seconds;
     let mut table = report::Table::new(
@@ -247,16 +253,26 @@ fn print_outcome(args: &DemoArgs, outcome: &DemoOutcome) {
             "answers flagged duplicate (resent after the kill)",
             outcome.duplicate_answers.to_string(),
         ),
-        ("lost acknowledged messages", outcome.lost.to_string()),
+        (
+            "messages in the log checked",
+            report.logged_versions.to_string(),
+        ),
+        ("lost acknowledged messages", report.lost.to_string()),
         (
             "duplicated messages in the log",
-            outcome.duplicated.to_string(),
+            report.duplicated.to_string(),
+        ),
+        (
+            "versions holding two messages",
+            report.conflicting_versions.to_string(),
         ),
         (
             "acks whose version holds another message",
-            outcome.misplaced.to_string(),
+            report.misplaced_acks.to_string(),
         ),
-        ("gaps in versions", outcome.gaps.to_string()),
+        ("gaps in versions", report.gaps.to_string()),
+        ("records out of order", report.reordered.to_string()),
+        ("records nobody sent", report.unknown_events.to_string()),
     ];
     for (name, value) in rows {
         table.row(vec![name.to_string(), value]);
