@@ -95,6 +95,7 @@
 
 mod check;
 mod digest;
+mod history;
 mod report;
 
 pub use check::check;

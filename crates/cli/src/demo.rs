@@ -26,6 +26,15 @@ pub struct DemoArgs {
     /// on the same port and data), spread evenly over the run; 0 for none.
     #[arg(long, default_value_t = 1)]
     pub kills: u32,
+    /// Keep the run's files in this folder (it must be empty or absent):
+    /// the server's data in `DIR/server`, its stderr in `DIR/server-N.log`.
+    /// Without it, a temporary folder is used and removed.
+    #[arg(long)]
+    pub data: Option<std::path::PathBuf>,
+    /// Write the client's history (every message sent, every ack) to this
+    /// file, for `stamplog check`.
+    #[arg(long)]
+    pub history: Option<std::path::PathBuf>,
     /// Hide the progress bar.
     #[arg(long)]
     pub quiet: bool,
@@ -54,21 +63,36 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
         u64::from(args.kills) < args.messages,
         "--kills must be below --messages"
     );
-    let data = tempfile::Builder::new()
-        .prefix("stamplog-demo-")
-        .tempdir_in(std::env::temp_dir())?;
-    let server = start_server(data.path(), "127.0.0.1:0", 1)?;
+    let temporary;
+    let data = match &args.data {
+        Some(folder) => {
+            let empty =
+                std::fs::read_dir(folder).map_or(true, |mut entries| entries.next().is_none());
+            anyhow::ensure!(empty, "--data {} must be empty or absent", folder.display());
+            std::fs::create_dir_all(folder)
+                .with_context(|| format!("creating {}", folder.display()))?;
+            folder.clone()
+        }
+        None => {
+            temporary = tempfile::Builder::new()
+                .prefix("stamplog-demo-")
+                .tempdir_in(std::env::temp_dir())?;
+            temporary.path().to_path_buf()
+        }
+    };
+    let data = data.as_path();
+    let server = start_server(data, "127.0.0.1:0", 1)?;
     println!(
         "server started: pid {}, {} (data in {})",
         server.id(),
         server.address,
-        data.path().display()
+        data.display()
     );
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
-    let outcome = runtime.block_on(drive(&args, server, data.path()))?;
+    let outcome = runtime.block_on(drive(&args, server, data))?;
     print_outcome(&args, &outcome);
     anyhow::ensure!(
         outcome.report.is_clean(),
@@ -167,6 +191,10 @@ async fn drive(
     outcome.sent = args.messages;
     progress.finish_and_clear();
     outcome.report = check(&client, stream.id, &history).await?;
+    if let Some(path) = &args.history {
+        std::fs::write(path, history.to_lines())
+            .with_context(|| format!("writing the history to {}", path.display()))?;
+    }
     drop(server);
     Ok(outcome)
 }

@@ -1,5 +1,6 @@
 //! The `stamplog` binary: parses the command line and calls the libraries.
 
+mod check;
 mod commands;
 mod demo;
 mod server_config;
@@ -35,6 +36,10 @@ enum Command {
     /// the server with SIGKILL midway and restart it, read everything back,
     /// and count lost and duplicated messages (both must be 0).
     Demo(demo::DemoArgs),
+    /// Judge clients' histories against a stream's log in each replica's
+    /// data folder: lost, duplicated, conflicting, gaps, reordered,
+    /// divergent (non-zero exit when any count is not 0).
+    Check(check::CheckArgs),
     /// Run an experiment: print a table, write CSV, JSON and PNG plots.
     Bench {
         #[command(subcommand)]
@@ -51,6 +56,7 @@ fn main() {
         Command::Status(args) => commands::status(args),
         Command::Streams(args) => commands::streams(args),
         Command::Demo(args) => demo::run(args),
+        Command::Check(args) => check::run(args),
         Command::Bench { experiment } => bench::run(experiment),
     };
     if let Err(error) = result {

@@ -21,3 +21,18 @@ mod writer;
 
 pub use config::{Durability, LogConfig};
 pub use log::{AppendError, Log, LogError, LogMetrics, Progress, ReadError};
+
+/// Reads the log of `stream` in `folder` without changing anything: calls
+/// `visit` with every valid record in version order and returns the last
+/// version. A torn tail ends the scan as it would end recovery (and is left
+/// in place); corruption before it is the same error the log would report.
+/// For checking the folder of a stopped server.
+pub fn inspect(
+    storage: &dyn Storage,
+    folder: &std::path::Path,
+    stream: u64,
+    visit: &mut dyn FnMut(&proto::Record<'_>),
+) -> Result<u64, LogError> {
+    let recovered = recovery::recover(storage, folder, stream, recovery::Mode::ReadOnly, visit)?;
+    Ok(recovered.last_version)
+}

@@ -178,7 +178,13 @@ impl Log {
         let (segments, last_version) = match config.durability {
             Durability::Memory => (Vec::new(), 0),
             _ => {
-                let recovered = recovery::recover(storage.as_ref(), folder, stream, visit)?;
+                let recovered = recovery::recover(
+                    storage.as_ref(),
+                    folder,
+                    stream,
+                    recovery::Mode::Repair,
+                    visit,
+                )?;
                 (recovered.segments, recovered.last_version)
             }
         };

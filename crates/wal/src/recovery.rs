@@ -70,6 +70,14 @@ impl Segment {
     }
 }
 
+/// Whether recovery may change the files (the log's own open) or only
+/// read them (inspection by a checker of a stopped server's folder).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Mode {
+    Repair,
+    ReadOnly,
+}
+
 pub(crate) struct Recovered {
     pub segments: Vec<Segment>,
     pub last_version: u64,
@@ -88,9 +96,12 @@ pub(crate) fn recover(
     storage: &dyn Storage,
     folder: &Path,
     stream: u64,
+    mode: Mode,
     visit: &mut dyn FnMut(&Record<'_>),
 ) -> Result<Recovered, LogError> {
-    storage.create_dir_all(folder).map_err(io_error(folder))?;
+    if mode == Mode::Repair {
+        storage.create_dir_all(folder).map_err(io_error(folder))?;
+    }
     let mut bases: Vec<u64> = storage
         .list(folder)
         .map_err(io_error(folder))?
@@ -99,6 +110,12 @@ pub(crate) fn recover(
         .collect();
     bases.sort_unstable();
     if bases.is_empty() {
+        if mode == Mode::ReadOnly {
+            return Ok(Recovered {
+                segments: Vec::new(),
+                last_version: 0,
+            });
+        }
         let first = create_segment(storage, folder, stream, 1)?;
         return Ok(Recovered {
             segments: vec![first],
@@ -121,7 +138,7 @@ pub(crate) fn recover(
                 ),
             });
         }
-        let segment = scan_segment(storage, folder, stream, base, is_last, visit)?;
+        let segment = scan_segment(storage, folder, stream, base, is_last, mode, visit)?;
         expected = segment.last_version + 1;
         segments.push(segment);
     }
@@ -170,6 +187,7 @@ fn scan_segment(
     stream: u64,
     base: u64,
     is_last: bool,
+    mode: Mode,
     visit: &mut dyn FnMut(&Record<'_>),
 ) -> Result<Segment, LogError> {
     let path = segment::segment_path(folder, base);
@@ -185,6 +203,9 @@ fn scan_segment(
         let header_torn = bytes.len() < SEGMENT_HEADER_LEN
             || bytes[..SEGMENT_HEADER_LEN].iter().all(|&byte| byte == 0);
         if is_last && header_torn && !has_record_after(&bytes, 0, stream, base) {
+            if mode == Mode::ReadOnly {
+                return Ok(Segment::new(base));
+            }
             drop(file);
             return create_segment(storage, folder, stream, base);
         }
@@ -229,11 +250,13 @@ fn scan_segment(
             });
         }
         // A torn tail: cut it so the next append starts on a clean edge.
-        file.set_len(offset as u64).map_err(io_error(&path))?;
-        file.sync_data().map_err(io_error(&path))?;
+        if mode == Mode::Repair {
+            file.set_len(offset as u64).map_err(io_error(&path))?;
+            file.sync_data().map_err(io_error(&path))?;
+        }
         break;
     }
-    if is_last {
+    if is_last && mode == Mode::Repair {
         // The bytes read back may sit only in the page cache: a process
         // killed between the write and its fdatasync leaves them there.
         // Sync before counting them durable, or a later power loss could

@@ -275,3 +275,81 @@ fn five_sigkills_under_load_lose_and_duplicate_nothing() {
         assert!(line.trim_end().ends_with(" 0"), "{line}");
     }
 }
+
+#[test]
+fn check_judges_a_kept_demo_run_and_catches_a_tampered_history_or_log() {
+    let folder = tempfile::tempdir().unwrap();
+    let data = folder.path().join("run");
+    let history = folder.path().join("history.txt");
+    let demo = run(
+        &[
+            "demo",
+            "--messages",
+            "2000",
+            "--size",
+            "64",
+            "--quiet",
+            "--data",
+            data.to_str().unwrap(),
+            "--history",
+            history.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert!(demo.status.success(), "{}", text(&demo.stderr));
+    let server_data = data.join("server");
+    let check = |history: &std::path::Path| {
+        run(
+            &[
+                "check",
+                "--stream",
+                "demo",
+                "--history",
+                history.to_str().unwrap(),
+                "--data",
+                server_data.to_str().unwrap(),
+            ],
+            None,
+        )
+    };
+    let clean = check(&history);
+    assert!(
+        clean.status.success(),
+        "{}\n{}",
+        text(&clean.stdout),
+        text(&clean.stderr)
+    );
+
+    // An ack that claims a version the message does not hold.
+    let lines = std::fs::read_to_string(&history).unwrap();
+    let mut tampered: Vec<String> = lines.lines().map(str::to_string).collect();
+    let position = tampered
+        .iter()
+        .position(|l| l.starts_with("acked "))
+        .unwrap();
+    let mut fields: Vec<String> = tampered[position].split(' ').map(str::to_string).collect();
+    fields[4] = (fields[4].parse::<u64>().unwrap() + 1).to_string();
+    tampered[position] = fields.join(" ");
+    let wrong = folder.path().join("wrong.txt");
+    std::fs::write(&wrong, tampered.join("\n")).unwrap();
+    let caught = check(&wrong);
+    assert!(!caught.status.success());
+    assert!(
+        text(&caught.stderr).contains("found violations"),
+        "{}",
+        text(&caught.stderr)
+    );
+
+    // A damaged record in the middle of the log is refused, not skipped.
+    let log = server_data.join("streams/demo/log/00000000000000000001.seg");
+    let mut bytes = std::fs::read(&log).unwrap();
+    bytes[1000] ^= 0x40;
+    std::fs::write(&log, &bytes).unwrap();
+    let corrupt = check(&history);
+    assert!(!corrupt.status.success());
+    assert!(
+        text(&corrupt.stderr).contains("log corrupt"),
+        "{}",
+        text(&corrupt.stderr)
+    );
+}

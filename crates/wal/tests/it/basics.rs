@@ -239,3 +239,34 @@ fn another_streams_segment_is_refused_and_left_as_it_is() {
         "the file must not be touched"
     );
 }
+
+#[test]
+fn inspecting_a_log_reads_its_valid_prefix_and_changes_nothing() {
+    let folder = tempfile::tempdir().unwrap();
+    let storage: Arc<dyn Storage> = Arc::new(FileStorage);
+    {
+        let (log, _) = open(storage.clone(), folder.path(), LogConfig::default());
+        append_all(&log, 7, 1, 20, 50);
+        wait_durable(&log, 20);
+    }
+    let path = folder.path().join(wal::segment::segment_name(1));
+    let mut bytes = std::fs::read(&path).unwrap();
+    let torn = encode(7, 21, b"never finished");
+    bytes.extend_from_slice(&torn[..torn.len() / 2]);
+    std::fs::write(&path, &bytes).unwrap();
+    let mut seen = Vec::new();
+    let last = wal::inspect(storage.as_ref(), folder.path(), 7, &mut |r| {
+        seen.push(r.header.version)
+    })
+    .unwrap();
+    assert_eq!(last, 20);
+    assert_eq!(seen, (1..=20).collect::<Vec<_>>());
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        bytes,
+        "inspection must not cut the torn tail"
+    );
+    let (log, seen) = open(storage, folder.path(), LogConfig::default());
+    assert_eq!(seen.len(), 20);
+    assert_eq!(log.last_version(), 20);
+}
