@@ -135,7 +135,7 @@ impl Client {
     /// Connects (the first attempt must succeed, so a wrong address is an
     /// error at once) and starts the task that keeps the connection.
     pub async fn connect(config: ClientConfig) -> Result<Client, ClientError> {
-        let client_id = config.client_id.unwrap_or_else(random_client_id);
+        let client_id = config.client_id.unwrap_or_else(proto::random_u128);
         let connection = driver::connect(&config, client_id).await?;
         let (commands, receiver) = mpsc::unbounded_channel();
         let inner = Arc::new(Inner {
@@ -279,18 +279,4 @@ fn expect_info(frame: Frame) -> Result<StreamInfo, ClientError> {
         Frame::StreamInfo { info, .. } => Ok(info),
         other => Err(ClientError::Protocol(format!("{other:?}"))),
     }
-}
-
-/// 128 random bits from the standard library's randomly keyed hasher.
-fn random_client_id() -> u128 {
-    use std::collections::hash_map::RandomState;
-    use std::hash::{BuildHasher, Hasher};
-    let mut value = 0u128;
-    for round in 0..2u64 {
-        let mut hasher = RandomState::new().build_hasher();
-        hasher.write_u64(round);
-        hasher.write_u128(value);
-        value = (value << 64) | u128::from(hasher.finish());
-    }
-    value
 }

@@ -6,12 +6,14 @@
 //! can be checked against each other.
 
 pub mod frame;
+mod random;
 pub mod record;
 
 pub use frame::{
     AckLevel, DurabilityConfig, ErrorCode, Frame, FrameBuffer, FrameError, StreamInfo,
     FRAME_HEADER_LEN, PROTOCOL_VERSION,
 };
+pub use random::random_u128;
 pub use record::{EventId, Record, RecordError, RecordHeader, RECORD_HEADER_LEN};
 
 /// Little-endian cursor over a byte slice; every read is bounds-checked, so

@@ -12,13 +12,11 @@
 
 mod config;
 mod connection;
-mod random;
 mod state;
 mod stream;
 mod subscription;
 
 pub use config::ServerConfig;
-pub use random::random_u128;
 pub use state::{OpenError, ServerState};
 pub use stream::{stream_name_error, Stream};
 

@@ -112,7 +112,7 @@ impl ServerState {
             registry.by_name.insert(stream.name.clone(), stream);
         }
         Ok(Arc::new(ServerState {
-            id: crate::random::random_u128(),
+            id: proto::random_u128(),
             started: Instant::now(),
             connection_slots: Arc::new(Semaphore::new(config.connections_max)),
             config,
@@ -165,7 +165,7 @@ impl ServerState {
             }
             registry.busy_names.insert(name.to_string());
             loop {
-                let candidate = crate::random::random_u128() as u64;
+                let candidate = proto::random_u128() as u64;
                 if candidate != 0 && !registry.by_id.contains_key(&candidate) {
                     break candidate;
                 }

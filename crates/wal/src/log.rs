@@ -236,10 +236,6 @@ impl Log {
         Ok(Log { shared, io_thread })
     }
 
-    pub fn config(&self) -> &LogConfig {
-        &self.shared.config
-    }
-
     /// Appends one encoded record, which must carry version
     /// `last_version() + 1`. Returns at once; the record becomes durable
     /// when [`Log::progress`] says so.

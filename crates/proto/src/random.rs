@@ -1,5 +1,6 @@
-//! Random identities (server and client ids) from the standard library's
-//! randomly keyed hasher, so no random-number crate is needed for them.
+//! Random identities (client ids in event ids, server ids, stream ids) from
+//! the standard library's randomly keyed hasher, so no random-number crate
+//! is needed for them.
 
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
@@ -13,4 +14,12 @@ pub fn random_u128() -> u128 {
         value = (value << 64) | u128::from(hasher.finish());
     }
     value
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn two_draws_differ() {
+        assert_ne!(super::random_u128(), super::random_u128());
+    }
 }
