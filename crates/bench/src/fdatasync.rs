@@ -4,6 +4,10 @@
 //!
 //! The file grows with every record, as a log segment does, so the disk
 //! pays the same metadata cost for the new length that the log pays.
+//!
+//! `bench patterns` also asks what the disk allows several replicas at
+//! once: [`concurrent_batches`] runs one writer per replica, each syncing
+//! batches of the size the log actually formed.
 
 use std::fs::File;
 use std::io::Write;
@@ -37,5 +41,84 @@ pub fn measure(
     }
     drop(file);
     std::fs::remove_file(&path).with_context(|| format!("cannot remove {}", path.display()))?;
+    Ok(latencies)
+}
+
+/// What [`concurrent_batches`] measured.
+#[derive(Clone, Debug)]
+pub struct ConcurrentSyncs {
+    /// From the moment every writer was ready to the end of the last one.
+    pub seconds: f64,
+    /// One write + fdatasync of one batch, in microseconds, every writer's.
+    pub latencies_us: Vec<f64>,
+}
+
+/// Runs `writers` threads at once, each appending `syncs` batches of
+/// `batch_bytes` bytes to its own new file in `folder` with one
+/// `write_all` + `sync_data` per batch: what `writers` replicas' logs ask
+/// of one disk when each syncs batches of that size. The files are
+/// removed afterwards.
+pub fn concurrent_batches(
+    folder: &Path,
+    writers: usize,
+    batch_bytes: usize,
+    syncs: usize,
+    on_sync: &(dyn Fn() + Sync),
+) -> anyhow::Result<ConcurrentSyncs> {
+    let batch: Vec<u8> = (0..batch_bytes).map(|index| (index % 251) as u8).collect();
+    let start = std::sync::Barrier::new(writers + 1);
+    let (started, results) = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..writers)
+            .map(|writer| {
+                let path = folder.join(format!("fdatasync-writer-{writer}.bin"));
+                let (batch, start) = (&batch, &start);
+                scope.spawn(move || write_batches(&path, batch, syncs, start, on_sync))
+            })
+            .collect();
+        start.wait();
+        let started = Instant::now();
+        let results: Vec<_> = handles
+            .into_iter()
+            .map(|handle| handle.join().expect("a disk writer panicked"))
+            .collect();
+        (started, results)
+    });
+    let seconds = started.elapsed().as_secs_f64();
+    let mut latencies_us = Vec::with_capacity(writers * syncs);
+    for result in results {
+        latencies_us.extend(result?);
+    }
+    Ok(ConcurrentSyncs {
+        seconds,
+        latencies_us,
+    })
+}
+
+/// One writer of [`concurrent_batches`]: creates its file, waits for the
+/// others at `start`, then writes and syncs `syncs` batches.
+fn write_batches(
+    path: &Path,
+    batch: &[u8],
+    syncs: usize,
+    start: &std::sync::Barrier,
+    on_sync: &(dyn Fn() + Sync),
+) -> anyhow::Result<Vec<f64>> {
+    let created = File::create(path).with_context(|| format!("cannot create {}", path.display()));
+    // Every writer reaches the barrier, even one whose file failed, so
+    // the others are not left waiting.
+    start.wait();
+    let mut file = created?;
+    let mut latencies = Vec::with_capacity(syncs);
+    for _ in 0..syncs {
+        let started = Instant::now();
+        file.write_all(batch)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        file.sync_data()
+            .with_context(|| format!("cannot fdatasync {}", path.display()))?;
+        latencies.push(started.elapsed().as_secs_f64() * 1e6);
+        on_sync();
+    }
+    drop(file);
+    std::fs::remove_file(path).with_context(|| format!("cannot remove {}", path.display()))?;
     Ok(latencies)
 }

@@ -11,23 +11,30 @@
 //! | [`paged`] | 004, Tables 1 and 2 | overhead of the paged log buffer against no logging and buffering only, buffer-full rate, for 1, 2 and 3 pages |
 //! | [`throughput`] | F1 group commit | messages/s and ack latency per size, durability and window; sync/memory ratio |
 //! | [`memory`] | F16 limits | the server's resident memory while a slow reader lags behind a fast writer |
+//! | [`patterns`] | 001, the table of seconds per million messages | the six message patterns at R = 3 per payload and durability, against the disk's limit and one fdatasync |
+//! | [`duplication`] | 002, Table II | aggregate write throughput against clients for the four duplication protocols, the hybrid and no duplication |
 
 pub mod compute;
 pub mod discard;
+pub mod duplication;
 pub mod fdatasync;
 pub mod harness;
 pub mod logging;
 pub mod memory;
 pub mod output;
 pub mod paged;
+pub mod patterns;
 pub mod process;
 pub mod progress;
+pub mod replication;
 pub mod throughput;
 pub mod units;
 
+pub use duplication::DuplicationArgs;
 pub use logging::LoggingArgs;
 pub use memory::MemoryArgs;
 pub use paged::PagedArgs;
+pub use patterns::PatternsArgs;
 pub use throughput::ThroughputArgs;
 
 /// The experiments of `stamplog bench`.
@@ -47,6 +54,15 @@ pub enum BenchCommand {
     /// Bounded memory: the server's RSS (run as a child process) while a
     /// writer streams messages and a slow reader lags behind.
     Memory(MemoryArgs),
+    /// Seed 001: seconds to handle N messages per payload for the six
+    /// message patterns (one client, three servers run as a child
+    /// `stamplog cluster`, R = 3), plus MB/s, the disk's limit and the
+    /// window-1 ack latency against one fdatasync.
+    Patterns(PatternsArgs),
+    /// Seed 002: aggregate write throughput against 1 to 8 clients for
+    /// server-async, server-sync, client-async, client-sync, hybrid and no
+    /// duplication (four servers run as a child `stamplog cluster`, R = 2).
+    Duplication(DuplicationArgs),
 }
 
 /// Runs one experiment: progress bar on stderr, table on stdout, files in
@@ -57,5 +73,7 @@ pub fn run(command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Paged(args) => paged::run(args).map(drop),
         BenchCommand::Throughput(args) => throughput::run(args).map(drop),
         BenchCommand::Memory(args) => memory::run(args).map(drop),
+        BenchCommand::Patterns(args) => patterns::run(args).map(drop),
+        BenchCommand::Duplication(args) => duplication::run(args).map(drop),
     }
 }

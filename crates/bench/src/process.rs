@@ -1,6 +1,7 @@
 //! A stamplog server run as a child process (so its memory can be measured
 //! apart from the benchmark's, and so the demo can kill it with SIGKILL),
-//! and the resident-memory sampler.
+//! a `stamplog cluster` child for the replication experiments, and the
+//! resident-memory sampler.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader};
@@ -37,6 +38,18 @@ impl ServerProcess {
         listen: &str,
         log_path: &Path,
     ) -> anyhow::Result<ServerProcess> {
+        ServerProcess::spawn_with(binary, data, listen, log_path, &[])
+    }
+
+    /// As [`ServerProcess::spawn`], with more arguments for `server` (a
+    /// cluster member's `--id` and `--peer`s).
+    pub fn spawn_with(
+        binary: &Path,
+        data: &Path,
+        listen: &str,
+        log_path: &Path,
+        extra: &[String],
+    ) -> anyhow::Result<ServerProcess> {
         let log = File::create(log_path)
             .with_context(|| format!("cannot create {}", log_path.display()))?;
         let mut child = Command::new(binary)
@@ -45,6 +58,7 @@ impl ServerProcess {
             .arg(listen)
             .arg("--data")
             .arg(data)
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(log)
@@ -123,6 +137,171 @@ fn first_line(stdout: std::process::ChildStdout) -> anyhow::Result<String> {
         Ok(Err(error)) => Err(error).context("cannot read the server's stdout"),
         Err(_) => bail!("the server printed no address within {STARTUP_TIMEOUT:?}"),
     }
+}
+
+/// The line `stamplog cluster` prints once every server listens.
+const CLUSTER_READY_PREFIX: &str = "cluster ready:";
+
+/// A running `stamplog cluster` process: several servers in one child,
+/// each on its own loopback port; killed when dropped, like
+/// [`ServerProcess`].
+pub struct ClusterProcess {
+    child: Child,
+    /// Each server's id and client address, in the order the child
+    /// printed them.
+    pub servers: Vec<(u32, SocketAddr)>,
+    /// Where the child's stderr goes, named in errors.
+    pub log_path: PathBuf,
+}
+
+impl ClusterProcess {
+    /// Runs `<binary> cluster --servers <servers> --data <data>`, reads its
+    /// `server <id> listening on <addr>` lines, and returns once it prints
+    /// `cluster ready: ...`.
+    pub fn spawn(
+        binary: &Path,
+        servers: usize,
+        data: &Path,
+        log_path: &Path,
+    ) -> anyhow::Result<ClusterProcess> {
+        let log = File::create(log_path)
+            .with_context(|| format!("cannot create {}", log_path.display()))?;
+        let mut child = Command::new(binary)
+            .arg("cluster")
+            .arg("--servers")
+            .arg(servers.to_string())
+            .arg("--data")
+            .arg(data)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("cannot start {}", binary.display()))?;
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let mut process = ClusterProcess {
+            child,
+            servers: Vec::with_capacity(servers),
+            log_path: log_path.to_path_buf(),
+        };
+        let lines = forward_lines(stdout)?;
+        let deadline = std::time::Instant::now() + STARTUP_TIMEOUT;
+        loop {
+            let remaining = deadline.saturating_duration_since(std::time::Instant::now());
+            let line = match lines.recv_timeout(remaining) {
+                Ok(Ok(line)) => line,
+                Ok(Err(error)) => {
+                    return Err(error).context("cannot read the cluster's stdout");
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => bail!(
+                    "the cluster was not ready within {STARTUP_TIMEOUT:?}; {}",
+                    stderr_tail(&process.log_path)
+                ),
+                Err(mpsc::RecvTimeoutError::Disconnected) => bail!(
+                    "the cluster exited before it was ready; {}",
+                    stderr_tail(&process.log_path)
+                ),
+            };
+            if line.trim().starts_with(CLUSTER_READY_PREFIX) {
+                break;
+            }
+            if let Some(server) = parse_server_line(&line)? {
+                process.servers.push(server);
+            }
+        }
+        if process.servers.len() != servers {
+            bail!(
+                "the cluster announced {} servers, not {servers}; {}",
+                process.servers.len(),
+                stderr_tail(&process.log_path)
+            );
+        }
+        Ok(process)
+    }
+
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Kills the cluster and reaps it.
+    pub fn kill(mut self) -> anyhow::Result<()> {
+        self.child.kill().context("cannot kill the cluster")?;
+        self.child.wait().context("cannot reap the cluster")?;
+        Ok(())
+    }
+}
+
+impl Drop for ClusterProcess {
+    fn drop(&mut self) {
+        // Killing an exited child fails harmlessly; reaping avoids a zombie.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Parses `server <id> listening on <addr>`; other lines are `None`.
+fn parse_server_line(line: &str) -> anyhow::Result<Option<(u32, SocketAddr)>> {
+    let Some(rest) = line.trim().strip_prefix("server ") else {
+        return Ok(None);
+    };
+    let Some((id, rest)) = rest.split_once(' ') else {
+        return Ok(None);
+    };
+    let Some(address) = rest.strip_prefix(LISTENING_PREFIX) else {
+        return Ok(None);
+    };
+    let id = id
+        .parse()
+        .with_context(|| format!("the cluster printed a bad server id: {line:?}"))?;
+    let address = address
+        .trim()
+        .parse()
+        .with_context(|| format!("the cluster printed a bad address: {line:?}"))?;
+    Ok(Some((id, address)))
+}
+
+/// Hands each line of `stdout` over a channel until the receiver is
+/// dropped, then drains the rest, so the child never blocks on a full pipe.
+fn forward_lines(
+    stdout: std::process::ChildStdout,
+) -> anyhow::Result<mpsc::Receiver<std::io::Result<String>>> {
+    let (sender, receiver) = mpsc::channel();
+    std::thread::Builder::new()
+        .name("cluster-stdout".into())
+        .spawn(move || {
+            let mut reader = BufReader::new(stdout);
+            loop {
+                let mut line = String::new();
+                match reader.read_line(&mut line) {
+                    Ok(0) => return,
+                    Ok(_) => {
+                        if sender.send(Ok(line)).is_err() {
+                            break;
+                        }
+                    }
+                    Err(error) => {
+                        let _ = sender.send(Err(error));
+                        return;
+                    }
+                }
+            }
+            let _ = std::io::copy(&mut reader, &mut std::io::sink());
+        })
+        .context("cannot start the stdout reader")?;
+    Ok(receiver)
+}
+
+/// Names a child's stderr file and quotes its end, for error messages.
+fn stderr_tail(log_path: &Path) -> String {
+    let text = std::fs::read_to_string(log_path).unwrap_or_default();
+    let tail: String = text
+        .chars()
+        .rev()
+        .take(2000)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
+    format!("stderr ({}):\n{tail}", log_path.display())
 }
 
 /// Resident memory of a process, from `/proc/<pid>/status`.

@@ -293,7 +293,10 @@ fn sweep_versions(replicas: &[ReplicaLog], logs: &Logs, events: &mut Events, rep
                 }
                 Some(_) => {}
             }
-            if !events.was_sent(idx, record.digest) && reported_unknown.insert(message) {
+            if record.event.client != crate::VOID_CLIENT
+                && !events.was_sent(idx, record.digest)
+                && reported_unknown.insert(message)
+            {
                 report.unknown_events += 1;
                 report.example(|| {
                     format!(

@@ -84,6 +84,11 @@
 //!   known event id with content its client never sent (corruption, or a
 //!   record built from the wrong bytes).
 //!
+//! A *void* record (client id [`VOID_CLIENT`], written by a primary to
+//! resolve a version whose message never came) fills its version like any
+//! record, for gaps and divergence, but is not an unknown event: no client
+//! sends it.
+//!
 //! Messages sent and never acknowledged are not required to be anywhere:
 //! absent, they are fine; logged (the ack was lost on the way), they are
 //! judged like every other record. The `duplicate` flag of an [`Acked`] is
@@ -102,6 +107,9 @@ pub use check::check;
 pub use digest::digest;
 pub use proto::EventId;
 pub use report::{Report, EXAMPLES_MAX};
+
+/// The client id of void records (`proto::FLAG_VOID`); no client uses it.
+pub const VOID_CLIENT: u128 = 0;
 
 /// A message a client sent: its event id and the [`digest`] of its key and
 /// payload. Recorded for every send attempt's message (retries repeat it),

@@ -3,7 +3,7 @@
 use std::io::BufRead;
 
 use anyhow::Context;
-use client::{Client, ClientConfig, DurabilityConfig};
+use client::{Client, ClientConfig, DurabilityConfig, Protocol, Publisher, PublisherConfig};
 
 /// Where the server is.
 #[derive(clap::Args, Debug, Clone)]
@@ -49,6 +49,25 @@ impl DurabilityArgs {
     }
 }
 
+/// How a new stream is replicated.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ReplicationArgs {
+    /// Replication protocol. Seed 001's patterns: `unversioned` (baseline,
+    /// no shared version), `version-request`, `returns-version`, `one-hop`,
+    /// `one-hop-ack-client` (default: the primary stamps and forwards,
+    /// every replica acks the client), `broadcast-tag`. Seed 002's
+    /// duplication protocols: `server-async` (acked once the primary logged
+    /// it: a primary lost before its replicas copy it loses acknowledged
+    /// messages), `server-sync`, `client-async` (done at the first replica's
+    /// ack: the same loss window), `client-sync`, `hybrid`.
+    /// docs/protocols.md has each flow and loss window.
+    #[arg(long, default_value = "one-hop-ack-client")]
+    pub protocol: Protocol,
+    /// Replicas of the stream (0: 3, or every server of a smaller cluster).
+    #[arg(long, default_value_t = 0)]
+    pub replicas: u8,
+}
+
 #[derive(clap::Args, Debug)]
 pub struct SendArgs {
     #[command(flatten)]
@@ -61,6 +80,11 @@ pub struct SendArgs {
     pub create: bool,
     #[command(flatten)]
     pub durability: DurabilityArgs,
+    #[command(flatten)]
+    pub replication: ReplicationArgs,
+    /// Messages in flight at most.
+    #[arg(long, default_value_t = 64)]
+    pub window: usize,
     /// Key of every message sent.
     #[arg(long, default_value = "")]
     pub key: String,
@@ -105,11 +129,13 @@ pub struct StreamsArgs {
 pub enum StreamsAction {
     /// List the streams with their versions.
     List,
-    /// Create a stream.
+    /// Create a stream on every server of its replica set.
     Create {
         name: String,
         #[command(flatten)]
         durability: DurabilityArgs,
+        #[command(flatten)]
+        replication: ReplicationArgs,
     },
     /// Delete a stream and its log.
     Delete { name: String },
@@ -131,6 +157,7 @@ async fn connect(address: &ServerAddress) -> anyhow::Result<Client> {
 }
 
 pub fn send(args: SendArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(args.window >= 1, "--window must be at least 1");
     runtime()?.block_on(async {
         let client = connect(&args.address).await?;
         let stream = match client.open_stream(&args.stream).await {
@@ -140,14 +167,27 @@ pub fn send(args: SendArgs) -> anyhow::Result<()> {
                 ..
             }) if args.create => {
                 client
-                    .create_stream(&args.stream, args.durability.config())
+                    .create_stream_with(
+                        &args.stream,
+                        args.durability.config(),
+                        args.replication.protocol,
+                        args.replication.replicas,
+                    )
                     .await?
             }
             Err(error) => {
                 return Err(error).with_context(|| format!("opening stream {:?}", args.stream))
             }
         };
-        let mut producer = client.producer(stream.id);
+        let publisher = Publisher::connect(
+            &stream,
+            PublisherConfig {
+                window: args.window,
+                ..PublisherConfig::default()
+            },
+        )
+        .await
+        .context("connecting to the stream's replicas")?;
         let messages: Box<dyn Iterator<Item = std::io::Result<String>>> =
             if args.messages.is_empty() {
                 Box::new(std::io::stdin().lock().lines())
@@ -158,27 +198,37 @@ pub fn send(args: SendArgs) -> anyhow::Result<()> {
         for message in messages {
             let message = message.context("reading standard input")?;
             pending.push_back(
-                producer
+                publisher
                     .submit(args.key.as_bytes(), message.as_bytes())
                     .await?,
             );
             // Print answers as they come, keeping the window full.
-            while pending.len() > 64 {
-                print_ack(pending.pop_front().expect("not empty").await?);
+            while pending.len() >= args.window {
+                print_published(pending.pop_front().expect("not empty").await?);
             }
         }
-        for ack in pending {
-            print_ack(ack.await?);
+        for published in pending {
+            print_published(published.await?);
         }
         Ok(())
     })
 }
 
-fn print_ack(ack: client::Ack) {
-    let duplicate = if ack.duplicate { " duplicate" } else { "" };
+fn print_published(published: client::Published) {
+    let duplicate = if published.duplicate {
+        " duplicate"
+    } else {
+        ""
+    };
+    let servers: Vec<String> = published
+        .acks
+        .iter()
+        .map(|(server, _)| server.to_string())
+        .collect();
     println!(
-        "version {} epoch {} {:?}{duplicate}",
-        ack.version, ack.epoch, ack.level
+        "version {} acked by servers {}{duplicate}",
+        published.version,
+        servers.join(",")
     );
 }
 
@@ -227,13 +277,30 @@ pub fn streams(args: StreamsArgs) -> anyhow::Result<()> {
             StreamsAction::List => {
                 let mut table = report::Table::new(
                     "streams",
-                    &["name", "id", "durability", "first", "last", "committed"],
+                    &[
+                        "name",
+                        "id",
+                        "durability",
+                        "protocol",
+                        "primary",
+                        "replicas",
+                        "first",
+                        "last",
+                        "committed",
+                    ],
                 );
                 for info in client.list_streams().await? {
+                    let protocol = Protocol::from_code(info.protocol)
+                        .map_or_else(|| format!("code {}", info.protocol), |p| p.to_string());
+                    let replicas: Vec<String> =
+                        info.replicas.iter().map(|r| r.id.to_string()).collect();
                     table.row(vec![
                         info.name,
                         format!("{:016x}", info.id),
                         format!("{:?}", info.durability),
+                        protocol,
+                        info.primary.to_string(),
+                        replicas.join(","),
                         info.first_version.to_string(),
                         info.last_version.to_string(),
                         info.committed_version.to_string(),
@@ -241,11 +308,32 @@ pub fn streams(args: StreamsArgs) -> anyhow::Result<()> {
                 }
                 table.print();
             }
-            StreamsAction::Create { name, durability } => {
-                let info = client.create_stream(&name, durability.config()).await?;
+            StreamsAction::Create {
+                name,
+                durability,
+                replication,
+            } => {
+                let info = client
+                    .create_stream_with(
+                        &name,
+                        durability.config(),
+                        replication.protocol,
+                        replication.replicas,
+                    )
+                    .await?;
+                let replicas: Vec<String> = info
+                    .replicas
+                    .iter()
+                    .map(|r| format!("{}@{}", r.id, r.address))
+                    .collect();
                 println!(
-                    "created {} ({:016x}, {:?})",
-                    info.name, info.id, info.durability
+                    "created {} ({:016x}, {:?}, {}, primary {}, replicas {})",
+                    info.name,
+                    info.id,
+                    info.durability,
+                    replication.protocol,
+                    info.primary,
+                    replicas.join(" ")
                 );
             }
             StreamsAction::Delete { name } => {

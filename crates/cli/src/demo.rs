@@ -1,12 +1,14 @@
-//! `stamplog demo`: the whole promise in one run. A local server in a
-//! temporary folder takes a workload; midway it is killed with SIGKILL and
-//! started again on the same port; the client reconnects and resends what
-//! was not acknowledged; then everything is read back and checked.
+//! `stamplog demo`: the whole promise in one run. A local cluster of three
+//! server processes in a temporary folder takes a workload on a stream
+//! replicated to all three with the default protocol (`one-hop-ack-client`);
+//! midway a server (the primary first) is killed with SIGKILL and started
+//! again on the same port; the client resends what was not acknowledged;
+//! then every replica is read back and the history checker judges them.
 
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use client::{Client, ClientConfig, DurabilityConfig};
+use client::{Client, ClientConfig, DurabilityConfig, Protocol, Publisher, PublisherConfig};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use bench::process::ServerProcess;
@@ -22,12 +24,18 @@ pub struct DemoArgs {
     /// Messages in flight.
     #[arg(long, default_value_t = 256)]
     pub window: usize,
-    /// How many times to kill the server with SIGKILL (and start it again
-    /// on the same port and data), spread evenly over the run; 0 for none.
+    /// How many times to kill a server with SIGKILL (and start it again on
+    /// the same port and data), spread evenly over the run, the primary
+    /// first and then the others in turn; 0 for none.
     #[arg(long, default_value_t = 1)]
     pub kills: u32,
+    /// Servers in the cluster (the stream is replicated to 3 of them, or to
+    /// all when fewer).
+    #[arg(long, default_value_t = 3)]
+    pub servers: u32,
     /// Keep the run's files in this folder (it must be empty or absent):
-    /// the server's data in `DIR/server`, its stderr in `DIR/server-N.log`.
+    /// server N's data in `DIR/server-N`, its stderr in
+    /// `DIR/server-N-start-K.log`.
     /// Without it, a temporary folder is used and removed.
     #[arg(long)]
     pub data: Option<std::path::PathBuf>,
@@ -81,18 +89,25 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
         }
     };
     let data = data.as_path();
-    let server = start_server(data, "127.0.0.1:0", 1)?;
-    println!(
-        "server started: pid {}, {} (data in {})",
-        server.id(),
-        server.address,
-        data.display()
+    anyhow::ensure!(
+        (1..=9).contains(&args.servers),
+        "--servers must be between 1 and 9"
     );
+    let cluster = Cluster::start(data, args.servers)?;
+    for (index, server) in cluster.servers.iter().enumerate() {
+        println!(
+            "server {} started: pid {}, {} (data in {})",
+            index + 1,
+            server.as_ref().map_or(0, |s| s.id()),
+            cluster.addresses[index],
+            data.join(format!("server-{}", index + 1)).display()
+        );
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
-    let outcome = runtime.block_on(drive(&args, server, data))?;
+    let outcome = runtime.block_on(drive(&args, cluster))?;
     print_outcome(&args, &outcome);
     anyhow::ensure!(
         outcome.report.is_clean(),
@@ -102,33 +117,102 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn drive(
-    args: &DemoArgs,
-    server: ServerProcess,
-    data: &std::path::Path,
-) -> anyhow::Result<DemoOutcome> {
-    let address = server.address;
-    let mut config = ClientConfig::new(address.to_string());
-    config.window = args.window;
-    let client = Client::connect(config).await?;
-    let stream = client.create_stream("demo", DurabilityConfig::Sync).await?;
+/// The demo's server processes, on ports chosen up front so that every
+/// server can be told every other's address.
+struct Cluster {
+    data: std::path::PathBuf,
+    addresses: Vec<std::net::SocketAddr>,
+    servers: Vec<Option<ServerProcess>>,
+    starts: Vec<u32>,
+}
+
+impl Cluster {
+    fn start(data: &std::path::Path, count: u32) -> anyhow::Result<Cluster> {
+        // Free ports: bound, noted and released; the servers bind them a
+        // moment later.
+        let mut addresses = Vec::new();
+        for _ in 0..count {
+            let probe =
+                std::net::TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
+            addresses.push(probe.local_addr()?);
+        }
+        let mut cluster = Cluster {
+            data: data.to_path_buf(),
+            servers: (0..count).map(|_| None).collect(),
+            starts: vec![0; count as usize],
+            addresses,
+        };
+        for id in 1..=count {
+            cluster.start_server(id)?;
+        }
+        Ok(cluster)
+    }
+
+    /// Starts `stamplog server` (this very binary) as member `id`.
+    fn start_server(&mut self, id: u32) -> anyhow::Result<()> {
+        let binary = std::env::current_exe().context("finding the stamplog binary")?;
+        let index = id as usize - 1;
+        self.starts[index] += 1;
+        let log = self
+            .data
+            .join(format!("server-{id}-start-{}.log", self.starts[index]));
+        let mut extra = vec!["--id".to_string(), id.to_string()];
+        for (other, address) in self.addresses.iter().enumerate() {
+            if other != index {
+                extra.push("--peer".into());
+                extra.push(format!("{}={address}", other + 1));
+            }
+        }
+        let process = ServerProcess::spawn_with(
+            &binary,
+            &self.data.join(format!("server-{id}")),
+            &self.addresses[index].to_string(),
+            &log,
+            &extra,
+        )?;
+        self.servers[index] = Some(process);
+        Ok(())
+    }
+
+    fn kill(&mut self, id: u32) -> anyhow::Result<()> {
+        if let Some(server) = self.servers[id as usize - 1].take() {
+            server.kill()?;
+        }
+        Ok(())
+    }
+}
+
+async fn drive(args: &DemoArgs, mut cluster: Cluster) -> anyhow::Result<DemoOutcome> {
+    let client = Client::connect(ClientConfig::new(cluster.addresses[0].to_string())).await?;
+    let stream = client
+        .create_stream_with("demo", DurabilityConfig::Sync, Protocol::OneHopAckClient, 0)
+        .await?;
+    let replicas: Vec<u32> = stream.replicas.iter().map(|r| r.id).collect();
+    println!(
+        "stream demo: protocol one-hop-ack-client, durability sync, primary server {}, replicas {replicas:?}",
+        stream.primary
+    );
+    let publisher = Publisher::connect(
+        &stream,
+        PublisherConfig {
+            window: args.window,
+            ..PublisherConfig::default()
+        },
+    )
+    .await?;
     let progress = progress_bar(args.messages, args.quiet);
     let (acks, mut answers) = tokio::sync::mpsc::channel(args.window * 2);
-    let mut producer = client.producer(stream.id);
-    let (messages, size, client_id) = (args.messages, args.size, client.client_id());
+    let (messages, size) = (args.messages, args.size);
     let sender = tokio::spawn(async move {
         for index in 0..messages {
             let mut payload = vec![(index % 251) as u8; size];
             payload[..8].copy_from_slice(&index.to_le_bytes());
+            let digest = checker::digest(b"", &payload);
+            let pending = publisher.submit(b"", &payload).await?;
             let sent = checker::Sent {
-                event: checker::EventId {
-                    client: client_id,
-                    session: producer.session(),
-                    sequence: producer.next_sequence(),
-                },
-                digest: checker::digest(b"", &payload),
+                event: pending.event,
+                digest,
             };
-            let pending = producer.submit(b"", &payload).await?;
             if acks.send((sent, Instant::now(), pending)).await.is_err() {
                 break;
             }
@@ -136,106 +220,113 @@ async fn drive(
         anyhow::Ok(())
     });
     let started = Instant::now();
-    // Kill number k (from 1) comes after k / (kills + 1) of the messages.
+    // Kill number k (from 1) comes after k / (kills + 1) of the messages;
+    // the primary goes first, then the other replicas in turn.
     let kill_points: Vec<u64> = (1..=u64::from(args.kills))
         .map(|k| args.messages * k / (u64::from(args.kills) + 1))
         .collect();
-    let mut server = Some(server);
+    let mut victims = replicas.clone();
+    victims.sort_by_key(|id| *id != stream.primary);
     let mut outcome = DemoOutcome::default();
     let mut history = checker::ClientHistory::default();
     while let Some((sent, submitted, pending)) = answers.recv().await {
         history.sent.push(sent);
-        let ack = pending
+        let published = pending
             .await
             .with_context(|| format!("message {}", sent.event.sequence))?;
         history.acked.push(checker::Acked {
             event: sent.event,
-            version: ack.version,
-            duplicate: ack.duplicate,
+            version: published.version,
+            duplicate: published.duplicate,
         });
         outcome
             .latencies_us
             .push(submitted.elapsed().as_secs_f64() * 1e6);
-        outcome.duplicate_answers += u64::from(ack.duplicate);
+        outcome.duplicate_answers += u64::from(published.duplicate);
         outcome.acknowledged += 1;
         progress.inc(1);
         if kill_points.contains(&outcome.acknowledged) {
-            if let Some(running) = server.take() {
-                progress.suspend(|| {
-                    println!(
-                        "killing the server (SIGKILL) after {} acknowledgements",
-                        outcome.acknowledged
-                    )
-                });
-                running.kill()?;
-                let data = data.to_path_buf();
-                let listen = address.to_string();
-                let start = outcome.restarts + 2;
-                let restarted =
-                    tokio::task::spawn_blocking(move || start_server(&data, &listen, start))
-                        .await??;
-                progress.suspend(|| {
-                    println!(
-                        "server restarted: pid {}, {}",
-                        restarted.id(),
-                        restarted.address
-                    )
-                });
-                outcome.restarts += 1;
-                server = Some(restarted);
-            }
+            let victim = victims[outcome.restarts as usize % victims.len()];
+            let role = if victim == stream.primary {
+                "the primary"
+            } else {
+                "a replica"
+            };
+            progress.suspend(|| {
+                println!(
+                    "killing server {victim} ({role}) with SIGKILL after {} acknowledgements",
+                    outcome.acknowledged
+                )
+            });
+            cluster.kill(victim)?;
+            // Starting waits for the child's first line: off the async
+            // workers' duty, on this one.
+            tokio::task::block_in_place(|| cluster.start_server(victim))?;
+            progress.suspend(|| {
+                println!(
+                    "server {victim} restarted: pid {}, {}",
+                    cluster.servers[victim as usize - 1]
+                        .as_ref()
+                        .map_or(0, |s| s.id()),
+                    cluster.addresses[victim as usize - 1]
+                )
+            });
+            outcome.restarts += 1;
         }
     }
     sender.await??;
     outcome.seconds = started.elapsed().as_secs_f64();
     outcome.sent = args.messages;
     progress.finish_and_clear();
-    outcome.report = check(&client, stream.id, &history).await?;
+    outcome.report = check(&cluster, &stream, &history).await?;
     if let Some(path) = &args.history {
         std::fs::write(path, history.to_lines())
             .with_context(|| format!("writing the history to {}", path.display()))?;
     }
-    drop(server);
+    drop(cluster);
     Ok(outcome)
 }
 
-/// Starts `stamplog server` from this very binary, its stderr going to a
-/// file in the data folder (one per start).
-fn start_server(data: &std::path::Path, listen: &str, start: u32) -> anyhow::Result<ServerProcess> {
-    let binary = std::env::current_exe().context("finding the stamplog binary")?;
-    let log = data.join(format!("server-{start}.log"));
-    ServerProcess::spawn(&binary, &data.join("server"), listen, &log)
-}
-
-/// Reads the whole committed stream back and hands it, with the client's
-/// history, to the history checker.
+/// Reads the whole committed stream back from every replica and hands
+/// the logs, with the client's history, to the history checker.
 async fn check(
-    client: &Client,
-    stream: u64,
+    cluster: &Cluster,
+    stream: &proto::StreamInfo,
     history: &checker::ClientHistory,
 ) -> anyhow::Result<checker::Report> {
-    let committed = client.open_stream("demo").await?.committed_version;
-    let mut log = checker::ReplicaLog {
-        replica: "server".into(),
-        records: Vec::with_capacity(committed as usize),
-    };
-    let mut subscription = client.subscribe(stream, 1).await?;
-    while log.records.last().map_or(0, |r| r.version) < committed {
-        let record = tokio::time::timeout(Duration::from_secs(30), subscription.next())
-            .await
-            .context("reading back timed out")?
-            .context("the subscription ended early")??;
-        log.records.push(checker::Logged {
-            version: record.version,
-            event: record.event,
-            digest: checker::digest(&record.key, &record.payload),
-        });
+    let mut logs = Vec::new();
+    let acknowledged = history.acked.iter().map(|a| a.version).max().unwrap_or(0);
+    for replica in &stream.replicas {
+        let address = cluster.addresses[replica.id as usize - 1];
+        let client = Client::connect(ClientConfig::new(address.to_string())).await?;
+        // A replica that was just restarted catches up first.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let committed = loop {
+            let committed = client.open_stream("demo").await?.committed_version;
+            if committed >= acknowledged || Instant::now() > deadline {
+                break committed;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        let mut log = checker::ReplicaLog {
+            replica: format!("server-{}", replica.id),
+            records: Vec::with_capacity(committed as usize),
+        };
+        let mut subscription = client.subscribe(stream.id, 1).await?;
+        while log.records.last().map_or(0, |r| r.version) < committed {
+            let record = tokio::time::timeout(Duration::from_secs(30), subscription.next())
+                .await
+                .context("reading back timed out")?
+                .context("the subscription ended early")??;
+            log.records.push(checker::Logged {
+                version: record.version,
+                event: record.event,
+                digest: checker::digest(&record.key, &record.payload),
+            });
+        }
+        logs.push(log);
     }
-    Ok(checker::check(
-        std::slice::from_ref(history),
-        std::slice::from_ref(&log),
-        Some(committed),
-    ))
+    Ok(checker::check(std::slice::from_ref(history), &logs, None))
 }
 
 fn progress_bar(total: u64, quiet: bool) -> ProgressBar {
@@ -259,8 +350,8 @@ fn print_outcome(args: &DemoArgs, outcome: &DemoOutcome) {
     let rate = outcome.acknowledged as f64 / outcome.seconds;
     let mut table = report::Table::new(
         format!(
-            "stamplog demo: one server, durability sync, {} SIGKILL and restart(s)",
-            outcome.restarts
+            "stamplog demo: {} servers, one-hop-ack-client, durability sync, {} SIGKILL and restart(s)",
+            args.servers, outcome.restarts
         ),
         &["figure", "value"],
     );
@@ -269,6 +360,7 @@ fn print_outcome(args: &DemoArgs, outcome: &DemoOutcome) {
         ("messages acknowledged", outcome.acknowledged.to_string()),
         ("payload bytes", args.size.to_string()),
         ("in flight (window)", args.window.to_string()),
+        ("servers", args.servers.to_string()),
         ("server kills and restarts", outcome.restarts.to_string()),
         ("seconds", format!("{:.2}", outcome.seconds)),
         ("messages/s", format!("{rate:.0}")),
@@ -282,8 +374,12 @@ fn print_outcome(args: &DemoArgs, outcome: &DemoOutcome) {
             outcome.duplicate_answers.to_string(),
         ),
         (
-            "messages in the log checked",
+            "versions checked on every replica",
             report.logged_versions.to_string(),
+        ),
+        (
+            "versions the replicas disagree on",
+            report.divergent.to_string(),
         ),
         ("lost acknowledged messages", report.lost.to_string()),
         (

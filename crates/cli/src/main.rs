@@ -1,6 +1,7 @@
 //! The `stamplog` binary: parses the command line and calls the libraries.
 
 mod check;
+mod cluster;
 mod commands;
 mod demo;
 mod server_config;
@@ -23,6 +24,9 @@ enum Command {
     /// Run a server: listen for clients and keep the streams' logs in a
     /// data folder.
     Server(server_config::ServerArgs),
+    /// Start a local cluster of N servers (default 3) on loopback, with
+    /// data folders, and serve until Ctrl-C. Prints each server's address.
+    Cluster(cluster::ClusterArgs),
     /// Send messages (the arguments, or one per line of standard input) and
     /// print the version each one got.
     Send(commands::SendArgs),
@@ -51,6 +55,7 @@ fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Server(args) => server_config::run(args),
+        Command::Cluster(args) => cluster::run(args),
         Command::Send(args) => commands::send(args),
         Command::Tail(args) => commands::tail(args),
         Command::Status(args) => commands::status(args),

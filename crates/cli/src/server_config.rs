@@ -47,6 +47,44 @@ pub struct ServerArgs {
     /// `memory` streams: bytes of messages kept for readers. [default: 67108864]
     #[arg(long)]
     pub memory_retain_bytes: Option<usize>,
+    /// This server's id in the cluster (1 and up). [default: 1]
+    #[arg(long)]
+    pub id: Option<u32>,
+    /// Another server of the cluster, as `ID=HOST:PORT`; repeat for each.
+    /// Every server must be started with the same set (its own id with
+    /// `--id`, the others with `--peer`). The file's form is
+    /// `peers = [{ id = 2, address = "127.0.0.1:7401" }]`. [default: none,
+    /// a cluster of one]
+    #[arg(long = "peer", value_name = "ID=HOST:PORT")]
+    pub peers: Vec<String>,
+}
+
+/// A peer as the TOML file gives it.
+#[derive(Deserialize, Debug, Clone)]
+#[serde(deny_unknown_fields)]
+struct PeerEntry {
+    id: u32,
+    address: String,
+}
+
+/// Parses `ID=HOST:PORT`.
+pub fn parse_peer(text: &str) -> anyhow::Result<server::Peer> {
+    let (id, address) = text
+        .split_once('=')
+        .with_context(|| format!("peer {text:?} is not of the form ID=HOST:PORT"))?;
+    let id: u32 = id
+        .trim()
+        .parse()
+        .with_context(|| format!("peer {text:?}: the id must be a positive number"))?;
+    anyhow::ensure!(id >= 1, "peer {text:?}: server ids start at 1");
+    anyhow::ensure!(
+        address.contains(':'),
+        "peer {text:?}: the address must be HOST:PORT"
+    );
+    Ok(server::Peer {
+        id,
+        address: address.trim().to_string(),
+    })
 }
 
 /// The TOML file: the same keys as the flags, with underscores.
@@ -62,6 +100,8 @@ struct ServerFile {
     pending_bytes_max: Option<usize>,
     page_flush_ms: Option<u64>,
     memory_retain_bytes: Option<usize>,
+    id: Option<u32>,
+    peers: Option<Vec<PeerEntry>>,
 }
 
 /// Resolves flags over the file over the defaults.
@@ -101,6 +141,25 @@ pub fn resolve(args: &ServerArgs) -> anyhow::Result<(String, server::ServerConfi
     merge!(memory_retain_bytes);
     if let Some(milliseconds) = args.page_flush_ms.or(file.page_flush_ms) {
         config.page_flush_interval = Duration::from_millis(milliseconds);
+    }
+    config.cluster.me = args.id.or(file.id).unwrap_or(1);
+    config.cluster.peers = if args.peers.is_empty() {
+        file.peers
+            .unwrap_or_default()
+            .into_iter()
+            .map(|p| server::Peer {
+                id: p.id,
+                address: p.address,
+            })
+            .collect()
+    } else {
+        args.peers
+            .iter()
+            .map(|text| parse_peer(text))
+            .collect::<anyhow::Result<_>>()?
+    };
+    if let Some(problem) = config.cluster.problem() {
+        anyhow::bail!("cluster settings: {problem}");
     }
     anyhow::ensure!(
         config.message_bytes_max >= 1,
@@ -145,7 +204,7 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn shutdown_signal() {
+pub async fn shutdown_signal() {
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .expect("SIGTERM handler");
     tokio::select! {

@@ -79,10 +79,10 @@ struct SubscriptionState {
 }
 
 pub(crate) struct Connection {
-    reader: OwnedReadHalf,
-    writer: OwnedWriteHalf,
-    buffer: FrameBuffer,
-    max_frame: usize,
+    pub(crate) reader: OwnedReadHalf,
+    pub(crate) writer: OwnedWriteHalf,
+    pub(crate) buffer: FrameBuffer,
+    pub(crate) max_frame: usize,
 }
 
 /// Connects and runs the handshake.
@@ -481,7 +481,7 @@ impl Driver {
     }
 }
 
-async fn read_some(
+pub(crate) async fn read_some(
     reader: &mut OwnedReadHalf,
     scratch: &mut [u8],
     buffer: &mut FrameBuffer,

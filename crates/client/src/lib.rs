@@ -40,6 +40,7 @@
 
 mod driver;
 mod producer;
+mod publisher;
 mod subscription;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -50,7 +51,9 @@ use proto::Frame;
 pub use proto::{AckLevel, DurabilityConfig, ErrorCode, EventId, StreamInfo};
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
+pub use engine::replication::{HybridMode, Protocol};
 pub use producer::{Ack, PendingAck, Producer};
+pub use publisher::{PendingPublish, Published, Publisher, PublisherConfig};
 pub use subscription::{ReceivedRecord, Subscription};
 
 use driver::Command;
@@ -200,6 +203,31 @@ impl Client {
                 request,
                 name,
                 durability,
+                protocol: 0,
+                replicas: 0,
+            })
+            .await?,
+        )
+    }
+
+    /// Creates a stream with a chosen protocol and replica count (0: the
+    /// default, 3 or the cluster's size if smaller). The server that gets
+    /// the request creates the replica on every server of the set.
+    pub async fn create_stream_with(
+        &self,
+        name: &str,
+        durability: DurabilityConfig,
+        protocol: Protocol,
+        replicas: u8,
+    ) -> Result<StreamInfo, ClientError> {
+        let name = name.to_string();
+        expect_info(
+            self.request(|request| Frame::CreateStream {
+                request,
+                name,
+                durability,
+                protocol: protocol.code(),
+                replicas,
             })
             .await?,
         )

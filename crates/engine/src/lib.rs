@@ -8,7 +8,8 @@
 //! Invariant: versions are handed out densely, one past the last recorded.
 
 mod dedupe;
+pub mod replication;
 mod stream;
 
-pub use dedupe::{DedupeLimits, DedupeTable};
+pub use dedupe::{DedupeLimits, DedupeTable, Lookup};
 pub use stream::{Decision, Rejection, StreamMachine};

@@ -92,6 +92,12 @@ impl StreamMachine {
             self.last_version + 1,
             "versions must be recorded densely"
         );
+        self.last_version = header.version;
+        self.epoch = self.epoch.max(header.epoch);
+        if header.flags & proto::FLAG_VOID != 0 {
+            // A void version holds no message and no event id to remember.
+            return;
+        }
         let event = header.event;
         self.dedupe.advance_low_water(
             event.client,
@@ -100,8 +106,6 @@ impl StreamMachine {
         );
         self.dedupe
             .insert(event.client, event.session, event.sequence, header.version);
-        self.last_version = header.version;
-        self.epoch = self.epoch.max(header.epoch);
     }
 }
 

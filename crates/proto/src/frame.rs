@@ -10,6 +10,15 @@ use crate::Reader;
 pub const PROTOCOL_VERSION: u16 = 1;
 /// The four bytes that open a client's `Hello`.
 pub const HELLO_MAGIC: [u8; 4] = *b"STLG";
+/// The four bytes that open a server's `PeerHello`.
+pub const PEER_MAGIC: [u8; 4] = *b"STLP";
+/// `Submit` kinds: the replication message a client sends.
+pub const SUBMIT_WRITE: u8 = 1;
+pub const SUBMIT_TAGGED: u8 = 2;
+pub const SUBMIT_RESERVE: u8 = 3;
+pub const SUBMIT_PLACED: u8 = 4;
+/// `Acked`/`Stamped` flag: the message was already logged.
+pub const ACKED_FLAG_DUPLICATE: u8 = 1;
 /// Body length (u32) + frame type (u8).
 pub const FRAME_HEADER_LEN: usize = 5;
 /// Append flag: the acknowledgement carries the payload back (the logging
@@ -32,6 +41,10 @@ mod kind {
     pub const CREDIT: u8 = 0x09;
     pub const UNSUBSCRIBE: u8 = 0x0A;
     pub const STATUS: u8 = 0x0B;
+    pub const SUBMIT: u8 = 0x0C;
+    pub const CREATE_REPLICA: u8 = 0x0D;
+    pub const PEER_HELLO: u8 = 0x0E;
+    pub const PEER: u8 = 0x0F;
     pub const HELLO_OK: u8 = 0x81;
     pub const STREAM_INFO: u8 = 0x82;
     pub const STREAM_LIST: u8 = 0x83;
@@ -41,6 +54,9 @@ mod kind {
     pub const ERROR: u8 = 0x87;
     pub const OK: u8 = 0x88;
     pub const STATUS_REPLY: u8 = 0x89;
+    pub const ACKED: u8 = 0x8A;
+    pub const STAMPED: u8 = 0x8B;
+    pub const REFUSED: u8 = 0x8C;
 }
 
 /// How a stream's log reaches the disk.
@@ -79,6 +95,10 @@ pub enum ErrorCode {
     SequenceRetired = 9,
     Busy = 10,
     Internal = 11,
+    /// The server is not the stream's primary (or not one of its replicas).
+    NotPrimary = 12,
+    /// `version-request`: the version was voided; ask for a new one.
+    VersionVoid = 13,
 }
 
 impl ErrorCode {
@@ -96,6 +116,8 @@ impl ErrorCode {
             9 => SequenceRetired,
             10 => Busy,
             11 => Internal,
+            12 => NotPrimary,
+            13 => VersionVoid,
             _ => return None,
         })
     }
@@ -113,6 +135,68 @@ pub struct StreamInfo {
     pub last_version: u64,
     /// Newest version readers may see.
     pub committed_version: u64,
+    /// Replication protocol code (`engine::replication::Protocol::code`).
+    pub protocol: u8,
+    /// Epoch of the current primary.
+    pub epoch: u64,
+    /// Server id of the primary.
+    pub primary: u32,
+    /// The replica set: server ids and client addresses.
+    pub replicas: Vec<ReplicaAddress>,
+}
+
+/// One server of a stream's replica set, as clients reach it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReplicaAddress {
+    pub id: u32,
+    pub address: String,
+}
+
+/// A primary's binding of a version to an event id (see
+/// `engine::replication::Binding`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WireBinding {
+    pub version: u64,
+    pub epoch: u64,
+    pub client: u128,
+    pub session: u64,
+    pub sequence: u64,
+    pub low_water: u64,
+    pub flags: u16,
+    pub crc: u32,
+}
+
+/// Size of one encoded [`WireBinding`].
+const BINDING_LEN: usize = 8 + 8 + 16 + 8 + 8 + 8 + 2 + 4;
+
+/// A replication message between servers, for one stream.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PeerMessage {
+    /// Encoded records back to back, in version order.
+    Replicate {
+        count: u32,
+        records: Vec<u8>,
+    },
+    Bind {
+        bindings: Vec<WireBinding>,
+    },
+    Progress {
+        logged: u64,
+    },
+    Commit {
+        committed: u64,
+        last: u64,
+    },
+    Need {
+        from: u64,
+        to: u64,
+    },
+    Reack {
+        client: u128,
+        session: u64,
+        sequence: u64,
+        version: u64,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -126,6 +210,38 @@ pub enum Frame {
         request: u64,
         name: String,
         durability: DurabilityConfig,
+        /// Replication protocol code; 0 picks the default.
+        protocol: u8,
+        /// Replica count; 0 picks the default (3, or fewer servers).
+        replicas: u8,
+    },
+    /// Server to server: create this replica of a stream as described.
+    CreateReplica {
+        request: u64,
+        info: StreamInfo,
+    },
+    /// A replication message from a client: `kind` is one of the
+    /// `SUBMIT_*` constants; `version` and `epoch` matter for
+    /// `SUBMIT_PLACED` only.
+    Submit {
+        stream: u64,
+        kind: u8,
+        version: u64,
+        epoch: u64,
+        session: u64,
+        sequence: u64,
+        low_water: u64,
+        key: Vec<u8>,
+        payload: Vec<u8>,
+    },
+    /// The first frame of a server's connection to a peer.
+    PeerHello {
+        version: u16,
+        from: u32,
+    },
+    Peer {
+        stream: u64,
+        message: PeerMessage,
     },
     DeleteStream {
         request: u64,
@@ -220,6 +336,36 @@ pub enum Frame {
         request: u64,
         json: String,
     },
+    /// Server `server`'s log has the message `(session, sequence)` of this
+    /// connection's client under `version`. `hint`: a `hybrid` primary's
+    /// mode (0 none, 1 server-sync, 2 client-async).
+    Acked {
+        stream: u64,
+        server: u32,
+        session: u64,
+        sequence: u64,
+        version: u64,
+        epoch: u64,
+        flags: u8,
+        hint: u8,
+    },
+    /// The primary gave the message this version (before logging it).
+    Stamped {
+        stream: u64,
+        session: u64,
+        sequence: u64,
+        version: u64,
+        epoch: u64,
+        flags: u8,
+    },
+    /// The server refused the message.
+    Refused {
+        stream: u64,
+        session: u64,
+        sequence: u64,
+        code: ErrorCode,
+        message: String,
+    },
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -264,6 +410,64 @@ fn put_info(out: &mut Vec<u8>, info: &StreamInfo) {
     out.extend_from_slice(&info.first_version.to_le_bytes());
     out.extend_from_slice(&info.last_version.to_le_bytes());
     out.extend_from_slice(&info.committed_version.to_le_bytes());
+    out.push(info.protocol);
+    out.extend_from_slice(&info.epoch.to_le_bytes());
+    out.extend_from_slice(&info.primary.to_le_bytes());
+    out.push(info.replicas.len().min(255) as u8);
+    for replica in info.replicas.iter().take(255) {
+        out.extend_from_slice(&replica.id.to_le_bytes());
+        put_str16(out, &replica.address);
+    }
+}
+
+fn put_peer_message(out: &mut Vec<u8>, message: &PeerMessage) {
+    match message {
+        PeerMessage::Replicate { count, records } => {
+            out.push(1);
+            out.extend_from_slice(&count.to_le_bytes());
+            out.extend_from_slice(records);
+        }
+        PeerMessage::Bind { bindings } => {
+            out.push(2);
+            out.extend_from_slice(&(bindings.len() as u32).to_le_bytes());
+            for b in bindings {
+                out.extend_from_slice(&b.version.to_le_bytes());
+                out.extend_from_slice(&b.epoch.to_le_bytes());
+                out.extend_from_slice(&b.client.to_le_bytes());
+                out.extend_from_slice(&b.session.to_le_bytes());
+                out.extend_from_slice(&b.sequence.to_le_bytes());
+                out.extend_from_slice(&b.low_water.to_le_bytes());
+                out.extend_from_slice(&b.flags.to_le_bytes());
+                out.extend_from_slice(&b.crc.to_le_bytes());
+            }
+        }
+        PeerMessage::Progress { logged } => {
+            out.push(3);
+            out.extend_from_slice(&logged.to_le_bytes());
+        }
+        PeerMessage::Commit { committed, last } => {
+            out.push(4);
+            out.extend_from_slice(&committed.to_le_bytes());
+            out.extend_from_slice(&last.to_le_bytes());
+        }
+        PeerMessage::Need { from, to } => {
+            out.push(5);
+            out.extend_from_slice(&from.to_le_bytes());
+            out.extend_from_slice(&to.to_le_bytes());
+        }
+        PeerMessage::Reack {
+            client,
+            session,
+            sequence,
+            version,
+        } => {
+            out.push(6);
+            out.extend_from_slice(&client.to_le_bytes());
+            out.extend_from_slice(&session.to_le_bytes());
+            out.extend_from_slice(&sequence.to_le_bytes());
+            out.extend_from_slice(&version.to_le_bytes());
+        }
+    }
 }
 
 impl Reader<'_> {
@@ -290,13 +494,76 @@ impl Reader<'_> {
     }
 
     fn info(&mut self) -> Option<StreamInfo> {
-        Some(StreamInfo {
+        let mut info = StreamInfo {
             id: self.u64()?,
             name: self.str16()?,
             durability: self.durability()?,
             first_version: self.u64()?,
             last_version: self.u64()?,
             committed_version: self.u64()?,
+            protocol: self.u8()?,
+            epoch: self.u64()?,
+            primary: self.u32()?,
+            replicas: Vec::new(),
+        };
+        let count = self.u8()?;
+        for _ in 0..count {
+            info.replicas.push(ReplicaAddress {
+                id: self.u32()?,
+                address: self.str16()?,
+            });
+        }
+        Some(info)
+    }
+
+    fn peer_message(&mut self) -> Option<PeerMessage> {
+        Some(match self.u8()? {
+            1 => {
+                let count = self.u32()?;
+                let records = self.rest().to_vec();
+                if !records_valid(&records, count) {
+                    return None;
+                }
+                PeerMessage::Replicate { count, records }
+            }
+            2 => {
+                let count = self.u32()? as usize;
+                if count > self.remaining() / BINDING_LEN {
+                    return None;
+                }
+                let mut bindings = Vec::with_capacity(count);
+                for _ in 0..count {
+                    bindings.push(WireBinding {
+                        version: self.u64()?,
+                        epoch: self.u64()?,
+                        client: self.u128()?,
+                        session: self.u64()?,
+                        sequence: self.u64()?,
+                        low_water: self.u64()?,
+                        flags: self.u16()?,
+                        crc: self.u32()?,
+                    });
+                }
+                PeerMessage::Bind { bindings }
+            }
+            3 => PeerMessage::Progress {
+                logged: self.u64()?,
+            },
+            4 => PeerMessage::Commit {
+                committed: self.u64()?,
+                last: self.u64()?,
+            },
+            5 => PeerMessage::Need {
+                from: self.u64()?,
+                to: self.u64()?,
+            },
+            6 => PeerMessage::Reack {
+                client: self.u128()?,
+                session: self.u64()?,
+                sequence: self.u64()?,
+                version: self.u64()?,
+            },
+            _ => return None,
         })
     }
 }
@@ -348,11 +615,104 @@ impl Frame {
                 request,
                 name,
                 durability,
+                protocol,
+                replicas,
             } => {
                 out.extend_from_slice(&request.to_le_bytes());
                 put_str16(out, name);
                 put_durability(out, *durability);
+                out.push(*protocol);
+                out.push(*replicas);
                 kind::CREATE_STREAM
+            }
+            Frame::CreateReplica { request, info } => {
+                out.extend_from_slice(&request.to_le_bytes());
+                put_info(out, info);
+                kind::CREATE_REPLICA
+            }
+            Frame::Submit {
+                stream,
+                kind: submit,
+                version,
+                epoch,
+                session,
+                sequence,
+                low_water,
+                key,
+                payload,
+            } => {
+                out.extend_from_slice(&stream.to_le_bytes());
+                out.push(*submit);
+                out.extend_from_slice(&version.to_le_bytes());
+                out.extend_from_slice(&epoch.to_le_bytes());
+                out.extend_from_slice(&session.to_le_bytes());
+                out.extend_from_slice(&sequence.to_le_bytes());
+                out.extend_from_slice(&low_water.to_le_bytes());
+                out.extend_from_slice(&(key.len() as u32).to_le_bytes());
+                out.extend_from_slice(key);
+                out.extend_from_slice(payload);
+                kind::SUBMIT
+            }
+            Frame::PeerHello { version, from } => {
+                out.extend_from_slice(&PEER_MAGIC);
+                out.extend_from_slice(&version.to_le_bytes());
+                out.extend_from_slice(&from.to_le_bytes());
+                kind::PEER_HELLO
+            }
+            Frame::Peer { stream, message } => {
+                out.extend_from_slice(&stream.to_le_bytes());
+                put_peer_message(out, message);
+                kind::PEER
+            }
+            Frame::Acked {
+                stream,
+                server,
+                session,
+                sequence,
+                version,
+                epoch,
+                flags,
+                hint,
+            } => {
+                out.extend_from_slice(&stream.to_le_bytes());
+                out.extend_from_slice(&server.to_le_bytes());
+                out.extend_from_slice(&session.to_le_bytes());
+                out.extend_from_slice(&sequence.to_le_bytes());
+                out.extend_from_slice(&version.to_le_bytes());
+                out.extend_from_slice(&epoch.to_le_bytes());
+                out.push(*flags);
+                out.push(*hint);
+                kind::ACKED
+            }
+            Frame::Stamped {
+                stream,
+                session,
+                sequence,
+                version,
+                epoch,
+                flags,
+            } => {
+                out.extend_from_slice(&stream.to_le_bytes());
+                out.extend_from_slice(&session.to_le_bytes());
+                out.extend_from_slice(&sequence.to_le_bytes());
+                out.extend_from_slice(&version.to_le_bytes());
+                out.extend_from_slice(&epoch.to_le_bytes());
+                out.push(*flags);
+                kind::STAMPED
+            }
+            Frame::Refused {
+                stream,
+                session,
+                sequence,
+                code,
+                message,
+            } => {
+                out.extend_from_slice(&stream.to_le_bytes());
+                out.extend_from_slice(&session.to_le_bytes());
+                out.extend_from_slice(&sequence.to_le_bytes());
+                out.extend_from_slice(&(*code as u16).to_le_bytes());
+                put_str16(out, message);
+                kind::REFUSED
             }
             Frame::DeleteStream { request, name } => {
                 out.extend_from_slice(&request.to_le_bytes());
@@ -578,9 +938,99 @@ impl Frame {
                         request: reader.u64()?,
                         name: reader.str16()?,
                         durability: reader.durability()?,
+                        protocol: reader.u8()?,
+                        replicas: reader.u8()?,
                     })
                 })(),
                 "create-stream",
+            ),
+            kind::CREATE_REPLICA => (
+                (|| {
+                    Some(Frame::CreateReplica {
+                        request: reader.u64()?,
+                        info: reader.info()?,
+                    })
+                })(),
+                "create-replica",
+            ),
+            kind::SUBMIT => (
+                (|| {
+                    Some(Frame::Submit {
+                        stream: reader.u64()?,
+                        kind: reader.u8()?,
+                        version: reader.u64()?,
+                        epoch: reader.u64()?,
+                        session: reader.u64()?,
+                        sequence: reader.u64()?,
+                        low_water: reader.u64()?,
+                        key: reader.bytes32()?,
+                        payload: reader.rest().to_vec(),
+                    })
+                })(),
+                "submit",
+            ),
+            kind::PEER_HELLO => {
+                if reader.take(4) != Some(&PEER_MAGIC[..]) {
+                    return Err(FrameError::BadMagic);
+                }
+                (
+                    (|| {
+                        Some(Frame::PeerHello {
+                            version: reader.u16()?,
+                            from: reader.u32()?,
+                        })
+                    })(),
+                    "peer-hello",
+                )
+            }
+            kind::PEER => (
+                (|| {
+                    Some(Frame::Peer {
+                        stream: reader.u64()?,
+                        message: reader.peer_message()?,
+                    })
+                })(),
+                "peer",
+            ),
+            kind::ACKED => (
+                (|| {
+                    Some(Frame::Acked {
+                        stream: reader.u64()?,
+                        server: reader.u32()?,
+                        session: reader.u64()?,
+                        sequence: reader.u64()?,
+                        version: reader.u64()?,
+                        epoch: reader.u64()?,
+                        flags: reader.u8()?,
+                        hint: reader.u8()?,
+                    })
+                })(),
+                "acked",
+            ),
+            kind::STAMPED => (
+                (|| {
+                    Some(Frame::Stamped {
+                        stream: reader.u64()?,
+                        session: reader.u64()?,
+                        sequence: reader.u64()?,
+                        version: reader.u64()?,
+                        epoch: reader.u64()?,
+                        flags: reader.u8()?,
+                    })
+                })(),
+                "stamped",
+            ),
+            kind::REFUSED => (
+                (|| {
+                    Some(Frame::Refused {
+                        stream: reader.u64()?,
+                        session: reader.u64()?,
+                        sequence: reader.u64()?,
+                        code: ErrorCode::from_u16(reader.u16()?)?,
+                        message: reader.str16()?,
+                    })
+                })(),
+                "refused",
             ),
             kind::DELETE_STREAM => (
                 (|| {
@@ -826,8 +1276,111 @@ mod tests {
             first_version: 1,
             last_version: 9,
             committed_version: 8,
+            protocol: 5,
+            epoch: 2,
+            primary: 3,
+            replicas: vec![
+                ReplicaAddress {
+                    id: 3,
+                    address: "127.0.0.1:7400".into(),
+                },
+                ReplicaAddress {
+                    id: 1,
+                    address: "127.0.0.1:7401".into(),
+                },
+            ],
         };
         vec![
+            Frame::CreateReplica {
+                request: 9,
+                info: info.clone(),
+            },
+            Frame::Submit {
+                stream: 5,
+                kind: SUBMIT_PLACED,
+                version: 12,
+                epoch: 2,
+                session: 1,
+                sequence: 44,
+                low_water: 40,
+                key: b"k".to_vec(),
+                payload: b"payload".to_vec(),
+            },
+            Frame::PeerHello {
+                version: PROTOCOL_VERSION,
+                from: 2,
+            },
+            Frame::Peer {
+                stream: 5,
+                message: PeerMessage::Replicate {
+                    count: 3,
+                    records: records.clone(),
+                },
+            },
+            Frame::Peer {
+                stream: 5,
+                message: PeerMessage::Bind {
+                    bindings: vec![WireBinding {
+                        version: 4,
+                        epoch: 1,
+                        client: 77,
+                        session: 1,
+                        sequence: 9,
+                        low_water: 3,
+                        flags: 0,
+                        crc: 0xdead_beef,
+                    }],
+                },
+            },
+            Frame::Peer {
+                stream: 5,
+                message: PeerMessage::Progress { logged: 7 },
+            },
+            Frame::Peer {
+                stream: 5,
+                message: PeerMessage::Commit {
+                    committed: 6,
+                    last: 9,
+                },
+            },
+            Frame::Peer {
+                stream: 5,
+                message: PeerMessage::Need { from: 3, to: 8 },
+            },
+            Frame::Peer {
+                stream: 5,
+                message: PeerMessage::Reack {
+                    client: 77,
+                    session: 1,
+                    sequence: 2,
+                    version: 2,
+                },
+            },
+            Frame::Acked {
+                stream: 5,
+                server: 2,
+                session: 1,
+                sequence: 44,
+                version: 12,
+                epoch: 2,
+                flags: ACKED_FLAG_DUPLICATE,
+                hint: 1,
+            },
+            Frame::Stamped {
+                stream: 5,
+                session: 1,
+                sequence: 44,
+                version: 12,
+                epoch: 2,
+                flags: 0,
+            },
+            Frame::Refused {
+                stream: 5,
+                session: 1,
+                sequence: 44,
+                code: ErrorCode::VersionVoid,
+                message: "voided".into(),
+            },
             Frame::Hello {
                 version: PROTOCOL_VERSION,
                 client: u128::MAX - 3,
@@ -837,6 +1390,8 @@ mod tests {
                 request: 1,
                 name: "orders".into(),
                 durability: DurabilityConfig::Sync,
+                protocol: 5,
+                replicas: 3,
             },
             Frame::DeleteStream {
                 request: 2,

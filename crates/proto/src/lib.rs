@@ -10,11 +10,14 @@ mod random;
 pub mod record;
 
 pub use frame::{
-    AckLevel, DurabilityConfig, ErrorCode, Frame, FrameBuffer, FrameError, StreamInfo,
-    FRAME_HEADER_LEN, PROTOCOL_VERSION,
+    AckLevel, DurabilityConfig, ErrorCode, Frame, FrameBuffer, FrameError, PeerMessage,
+    ReplicaAddress, StreamInfo, WireBinding, FRAME_HEADER_LEN, PROTOCOL_VERSION,
 };
 pub use random::random_u128;
-pub use record::{EventId, Record, RecordError, RecordHeader, RECORD_HEADER_LEN};
+pub use record::{
+    EventId, Record, RecordError, RecordHeader, FLAG_POSSIBLE_DUPLICATE, FLAG_VOID,
+    RECORD_HEADER_LEN,
+};
 
 /// Little-endian cursor over a byte slice; every read is bounds-checked, so
 /// malformed input becomes an error, never a panic.

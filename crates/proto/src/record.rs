@@ -48,6 +48,11 @@ pub const KIND_MESSAGE: u8 = 1;
 pub const RECORD_FORMAT_VERSION: u8 = 1;
 /// Flag: the record may repeat one logged before a failover.
 pub const FLAG_POSSIBLE_DUPLICATE: u16 = 1;
+/// Flag: the version holds no message. The primary wrote it to resolve a
+/// version it handed out whose message never came (`version-request`);
+/// every replica stores the same void record and readers skip it. Its event
+/// id is client 0, session 0, sequence = version (client 0 is reserved).
+pub const FLAG_VOID: u16 = 2;
 
 /// The largest record this format can describe; the server's own limit
 /// (`max_message_bytes`) is far below it.

@@ -4,7 +4,59 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use engine::replication::{ReplicaSettings, ServerId};
 use wal::Storage;
+
+/// One server of the cluster as the configuration names it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Peer {
+    pub id: ServerId,
+    /// `host:port` where the server listens for clients and peers.
+    pub address: String,
+}
+
+/// The static cluster: this server's id and every other server.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterConfig {
+    pub me: ServerId,
+    /// The other servers (this one excluded).
+    pub peers: Vec<Peer>,
+}
+
+impl Default for ClusterConfig {
+    /// A cluster of one: server 1 and no peers.
+    fn default() -> Self {
+        ClusterConfig {
+            me: 1,
+            peers: Vec::new(),
+        }
+    }
+}
+
+impl ClusterConfig {
+    /// Every server id, sorted, this one included.
+    pub fn server_ids(&self) -> Vec<ServerId> {
+        let mut ids: Vec<ServerId> = self.peers.iter().map(|p| p.id).collect();
+        ids.push(self.me);
+        ids.sort_unstable();
+        ids
+    }
+
+    /// Why the configuration cannot work, if it cannot.
+    pub fn problem(&self) -> Option<String> {
+        if self.me == 0 {
+            return Some("server ids start at 1".into());
+        }
+        let ids = self.server_ids();
+        if ids.windows(2).any(|pair| pair[0] == pair[1]) {
+            return Some(format!("server ids must be distinct: {ids:?}"));
+        }
+        self.peers
+            .iter()
+            .find(|peer| peer.id == 0 || peer.address.is_empty())
+            .map(|peer| format!("peer {} needs a nonzero id and an address", peer.id))
+    }
+}
 
 /// Every limit has a name here; the CLI maps the TOML file and flags to it.
 #[derive(Clone)]
@@ -40,6 +92,19 @@ pub struct ServerConfig {
     pub memory_retain_bytes: usize,
     /// Keep per-record log latency samples (the logging experiment).
     pub sample_log_latency: bool,
+    /// This server's id and its peers.
+    pub cluster: ClusterConfig,
+    /// Timeouts and bounds of the replication state machines.
+    pub replication: ReplicaSettings,
+    /// How often each stream's replication state sees the clock (gap
+    /// repair, voids, heartbeats).
+    pub tick_interval: Duration,
+    /// Replication messages queued for one peer; past it they are dropped
+    /// (the protocols repair what is lost) and counted.
+    pub peer_queue_max: usize,
+    /// Records waiting for room in a stream's log; past it the stream
+    /// refuses new messages with `Busy`.
+    pub log_backlog_bytes_max: usize,
 }
 
 impl ServerConfig {
@@ -60,6 +125,11 @@ impl ServerConfig {
             page_flush_interval: Duration::from_millis(2),
             memory_retain_bytes: 64 * 1024 * 1024,
             sample_log_latency: false,
+            cluster: ClusterConfig::default(),
+            replication: ReplicaSettings::default(),
+            tick_interval: Duration::from_millis(10),
+            peer_queue_max: 65_536,
+            log_backlog_bytes_max: 64 * 1024 * 1024,
         }
     }
 

@@ -1,16 +1,21 @@
 //! One client connection: the handshake, the read loop that cuts frames and
 //! dispatches them, the acknowledgement queue, and the writer task.
 //!
-//! Acknowledgements (and log failures) of logged appends leave in the order
-//! the appends arrived: the ack task waits for each one's durability in
-//! turn. Refusals that log nothing are answered at once and may overtake
-//! them; clients match answers by request id. The queue between the read loop
-//! and the ack task is bounded by `in_flight_per_connection_max`; when it is
-//! full the read loop stops reading, and TCP pushes back on the client.
+//! Messages go to the stream's replication state machine; what it says to
+//! the client comes back through the server's router as notes, which the
+//! notes task turns into frames: `Acked`, `Stamped` and `Refused` for
+//! `Submit`, and the request-numbered `Ack` or `Error` for a single-server
+//! `Append`. Appends awaiting their answer are bounded by
+//! `in_flight_per_connection_max`; when the bound is reached the read loop
+//! stops reading, and TCP pushes back on the client.
+//!
+//! A connection whose first frame is `PeerHello` is a peer link: it carries
+//! replication messages from that server to this one's streams.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
+use engine::replication::{AckRule, Content, HybridMode, Msg, Protocol, ServerId};
 use proto::{ErrorCode, EventId, Frame, FrameBuffer, PROTOCOL_VERSION};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -18,8 +23,9 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::{AbortHandle, JoinHandle};
 
+use crate::replication::{self, ClientNote};
 use crate::state::ServerState;
-use crate::stream::{AppendFailure, Stream};
+use crate::stream::{Stream, SubmitFailure};
 use crate::subscription;
 
 /// Bytes the read loop asks the socket for at a time.
@@ -27,13 +33,21 @@ const READ_BYTES: usize = 64 * 1024;
 /// Bytes of records read for one connection and not yet written to it.
 const READ_BUDGET_BYTES: usize = 4 * 1024 * 1024;
 
-/// An append waiting for its acknowledgement.
-struct PendingAck {
+/// A single-server `Append` waiting for its answer, keyed by (stream,
+/// session, sequence); it holds one of the connection's in-flight slots.
+struct LegacyAppend {
     request: u64,
-    stream: Arc<Stream>,
-    version: u64,
-    duplicate: bool,
+    level: proto::AckLevel,
     echo: Vec<u8>,
+    _slot: OwnedSemaphorePermit,
+}
+
+type LegacyAppends = Arc<Mutex<HashMap<(u64, u64, u64), LegacyAppend>>>;
+
+/// Who opened the connection.
+enum Opener {
+    Client(u128),
+    Peer(ServerId),
 }
 
 /// A frame waiting for the socket, with the read budget it holds (returned
@@ -109,7 +123,15 @@ pub(crate) async fn serve(
         _ = stop.wait_for(|stopping| *stopping) => return,
     };
     let client = match shaken {
-        Ok(client) => client,
+        Ok(Opener::Client(client)) => client,
+        Ok(Opener::Peer(from)) => {
+            drop(writer);
+            tokio::select! {
+                _ = serve_peer(from, reader, buffer, &server) => {}
+                _ = stop.wait_for(|stopping| *stopping) => {}
+            }
+            return;
+        }
         Err((code, message)) => {
             let frame = Frame::Error {
                 request: 0,
@@ -126,17 +148,27 @@ pub(crate) async fn serve(
         read_budget: Arc::new(Semaphore::new(READ_BUDGET_BYTES)),
     });
     let writer_task = tokio::spawn(write_frames(writer, frames_receiver));
-    let (acks, acks_receiver) = mpsc::channel(server.config.in_flight_per_connection_max);
-    let ack_task = tokio::spawn(send_acks(acks_receiver, Arc::clone(&outgoing)));
+    let in_flight = server.config.in_flight_per_connection_max;
+    let (notes, notes_receiver) = mpsc::channel(in_flight.saturating_mul(4).max(64));
+    let registration = server.router.register(client, notes);
+    let legacy: LegacyAppends = Arc::default();
+    let notes_task = tokio::spawn(send_notes(
+        notes_receiver,
+        Arc::clone(&outgoing),
+        Arc::clone(&legacy),
+        server.config.cluster.me,
+    ));
     // When the server shuts down it aborts this task; the guard takes the
     // connection's other tasks down with it, so the socket closes and the
     // client reconnects instead of waiting on a half-open connection.
-    let _guard = AbortOnDrop(vec![writer_task.abort_handle(), ack_task.abort_handle()]);
+    let _guard = AbortOnDrop(vec![writer_task.abort_handle(), notes_task.abort_handle()]);
     let mut connection = Connection {
-        server,
+        server: Arc::clone(&server),
         client,
         outgoing,
-        acks,
+        legacy,
+        batch: None,
+        legacy_slots: Arc::new(Semaphore::new(in_flight)),
         subscriptions: HashMap::new(),
     };
     let stopped_by_server = tokio::select! {
@@ -151,6 +183,7 @@ pub(crate) async fn serve(
         .drain()
         .map(|(_, (task, _))| task)
         .collect();
+    let legacy_slots = Arc::clone(&connection.legacy_slots);
     drop(connection);
     for task in &subscriptions {
         task.abort();
@@ -158,14 +191,67 @@ pub(crate) async fn serve(
     for task in subscriptions {
         let _ = task.await;
     }
+    if !stopped_by_server {
+        // Let the answers to appends already taken arrive (bounded wait):
+        // a client that closes after its last append still gets its ack.
+        let _ = tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            legacy_slots.acquire_many(in_flight as u32),
+        )
+        .await;
+    }
+    server.router.unregister(client, registration);
+    notes_task.abort();
+    let _ = notes_task.await;
     if stopped_by_server {
-        ack_task.abort();
         writer_task.abort();
     }
-    // Otherwise the ack task drains what is queued (acks for appends
-    // already logged) and the writer sends them, unless the socket is gone.
-    let _ = ack_task.await;
     let _ = writer_task.await;
+}
+
+/// Feeds a peer's replication messages to this server's streams.
+async fn serve_peer(
+    from: ServerId,
+    mut reader: OwnedReadHalf,
+    mut buffer: FrameBuffer,
+    server: &Arc<ServerState>,
+) {
+    let max_frame = server.config.frame_bytes_max().max(64 * 1024 * 1024);
+    let mut scratch = vec![0u8; READ_BYTES];
+    // Messages for one stream from one read are handed over in one step.
+    let mut batch: Vec<Msg> = Vec::new();
+    let mut batch_stream: Option<Arc<Stream>> = None;
+    loop {
+        loop {
+            match buffer.next_frame(max_frame) {
+                Ok(Some(Frame::Peer { stream, message })) => {
+                    if batch_stream.as_ref().is_some_and(|s| s.id != stream) {
+                        if let Some(done) = batch_stream.take() {
+                            done.on_peer_many(from, std::mem::take(&mut batch));
+                        }
+                    }
+                    if batch_stream.is_none() {
+                        batch_stream = server.stream_by_id(stream);
+                    }
+                    if batch_stream.is_some() {
+                        batch.push(replication::peer_msg(message));
+                    }
+                }
+                Ok(Some(_)) | Err(_) => {
+                    eprintln!("stamplog: closing the link from server {from}: unexpected frame");
+                    return;
+                }
+                Ok(None) => break,
+            }
+        }
+        if let Some(done) = batch_stream.take() {
+            done.on_peer_many(from, std::mem::take(&mut batch));
+        }
+        match read_some(&mut reader, &mut scratch, &mut buffer).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+    }
 }
 
 async fn read_some(
@@ -184,7 +270,7 @@ async fn handshake(
     writer: &mut OwnedWriteHalf,
     buffer: &mut FrameBuffer,
     server: &ServerState,
-) -> Result<u128, (ErrorCode, String)> {
+) -> Result<Opener, (ErrorCode, String)> {
     let bad = |message: String| (ErrorCode::BadFrame, message);
     let mut scratch = vec![0u8; 1024];
     let first = tokio::time::timeout(server.config.handshake_timeout, async {
@@ -204,17 +290,32 @@ async fn handshake(
     .await
     .map_err(|_| bad("no hello within the handshake timeout".to_string()))?
     .map_err(bad)?;
-    let Frame::Hello {
-        version, client, ..
-    } = first
-    else {
-        return Err(bad("the first frame must be a hello".into()));
+    let (version, opener) = match first {
+        Frame::Hello {
+            version, client, ..
+        } => (version, Opener::Client(client)),
+        Frame::PeerHello { version, from } => {
+            let known = server
+                .config
+                .cluster
+                .peers
+                .iter()
+                .any(|peer| peer.id == from);
+            if !known {
+                return Err(bad(format!("server {from} is not in this cluster")));
+            }
+            (version, Opener::Peer(from))
+        }
+        _ => return Err(bad("the first frame must be a hello".into())),
     };
     if version != PROTOCOL_VERSION {
         let message = format!(
             "protocol version {version} is not supported; this server speaks {PROTOCOL_VERSION}"
         );
         return Err((ErrorCode::UnsupportedVersion, message));
+    }
+    if let Opener::Peer(_) = opener {
+        return Ok(opener);
     }
     let reply = Frame::HelloOk {
         version: PROTOCOL_VERSION,
@@ -225,7 +326,7 @@ async fn handshake(
         .write_all(&reply.to_bytes())
         .await
         .map_err(|e| bad(e.to_string()))?;
-    Ok(client)
+    Ok(opener)
 }
 
 /// Writes queued frames, coalescing whatever is queued into one write.
@@ -254,33 +355,93 @@ async fn write_frames(mut writer: OwnedWriteHalf, mut frames: mpsc::Receiver<Que
     let _ = writer.shutdown().await;
 }
 
-async fn send_acks(mut acks: mpsc::Receiver<PendingAck>, outgoing: Arc<Outgoing>) {
-    while let Some(pending) = acks.recv().await {
-        let frame = match pending.stream.wait_ack(pending.version).await {
-            Ok(level) => Frame::Ack {
-                request: pending.request,
-                stream: pending.stream.id,
-                version: pending.version,
-                epoch: pending.stream.epoch(),
-                level,
-                flags: if pending.duplicate {
-                    proto::frame::ACK_FLAG_DUPLICATE
-                } else {
-                    0
-                },
-                replicas: 1,
-                echo: pending.echo,
-            },
-            Err(failure) => Frame::Error {
-                request: pending.request,
-                code: ErrorCode::LogFailed,
-                message: format!("not acknowledged: the stream's log failed: {failure}"),
-            },
-        };
-        if !outgoing.send(&frame).await {
-            return;
+/// Turns the router's notes for this client into frames.
+async fn send_notes(
+    mut notes: mpsc::Receiver<ClientNote>,
+    outgoing: Arc<Outgoing>,
+    legacy: LegacyAppends,
+    me: ServerId,
+) {
+    while let Some(note) = notes.recv().await {
+        match note {
+            ClientNote::Msgs(stream, msgs) => {
+                // Every answer of the note leaves in one queued write.
+                let mut bytes = Vec::new();
+                for msg in msgs {
+                    let frame = match legacy_answer(&legacy, stream, &msg) {
+                        Some(frame) => frame,
+                        None => match replication::client_frame(me, stream, msg) {
+                            Some(frame) => frame,
+                            None => continue,
+                        },
+                    };
+                    frame.encode(&mut bytes);
+                }
+                if !bytes.is_empty() && outgoing.frames.send((bytes, None)).await.is_err() {
+                    return;
+                }
+            }
+            ClientNote::Failed(stream, failure) => {
+                // Every append waiting on this stream gets the failure.
+                let failed: Vec<LegacyAppend> = {
+                    let mut map = legacy.lock().expect("legacy lock");
+                    let keys: Vec<_> = map.keys().filter(|k| k.0 == stream).copied().collect();
+                    keys.iter().filter_map(|k| map.remove(k)).collect()
+                };
+                for append in failed {
+                    let frame = Frame::Error {
+                        request: append.request,
+                        code: ErrorCode::LogFailed,
+                        message: format!("not acknowledged: the stream's log failed: {failure}"),
+                    };
+                    if !outgoing.send(&frame).await {
+                        return;
+                    }
+                }
+            }
         }
     }
+}
+
+/// The request-numbered answer to a single-server `Append`, if `msg`
+/// answers one.
+fn legacy_answer(legacy: &LegacyAppends, stream: u64, msg: &Msg) -> Option<Frame> {
+    let event = match msg {
+        Msg::Ack { event, .. } | Msg::Refused { event, .. } => *event,
+        _ => return None,
+    };
+    let append =
+        legacy
+            .lock()
+            .expect("legacy lock")
+            .remove(&(stream, event.session, event.sequence))?;
+    Some(match msg {
+        Msg::Ack {
+            version,
+            epoch,
+            duplicate,
+            ..
+        } => Frame::Ack {
+            request: append.request,
+            stream,
+            version: *version,
+            epoch: *epoch,
+            level: append.level,
+            flags: if *duplicate {
+                proto::frame::ACK_FLAG_DUPLICATE
+            } else {
+                0
+            },
+            replicas: 1,
+            echo: append.echo,
+        },
+        Msg::Refused { refusal, .. } => Frame::Error {
+            request: append.request,
+            code: replication::refusal_code(refusal),
+            message: refusal.to_string(),
+        },
+        _ => unreachable!("matched above"),
+    })
 }
 
 /// Aborts tasks when dropped.
@@ -302,11 +463,17 @@ impl Drop for Connection {
     }
 }
 
+/// Submits handed to a stream in one step at most.
+const SUBMIT_BATCH_MAX: usize = 1024;
+
 struct Connection {
     server: Arc<ServerState>,
     client: u128,
+    /// Submits gathered from the bytes read so far, for one stream.
+    batch: Option<(Arc<Stream>, Vec<Msg>)>,
     outgoing: Arc<Outgoing>,
-    acks: mpsc::Sender<PendingAck>,
+    legacy: LegacyAppends,
+    legacy_slots: Arc<Semaphore>,
     /// Each subscription's task and its credit (records it may still push).
     subscriptions: HashMap<u64, (JoinHandle<()>, Arc<Semaphore>)>,
 }
@@ -319,11 +486,22 @@ impl Connection {
             loop {
                 match buffer.next_frame(max_frame) {
                     Ok(Some(frame)) => {
+                        // Submits are gathered and handed to their stream
+                        // together; anything else first hands over what
+                        // was gathered, so order is kept.
+                        if !matches!(frame, Frame::Submit { .. }) && !self.flush_batch().await {
+                            return;
+                        }
                         if !self.handle(frame).await {
                             return;
                         }
                     }
-                    Ok(None) => break,
+                    Ok(None) => {
+                        if !self.flush_batch().await {
+                            return;
+                        }
+                        break;
+                    }
                     Err(error) => {
                         // A frame we cannot cut means we no longer know
                         // where the next one starts: say why and close.
@@ -383,12 +561,26 @@ impl Connection {
                 request,
                 name,
                 durability,
+                protocol,
+                replicas,
             } => {
-                let server = Arc::clone(&self.server);
-                let result =
-                    tokio::task::spawn_blocking(move || server.create_stream(&name, durability))
+                let protocol = if protocol == 0 {
+                    Some(Protocol::OneHopAckClient)
+                } else {
+                    Protocol::from_code(protocol)
+                };
+                let Some(protocol) = protocol else {
+                    let message = "unknown protocol code".to_string();
+                    return self
+                        .outgoing
+                        .error(request, ErrorCode::InvalidArgument, message)
                         .await;
-                let reply = match result.expect("create_stream does not panic") {
+                };
+                let result = self
+                    .server
+                    .create_replicated(&name, durability, protocol, replicas as usize)
+                    .await;
+                let reply = match result {
                     Ok(info) => Frame::StreamInfo { request, info },
                     Err(error) => Frame::Error {
                         request,
@@ -397,6 +589,36 @@ impl Connection {
                     },
                 };
                 self.outgoing.send(&reply).await
+            }
+            Frame::CreateReplica { request, info } => {
+                let server = Arc::clone(&self.server);
+                let result =
+                    tokio::task::spawn_blocking(move || server.create_replica(&info)).await;
+                let reply = match result.expect("create_replica does not panic") {
+                    Ok(info) => Frame::StreamInfo { request, info },
+                    Err(error) => Frame::Error {
+                        request,
+                        code: error.code,
+                        message: error.message,
+                    },
+                };
+                self.outgoing.send(&reply).await
+            }
+            Frame::Submit {
+                stream,
+                kind,
+                version,
+                epoch,
+                session,
+                sequence,
+                low_water,
+                key,
+                payload,
+            } => {
+                self.submit(
+                    stream, kind, version, epoch, session, sequence, low_water, key, payload,
+                )
+                .await
             }
             Frame::DeleteStream { request, name } => {
                 let server = Arc::clone(&self.server);
@@ -413,11 +635,9 @@ impl Connection {
             }
             Frame::OpenStream { request, name } => match self.server.stream_by_name(&name) {
                 Some(stream) => {
+                    let info = self.server.stream_info(&stream);
                     self.outgoing
-                        .send(&Frame::StreamInfo {
-                            request,
-                            info: stream.info(),
-                        })
+                        .send(&Frame::StreamInfo { request, info })
                         .await
                 }
                 None => {
@@ -431,7 +651,12 @@ impl Connection {
                 }
             },
             Frame::ListStreams { request } => {
-                let streams = self.server.streams().iter().map(|s| s.info()).collect();
+                let streams = self
+                    .server
+                    .streams()
+                    .iter()
+                    .map(|s| self.server.stream_info(s))
+                    .collect();
                 self.outgoing
                     .send(&Frame::StreamList { request, streams })
                     .await
@@ -513,35 +738,155 @@ impl Connection {
                 .error(request, ErrorCode::MessageTooLarge, message)
                 .await;
         }
-        match stream.append(event, low_water, &key, &payload).await {
-            Ok(appended) => {
-                let pending = PendingAck {
-                    request,
-                    stream,
-                    version: appended.version,
-                    duplicate: appended.duplicate,
-                    echo: if echo { payload } else { Vec::new() },
-                };
-                self.acks.send(pending).await.is_ok()
-            }
+        // `Append` is answered by the primary alone: it serves streams whose
+        // ack rule the primary's answer meets.
+        let rule = stream.protocol.ack_rule(HybridMode::ServerSync);
+        let primary_answers = matches!(rule, AckRule::PrimaryAfterAll | AckRule::PrimaryOnly)
+            || stream.placement.replicas.len() == 1;
+        if !primary_answers || stream.protocol == Protocol::Unversioned {
+            let message = format!(
+                "stream {:?} uses {} over {} replicas; send with Submit (the client library's replicated producer)",
+                stream.name,
+                stream.protocol,
+                stream.placement.replicas.len()
+            );
+            return self
+                .outgoing
+                .error(request, ErrorCode::InvalidArgument, message)
+                .await;
+        }
+        let Ok(slot) = Arc::clone(&self.legacy_slots).acquire_owned().await else {
+            return false;
+        };
+        let level = if stream.durability == proto::DurabilityConfig::Sync {
+            proto::AckLevel::Synced
+        } else {
+            proto::AckLevel::Memory
+        };
+        let echo = if echo { payload.clone() } else { Vec::new() };
+        self.legacy.lock().expect("legacy lock").insert(
+            (stream.id, event.session, event.sequence),
+            LegacyAppend {
+                request,
+                level,
+                echo,
+                _slot: slot,
+            },
+        );
+        let content = Content {
+            event,
+            low_water,
+            key: Arc::new(key),
+            payload: Arc::new(payload),
+        };
+        match stream.submit(self.client, Msg::Write(content)) {
+            Ok(()) => true,
             Err(failure) => {
-                let code = match &failure {
-                    AppendFailure::Rejected(engine::Rejection::Retired { .. }) => {
-                        ErrorCode::SequenceRetired
-                    }
-                    AppendFailure::Rejected(engine::Rejection::DedupeFull) => ErrorCode::Busy,
-                    AppendFailure::Rejected(engine::Rejection::ZeroSequence) => {
-                        ErrorCode::InvalidArgument
-                    }
-                    AppendFailure::TooLarge(_) => ErrorCode::MessageTooLarge,
-                    AppendFailure::LogFailed(_) => ErrorCode::LogFailed,
-                    AppendFailure::Deleted => ErrorCode::UnknownStream,
-                };
+                self.legacy.lock().expect("legacy lock").remove(&(
+                    stream.id,
+                    event.session,
+                    event.sequence,
+                ));
                 self.outgoing
-                    .error(request, code, failure.to_string())
+                    .error(request, submit_failure_code(&failure), failure.to_string())
                     .await
             }
         }
+    }
+
+    /// A replication message (`Submit`).
+    #[allow(clippy::too_many_arguments)]
+    async fn submit(
+        &mut self,
+        stream_id: u64,
+        kind: u8,
+        version: u64,
+        epoch: u64,
+        session: u64,
+        sequence: u64,
+        low_water: u64,
+        key: Vec<u8>,
+        payload: Vec<u8>,
+    ) -> bool {
+        let refuse = |code: ErrorCode, message: String| Frame::Refused {
+            stream: stream_id,
+            session,
+            sequence,
+            code,
+            message,
+        };
+        let limit = self.server.config.message_bytes_max;
+        if key.len() + payload.len() > limit {
+            let message = format!(
+                "message of {} bytes exceeds the limit of {limit} bytes",
+                key.len() + payload.len()
+            );
+            return self
+                .outgoing
+                .send(&refuse(ErrorCode::MessageTooLarge, message))
+                .await;
+        }
+        let Some(stream) = self.server.stream_by_id(stream_id) else {
+            let message = format!("no stream with id {stream_id}");
+            return self
+                .outgoing
+                .send(&refuse(ErrorCode::UnknownStream, message))
+                .await;
+        };
+        let Some(msg) = replication::submit_msg(
+            self.client,
+            kind,
+            version,
+            epoch,
+            session,
+            sequence,
+            low_water,
+            key,
+            payload,
+        ) else {
+            let message = format!("unknown submit kind {kind}");
+            self.outgoing.error(0, ErrorCode::BadFrame, message).await;
+            return false;
+        };
+        let same = self
+            .batch
+            .as_ref()
+            .is_some_and(|(batched, _)| Arc::ptr_eq(batched, &stream));
+        if !same && !self.flush_batch().await {
+            return false;
+        }
+        let (_, messages) = self.batch.get_or_insert_with(|| (stream, Vec::new()));
+        messages.push(msg);
+        if messages.len() >= SUBMIT_BATCH_MAX {
+            return self.flush_batch().await;
+        }
+        true
+    }
+
+    /// Hands the gathered submits to their stream in one step.
+    async fn flush_batch(&mut self) -> bool {
+        let Some((stream, messages)) = self.batch.take() else {
+            return true;
+        };
+        let Err((failure, messages)) = stream.submit_many(self.client, messages) else {
+            return true;
+        };
+        for msg in messages {
+            let Some(event) = replication::event_of(&msg) else {
+                continue;
+            };
+            let frame = Frame::Refused {
+                stream: stream.id,
+                session: event.session,
+                sequence: event.sequence,
+                code: submit_failure_code(&failure),
+                message: failure.to_string(),
+            };
+            if !self.outgoing.send(&frame).await {
+                return false;
+            }
+        }
+        true
     }
 
     async fn fetch(
@@ -561,23 +906,22 @@ impl Connection {
             return false;
         };
         let mut records = Vec::new();
-        let reply =
-            match stream
-                .log
-                .read(from.max(1), max_records as usize, max_bytes, &mut records)
-            {
-                Ok(count) => Frame::Records {
-                    request,
-                    next: from.max(1) + count as u64,
-                    count: count as u32,
-                    records,
-                },
-                Err(error) => Frame::Error {
-                    request,
-                    code: subscription::read_error_code(&error),
-                    message: error.to_string(),
-                },
-            };
+        let visible = stream.visible_version();
+        let from = from.max(1);
+        let max_records = (max_records as u64).min((visible + 1).saturating_sub(from)) as usize;
+        let reply = match stream.log.read(from, max_records, max_bytes, &mut records) {
+            Ok(count) => Frame::Records {
+                request,
+                next: from.max(1) + count as u64,
+                count: count as u32,
+                records,
+            },
+            Err(error) => Frame::Error {
+                request,
+                code: subscription::read_error_code(&error),
+                message: error.to_string(),
+            },
+        };
         self.outgoing.send_read(&reply, budget).await
     }
 
@@ -613,6 +957,14 @@ impl Connection {
         ));
         self.subscriptions.insert(id, (task, credits));
         true
+    }
+}
+
+fn submit_failure_code(failure: &SubmitFailure) -> ErrorCode {
+    match failure {
+        SubmitFailure::Deleted => ErrorCode::UnknownStream,
+        SubmitFailure::LogFailed(_) => ErrorCode::LogFailed,
+        SubmitFailure::Busy => ErrorCode::Busy,
     }
 }
 

@@ -6,19 +6,29 @@
 //! [`run`]`(listener, server, shutdown)`, so tests bind port 0 and drive the
 //! real server.
 //!
-//! Invariant: an append is acknowledged only once its stream's ack rule is
-//! met (for `sync`, once its record is durable); readers never see a record
-//! past the durable version.
+//! Each stream runs the replication state machine of its protocol
+//! (`engine::replication::Replica`); this crate carries out what it decides:
+//! log appends, messages to peers over peer links, acknowledgements to
+//! client connections, and the visible version readers may see.
+//!
+//! Invariant: a message is acknowledged only once its log holds it by the
+//! stream's durability rule (for `sync`, once its record is durable);
+//! readers never see a record past the stream's visible (committed and
+//! logged) version.
 
 mod config;
 mod connection;
+mod local;
+mod replication;
 mod state;
 mod stream;
 mod subscription;
 
-pub use config::ServerConfig;
-pub use state::{OpenError, ServerState};
-pub use stream::{stream_name_error, Stream};
+pub use config::{ClusterConfig, Peer, ServerConfig};
+pub use local::{LocalCluster, LocalServer};
+pub use replication::Router;
+pub use state::{OpenError, ServerState, DEFAULT_REPLICAS};
+pub use stream::{now_ms, stream_name_error, Stream, StreamMeta};
 
 use std::future::Future;
 use std::sync::Arc;
@@ -36,8 +46,18 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) {
     let mut connections = JoinSet::new();
-    // Connections watch this to stop; `run` then waits for each of them.
-    let (stop, stopping) = tokio::sync::watch::channel(false);
+    // Connections, peer links and stream tasks watch this to stop; `run`
+    // then waits for each connection.
+    let stop = server.stop.clone();
+    let _ = stop.send(false);
+    let stopping = stop.subscribe();
+    if let Ok(address) = listener.local_addr() {
+        server.set_address(address.to_string());
+    }
+    server.router.start_links(stop.subscribe());
+    for stream in server.streams() {
+        stream.start_tasks(server.config.tick_interval, stop.subscribe());
+    }
     tokio::pin!(shutdown);
     loop {
         tokio::select! {

@@ -6,11 +6,17 @@ use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
-use proto::{DurabilityConfig, StreamInfo};
-use tokio::sync::Semaphore;
+use engine::replication::{Placement, Protocol, ServerId};
+use proto::{DurabilityConfig, Frame, ReplicaAddress, StreamInfo};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::{watch, Semaphore};
 
 use crate::config::ServerConfig;
+use crate::replication::Router;
 use crate::stream::{stream_name_error, Stream, StreamMeta, META_FILE};
+
+/// Replicas of a stream when the creator does not say.
+pub const DEFAULT_REPLICAS: usize = 3;
 
 #[derive(Debug, thiserror::Error)]
 pub enum OpenError {
@@ -22,6 +28,8 @@ pub enum OpenError {
     },
     #[error("stream in {path} cannot be opened: {reason}")]
     Stream { path: PathBuf, reason: String },
+    #[error("bad cluster configuration: {0}")]
+    Cluster(String),
 }
 
 /// Why a stream operation failed, with the protocol's error code.
@@ -59,11 +67,21 @@ pub struct ServerState {
     streams: RwLock<Registry>,
     /// Bounds the connections served at once (`connections_max`).
     pub connection_slots: Arc<Semaphore>,
+    /// Carries replication messages to peers and clients.
+    pub router: Arc<Router>,
+    /// The address this server serves on (set by [`crate::run`]).
+    address: RwLock<String>,
+    /// Fires when the server shuts down; background tasks watch it.
+    pub(crate) stop: watch::Sender<bool>,
 }
 
 impl ServerState {
     /// Opens the data folder and recovers every stream in it.
     pub fn open(config: ServerConfig) -> Result<Arc<ServerState>, OpenError> {
+        if let Some(problem) = config.cluster.problem() {
+            return Err(OpenError::Cluster(problem));
+        }
+        let router = Arc::new(Router::new(&config.cluster, config.peer_queue_max));
         let storage = config.storage.clone();
         let streams_folder = config.data_dir.join("streams");
         let data_error = |source| OpenError::DataDir {
@@ -101,7 +119,9 @@ impl ServerState {
             if meta.durability != "memory" && !storage.exists(&folder.join("log")) {
                 return Err(stream_error("its log folder is missing".into()));
             }
-            let stream = Arc::new(Stream::open(&meta, &folder, &config).map_err(stream_error)?);
+            let stream = Arc::new(
+                Stream::open(&meta, &folder, &config, Arc::clone(&router)).map_err(stream_error)?,
+            );
             if registry.by_id.contains_key(&stream.id) {
                 return Err(stream_error(format!(
                     "stream id {} is used twice",
@@ -117,7 +137,172 @@ impl ServerState {
             connection_slots: Arc::new(Semaphore::new(config.connections_max)),
             config,
             streams: RwLock::new(registry),
+            router,
+            address: RwLock::new(String::new()),
+            stop: watch::channel(false).0,
         }))
+    }
+
+    /// The address clients reach this server on.
+    pub fn address(&self) -> String {
+        self.address.read().expect("address lock").clone()
+    }
+
+    pub(crate) fn set_address(&self, address: String) {
+        *self.address.write().expect("address lock") = address;
+    }
+
+    /// The client address of a server of the cluster.
+    fn address_of(&self, id: ServerId) -> String {
+        if id == self.config.cluster.me {
+            return self.address();
+        }
+        self.config
+            .cluster
+            .peers
+            .iter()
+            .find(|peer| peer.id == id)
+            .map_or_else(String::new, |peer| peer.address.clone())
+    }
+
+    /// How clients see a stream: its state here and its placement.
+    pub fn stream_info(&self, stream: &Stream) -> StreamInfo {
+        StreamInfo {
+            id: stream.id,
+            name: stream.name.clone(),
+            durability: stream.durability,
+            first_version: stream.log.first_version(),
+            last_version: stream.log.last_version(),
+            committed_version: stream.visible_version(),
+            protocol: stream.protocol.code(),
+            epoch: stream.placement.epoch,
+            primary: stream.placement.primary,
+            replicas: stream
+                .placement
+                .replicas
+                .iter()
+                .map(|&id| ReplicaAddress {
+                    id,
+                    address: self.address_of(id),
+                })
+                .collect(),
+        }
+    }
+
+    /// Chooses a stream's replica set: `replicas` consecutive servers of
+    /// the sorted id list, starting at a position given by the name's hash,
+    /// so streams spread over the cluster; the first is the primary.
+    pub fn place(&self, name: &str, replicas: usize) -> Result<Placement, String> {
+        let ids = self.config.cluster.server_ids();
+        let count = if replicas == 0 {
+            DEFAULT_REPLICAS.min(ids.len())
+        } else {
+            replicas
+        };
+        if count > ids.len() {
+            return Err(format!(
+                "a stream of {count} replicas needs {count} servers; the cluster has {}",
+                ids.len()
+            ));
+        }
+        let start = (name_hash(name.as_bytes()) % ids.len() as u64) as usize;
+        let chosen: Vec<ServerId> = (0..count).map(|i| ids[(start + i) % ids.len()]).collect();
+        Ok(Placement {
+            primary: chosen[0],
+            replicas: chosen,
+            epoch: 1,
+        })
+    }
+
+    /// Creates a stream on every server of its replica set: this one on
+    /// disk, the others through a `CreateReplica` request.
+    pub async fn create_replicated(
+        self: &Arc<Self>,
+        name: &str,
+        durability: DurabilityConfig,
+        protocol: Protocol,
+        replicas: usize,
+    ) -> Result<StreamInfo, StreamError> {
+        use proto::ErrorCode;
+        if let Some(problem) = stream_name_error(name) {
+            return Err(StreamError::new(ErrorCode::InvalidArgument, problem));
+        }
+        let placement = self
+            .place(name, replicas)
+            .map_err(|problem| StreamError::new(ErrorCode::InvalidArgument, problem))?;
+        let id = loop {
+            let candidate = proto::random_u128() as u64;
+            if candidate != 0 && self.stream_by_id(candidate).is_none() {
+                break candidate;
+            }
+        };
+        let info = StreamInfo {
+            id,
+            name: name.to_string(),
+            durability,
+            first_version: 1,
+            last_version: 0,
+            committed_version: 0,
+            protocol: protocol.code(),
+            epoch: placement.epoch,
+            primary: placement.primary,
+            replicas: placement
+                .replicas
+                .iter()
+                .map(|&id| ReplicaAddress {
+                    id,
+                    address: self.address_of(id),
+                })
+                .collect(),
+        };
+        for replica in &info.replicas {
+            if replica.id == self.config.cluster.me {
+                let server = Arc::clone(self);
+                let local = info.clone();
+                tokio::task::spawn_blocking(move || server.create_replica(&local))
+                    .await
+                    .expect("create_replica does not panic")?;
+            } else {
+                remote_create(&replica.address, &info, self.config.handshake_timeout)
+                    .await
+                    .map_err(|problem| {
+                        StreamError::new(
+                            ErrorCode::Internal,
+                            format!(
+                                "creating the replica of {name:?} on server {} at {}: {problem}",
+                                replica.id, replica.address
+                            ),
+                        )
+                    })?;
+            }
+        }
+        Ok(info)
+    }
+
+    /// Creates this server's replica of a stream described by `info`;
+    /// blocking disk work, call from `spawn_blocking`.
+    pub fn create_replica(self: &Arc<Self>, info: &StreamInfo) -> Result<StreamInfo, StreamError> {
+        use proto::ErrorCode;
+        let invalid = |problem: String| StreamError::new(ErrorCode::InvalidArgument, problem);
+        let protocol = Protocol::from_code(info.protocol)
+            .ok_or_else(|| invalid(format!("unknown protocol code {}", info.protocol)))?;
+        let placement = Placement {
+            replicas: info.replicas.iter().map(|r| r.id).collect(),
+            primary: info.primary,
+            epoch: info.epoch,
+        };
+        if !placement.replicas.contains(&self.config.cluster.me) {
+            return Err(invalid(format!(
+                "server {} is not in the replica set {:?}",
+                self.config.cluster.me, placement.replicas
+            )));
+        }
+        if !placement.replicas.contains(&placement.primary) {
+            return Err(invalid("the primary is not in the replica set".into()));
+        }
+        let stream =
+            self.create_stream_with(&info.name, info.id, info.durability, protocol, &placement)?;
+        Ok(self.stream_info(&stream))
     }
 
     pub fn stream_by_id(&self, id: u64) -> Option<Arc<Stream>> {
@@ -145,17 +330,21 @@ impl ServerState {
         streams
     }
 
-    /// Creates a stream; blocking disk work, call from `spawn_blocking`.
-    pub fn create_stream(
-        &self,
+    /// Creates a stream with the given id and placement on this server;
+    /// blocking disk work.
+    fn create_stream_with(
+        self: &Arc<Self>,
         name: &str,
+        id: u64,
         durability: DurabilityConfig,
-    ) -> Result<StreamInfo, StreamError> {
+        protocol: Protocol,
+        placement: &Placement,
+    ) -> Result<Arc<Stream>, StreamError> {
         use proto::ErrorCode;
         if let Some(problem) = stream_name_error(name) {
             return Err(StreamError::new(ErrorCode::InvalidArgument, problem));
         }
-        let id = {
+        {
             let mut registry = self.streams.write().expect("registry lock poisoned");
             if registry.by_name.contains_key(name) || registry.busy_names.contains(name) {
                 return Err(StreamError::new(
@@ -163,18 +352,19 @@ impl ServerState {
                     format!("stream {name:?} already exists (or is being created or deleted)"),
                 ));
             }
-            registry.busy_names.insert(name.to_string());
-            loop {
-                let candidate = proto::random_u128() as u64;
-                if candidate != 0 && !registry.by_id.contains_key(&candidate) {
-                    break candidate;
-                }
+            if registry.by_id.contains_key(&id) {
+                return Err(StreamError::new(
+                    ErrorCode::StreamExists,
+                    format!("stream id {id} is in use"),
+                ));
             }
-        };
+            registry.busy_names.insert(name.to_string());
+        }
         // The disk work runs without the registry lock, so appends to other
         // streams go on; the busy name keeps a create or delete of the same
         // name out of the folder meanwhile.
-        let created = self.create_files(id, name, durability);
+        let meta = StreamMeta::new(id, name, durability, protocol, placement);
+        let created = self.create_files(&meta);
         let mut registry = self.streams.write().expect("registry lock poisoned");
         registry.busy_names.remove(name);
         let stream = Arc::new(created?);
@@ -182,17 +372,16 @@ impl ServerState {
         registry
             .by_name
             .insert(name.to_string(), Arc::clone(&stream));
-        Ok(stream.info())
+        drop(registry);
+        if tokio::runtime::Handle::try_current().is_ok() {
+            stream.start_tasks(self.config.tick_interval, self.stop.subscribe());
+        }
+        Ok(stream)
     }
 
-    fn create_files(
-        &self,
-        id: u64,
-        name: &str,
-        durability: DurabilityConfig,
-    ) -> Result<Stream, StreamError> {
+    fn create_files(&self, meta: &StreamMeta) -> Result<Stream, StreamError> {
         use proto::ErrorCode;
-        let meta = StreamMeta::new(id, name, durability);
+        let name = meta.name.as_str();
         let streams_folder = self.config.data_dir.join("streams");
         let folder = streams_folder.join(name);
         let storage = self.config.storage.as_ref();
@@ -212,14 +401,16 @@ impl ServerState {
         // The new folder's entry, then its `log/` entry, are made durable
         // before anything in them is acknowledged.
         storage.sync_dir(&streams_folder).map_err(internal)?;
-        let stream = Stream::open(&meta, &folder, &self.config).map_err(|reason| {
-            let _ = storage.remove_dir_all(&folder);
-            StreamError::new(ErrorCode::InvalidArgument, reason)
-        })?;
+        let stream = Stream::open(meta, &folder, &self.config, Arc::clone(&self.router)).map_err(
+            |reason| {
+                let _ = storage.remove_dir_all(&folder);
+                StreamError::new(ErrorCode::InvalidArgument, reason)
+            },
+        )?;
         storage.sync_dir(&folder).map_err(internal)?;
         // The meta file is written last and atomically: a crash before it
         // leaves a folder that recovery skips, never a half-made stream.
-        let bytes = serde_json::to_vec_pretty(&meta).expect("meta serialises");
+        let bytes = serde_json::to_vec_pretty(meta).expect("meta serialises");
         wal::storage::write_atomically(storage, &folder.join(META_FILE), &bytes)
             .map_err(internal)?;
         Ok(stream)
@@ -284,7 +475,7 @@ impl ServerState {
             .streams()
             .iter()
             .map(|stream| {
-                let info = stream.info();
+                let info = self.stream_info(stream);
                 let metrics = stream.log.metrics();
                 let mean_batch = if metrics.syncs == 0 {
                     0.0
@@ -300,6 +491,7 @@ impl ServerState {
                     "committed_version": info.committed_version,
                     "failed": stream.log.failure().map(|f| f.to_string()),
                     "dedupe_entries": stream.dedupe_entries(),
+                    "replication": stream.replication_status(),
                     "log": {
                         "appends": metrics.appends,
                         "syncs": metrics.syncs,
@@ -313,6 +505,12 @@ impl ServerState {
             .collect();
         serde_json::json!({
             "server_id": format!("{:032x}", self.id),
+            "member": self.config.cluster.me,
+            "address": self.address(),
+            "peers": self.config.cluster.peers.iter().map(|p| serde_json::json!({"id": p.id, "address": p.address})).collect::<Vec<_>>(),
+            "peer_messages_sent": self.router.metrics.peer_sent.load(std::sync::atomic::Ordering::Relaxed),
+            "peer_messages_dropped": self.router.metrics.peer_dropped.load(std::sync::atomic::Ordering::Relaxed),
+            "client_messages_dropped": self.router.metrics.client_dropped.load(std::sync::atomic::Ordering::Relaxed),
             "uptime_seconds": self.started.elapsed().as_secs_f64(),
             "connections": self.config.connections_max - self.connection_slots.available_permits(),
             "streams": streams,
@@ -326,4 +524,60 @@ pub fn durability_name(durability: DurabilityConfig) -> String {
         DurabilityConfig::Sync => "sync".into(),
         DurabilityConfig::Paged { pages, page_size } => format!("paged({pages}x{page_size})"),
     }
+}
+
+/// FNV-1a of the stream name: a stable spread of streams over servers.
+fn name_hash(bytes: &[u8]) -> u64 {
+    let mut hash = 0xcbf2_9ce4_8422_2325u64;
+    for &byte in bytes {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    hash
+}
+
+/// Asks another server to create its replica of a stream.
+async fn remote_create(
+    address: &str,
+    info: &StreamInfo,
+    timeout: std::time::Duration,
+) -> Result<(), String> {
+    let work = async {
+        let mut socket = tokio::net::TcpStream::connect(address)
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut out = Vec::new();
+        Frame::Hello {
+            version: proto::PROTOCOL_VERSION,
+            client: proto::random_u128(),
+            token: String::new(),
+        }
+        .encode(&mut out);
+        Frame::CreateReplica {
+            request: 1,
+            info: info.clone(),
+        }
+        .encode(&mut out);
+        socket.write_all(&out).await.map_err(|e| e.to_string())?;
+        let mut buffer = proto::FrameBuffer::new();
+        let mut scratch = vec![0u8; 64 * 1024];
+        loop {
+            match buffer.next_frame(64 * 1024 * 1024) {
+                Ok(Some(Frame::HelloOk { .. })) => continue,
+                Ok(Some(Frame::StreamInfo { .. })) => return Ok(()),
+                Ok(Some(Frame::Error { message, .. })) => return Err(message),
+                Ok(Some(other)) => return Err(format!("unexpected answer {other:?}")),
+                Ok(None) => {}
+                Err(error) => return Err(error.to_string()),
+            }
+            let count = socket.read(&mut scratch).await.map_err(|e| e.to_string())?;
+            if count == 0 {
+                return Err("the server closed the connection".into());
+            }
+            buffer.extend(&scratch[..count]);
+        }
+    };
+    tokio::time::timeout(timeout, work)
+        .await
+        .map_err(|_| format!("no answer within {timeout:?}"))?
 }

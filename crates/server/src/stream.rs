@@ -1,25 +1,25 @@
 //! One stream on this server: its log, its versioning state machine, and
 //! the append path that ties them together.
 
+use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::{Duration, Instant};
 
-use engine::{Decision, DedupeLimits, Rejection, StreamMachine};
-use proto::{AckLevel, DurabilityConfig, EventId, Record, RecordHeader, StreamInfo};
+use engine::replication::{Effect, Entry, Msg, Node, Placement, Protocol, Replica, ServerId};
+use proto::DurabilityConfig;
 use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
 use wal::{AppendError, Durability, Log, LogConfig, LogError};
 
 use crate::config::ServerConfig;
+use crate::replication::Router;
 
 /// The file in a stream's folder that describes it.
 pub const META_FILE: &str = "stream.json";
 /// Longest stream name.
 const NAME_BYTES_MAX: usize = 128;
-/// An append that finds the log buffer full retries at least this often,
-/// as a guard should a wake-up be missed.
-const SPACE_RETRY_INTERVAL: Duration = Duration::from_millis(20);
 
 /// What is persisted about a stream.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
@@ -30,10 +30,35 @@ pub struct StreamMeta {
     pub durability: String,
     pub pages: u16,
     pub page_size: u32,
+    /// Replication protocol name (`one-hop-ack-client` when absent).
+    #[serde(default = "default_protocol")]
+    pub protocol: String,
+    /// The replica set's server ids (this server alone when absent).
+    #[serde(default)]
+    pub replicas: Vec<ServerId>,
+    /// The primary's server id (0: this server).
+    #[serde(default)]
+    pub primary: ServerId,
+    #[serde(default = "default_epoch")]
+    pub epoch: u64,
+}
+
+fn default_protocol() -> String {
+    Protocol::OneHopAckClient.name().to_string()
+}
+
+fn default_epoch() -> u64 {
+    1
 }
 
 impl StreamMeta {
-    pub fn new(id: u64, name: &str, durability: DurabilityConfig) -> Self {
+    pub fn new(
+        id: u64,
+        name: &str,
+        durability: DurabilityConfig,
+        protocol: Protocol,
+        placement: &Placement,
+    ) -> Self {
         let (mode, pages, page_size) = match durability {
             DurabilityConfig::Memory => ("memory", 0, 0),
             DurabilityConfig::Sync => ("sync", 0, 0),
@@ -46,6 +71,31 @@ impl StreamMeta {
             durability: mode.to_string(),
             pages,
             page_size,
+            protocol: protocol.name().to_string(),
+            replicas: placement.replicas.clone(),
+            primary: placement.primary,
+            epoch: placement.epoch,
+        }
+    }
+
+    pub fn protocol(&self) -> Result<Protocol, String> {
+        self.protocol.parse()
+    }
+
+    /// The stream's placement; a meta file from a single server (no
+    /// replica list) places the stream on `me` alone.
+    pub fn placement(&self, me: ServerId) -> Placement {
+        if self.replicas.is_empty() {
+            return Placement {
+                replicas: vec![me],
+                primary: me,
+                epoch: self.epoch,
+            };
+        }
+        Placement {
+            replicas: self.replicas.clone(),
+            primary: if self.primary == 0 { me } else { self.primary },
+            epoch: self.epoch,
         }
     }
 
@@ -79,35 +129,47 @@ pub fn stream_name_error(name: &str) -> Option<String> {
     None
 }
 
-/// Why an append was refused.
+/// Why a message was not taken.
 #[derive(Debug, thiserror::Error)]
-pub enum AppendFailure {
-    #[error(transparent)]
-    Rejected(#[from] Rejection),
-    #[error("{0}")]
-    TooLarge(String),
-    #[error("the stream's log has failed and takes no more writes: {0}")]
-    LogFailed(Arc<str>),
+pub enum SubmitFailure {
     #[error("the stream was deleted")]
     Deleted,
+    #[error("the stream's log has failed and takes no more writes: {0}")]
+    LogFailed(Arc<str>),
+    #[error("the stream's log is too far behind; retry")]
+    Busy,
 }
 
-/// The outcome of an accepted append.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Appended {
-    pub version: u64,
-    pub duplicate: bool,
+/// Milliseconds on the server's monotonic clock, as the state machines see
+/// time.
+pub fn now_ms() -> u64 {
+    static START: OnceLock<Instant> = OnceLock::new();
+    START.get_or_init(Instant::now).elapsed().as_millis() as u64
+}
+
+/// The replication state and the records waiting for room in the log.
+struct Core {
+    replica: Replica,
+    /// Records the log had no room for yet, in version order: every later
+    /// record waits behind them.
+    backlog: VecDeque<Entry>,
+    backlog_bytes: usize,
 }
 
 pub struct Stream {
-    /// Set once the stream is deleted: appends are refused from then on.
+    /// Set once the stream is deleted: messages are refused from then on.
     deleted: AtomicBool,
     pub id: u64,
     pub name: String,
     pub durability: DurabilityConfig,
+    pub protocol: Protocol,
+    pub placement: Placement,
     pub folder: PathBuf,
     pub log: Log,
-    machine: Mutex<StreamMachine>,
+    core: Mutex<Core>,
+    visible: watch::Sender<u64>,
+    router: Arc<Router>,
+    backlog_bytes_max: usize,
 }
 
 pub fn log_config(durability: DurabilityConfig, config: &ServerConfig) -> LogConfig {
@@ -130,8 +192,21 @@ pub fn log_config(durability: DurabilityConfig, config: &ServerConfig) -> LogCon
 
 impl Stream {
     /// Opens (and recovers) the stream described by `meta` in `folder`.
-    pub fn open(meta: &StreamMeta, folder: &Path, config: &ServerConfig) -> Result<Stream, String> {
+    pub fn open(
+        meta: &StreamMeta,
+        folder: &Path,
+        config: &ServerConfig,
+        router: Arc<Router>,
+    ) -> Result<Stream, String> {
         let durability = meta.durability()?;
+        let protocol = meta.protocol()?;
+        let placement = meta.placement(config.cluster.me);
+        if !placement.replicas.contains(&config.cluster.me) {
+            return Err(format!(
+                "this server ({}) is not in the stream's replica set {:?}",
+                config.cluster.me, placement.replicas
+            ));
+        }
         let log_config = log_config(durability, config);
         let record_max = config.message_bytes_max + proto::RECORD_HEADER_LEN;
         if log_config.record_bytes_max() < record_max {
@@ -146,43 +221,104 @@ impl Stream {
                 record_max
             ));
         }
-        let mut machine = StreamMachine::new(1, DedupeLimits::default());
+        let mut settings = config.replication;
+        settings.dedupe = engine::DedupeLimits::default();
+        let mut replica = Replica::new(
+            meta.id,
+            config.cluster.me,
+            placement.clone(),
+            protocol,
+            settings,
+        );
         let log = Log::open(
             config.storage.clone(),
             &folder.join("log"),
             meta.id,
             log_config,
-            &mut |record| machine.record(&record.header),
+            &mut |record| replica.recovered(&record.header),
         )
         .map_err(|error: LogError| error.to_string())?;
-        Ok(Stream {
+        let stream = Stream {
             deleted: AtomicBool::new(false),
             id: meta.id,
             name: meta.name.clone(),
             durability,
+            protocol,
+            placement,
             folder: folder.to_path_buf(),
             log,
-            machine: Mutex::new(machine),
+            core: Mutex::new(Core {
+                replica,
+                backlog: VecDeque::new(),
+                backlog_bytes: 0,
+            }),
+            visible: watch::channel(0).0,
+            router,
+            backlog_bytes_max: config.log_backlog_bytes_max,
+        };
+        stream.drive(|replica, now, out| replica.start(now, out));
+        Ok(stream)
+    }
+
+    /// The newest version readers of this replica may see.
+    pub fn visible_version(&self) -> u64 {
+        *self.visible.borrow()
+    }
+
+    /// Watches the visible version.
+    pub fn visible(&self) -> watch::Receiver<u64> {
+        self.visible.subscribe()
+    }
+
+    pub fn is_primary(&self) -> bool {
+        self.lock().replica.is_primary()
+    }
+
+    pub fn epoch(&self) -> u64 {
+        self.placement.epoch
+    }
+
+    /// The state machine's view, for status.
+    pub fn replication_status(&self) -> serde_json::Value {
+        let core = self.lock();
+        let replica = &core.replica;
+        let metrics = replica.metrics();
+        serde_json::json!({
+            "protocol": self.protocol.name(),
+            "primary": self.placement.primary,
+            "replicas": self.placement.replicas,
+            "epoch": self.placement.epoch,
+            "is_primary": replica.is_primary(),
+            "last_version": replica.last_version(),
+            "logged_version": replica.logged(),
+            "committed_version": replica.committed(),
+            "visible_version": replica.visible(),
+            "held": replica.held(),
+            "backlog_records": core.backlog.len(),
+            "hybrid_mode": (self.protocol == Protocol::Hybrid).then(|| format!("{:?}", replica.hybrid_mode())),
+            "active_clients": replica.active_clients(),
+            "duplicates": metrics.duplicates,
+            "conflicts": metrics.conflicts,
+            "voided": metrics.voided,
+            "gap_requests": metrics.gap_requests,
+            "overflow_drops": metrics.overflow_drops,
         })
     }
 
-    pub fn info(&self) -> StreamInfo {
-        StreamInfo {
-            id: self.id,
-            name: self.name.clone(),
-            durability: self.durability,
-            first_version: self.log.first_version(),
-            last_version: self.log.last_version(),
-            committed_version: self.log.durable_version(),
-        }
+    pub fn dedupe_entries(&self) -> usize {
+        self.lock().replica.dedupe_entries()
     }
 
-    /// Refuses every later append, then waits (up to `timeout`) until the
+    fn lock(&self) -> std::sync::MutexGuard<'_, Core> {
+        self.core.lock().expect("stream lock poisoned")
+    }
+
+    /// Refuses every later message, then waits (up to `timeout`) until the
     /// log has written what it holds. Blocking; for the delete path.
     pub fn close_for_delete(&self, timeout: Duration) {
         {
-            // Under the machine lock, so no append is halfway through.
-            let _machine = self.machine.lock().expect("stream lock poisoned");
+            // Under the core lock, so no message is halfway through.
+            let _core = self.lock();
             self.deleted.store(true, Ordering::Release);
         }
         let deadline = std::time::Instant::now() + timeout;
@@ -194,123 +330,231 @@ impl Stream {
         }
     }
 
-    pub fn epoch(&self) -> u64 {
-        self.machine.lock().expect("stream lock poisoned").epoch()
+    /// A message from a client (its id is the connection's).
+    pub fn submit(&self, client: u128, msg: Msg) -> Result<(), SubmitFailure> {
+        self.submit_many(client, vec![msg])
+            .map_err(|(failure, _)| failure)
     }
 
-    pub fn dedupe_entries(&self) -> usize {
-        self.machine
-            .lock()
-            .expect("stream lock poisoned")
-            .dedupe()
-            .entries()
-    }
-
-    /// Decides, logs and applies one append. Returns once the log has taken
-    /// the record (not once it is durable: see [`Stream::wait_ack`]).
-    pub async fn append(
+    /// Messages from a client, taken in one step; on refusal they come
+    /// back with the reason.
+    pub fn submit_many(
         &self,
-        event: EventId,
-        low_water: u64,
-        key: &[u8],
-        payload: &[u8],
-    ) -> Result<Appended, AppendFailure> {
-        let mut record = Vec::with_capacity(proto::RECORD_HEADER_LEN + key.len() + payload.len());
-        loop {
-            match self.try_append(event, low_water, key, payload, &mut record)? {
-                Some(appended) => return Ok(appended),
-                None => {
-                    // The buffer was full. Register for the wake-up first,
-                    // then try once more, so a wake-up between the two
-                    // cannot be missed.
-                    let notified = self.log.space_notified();
-                    if let Some(appended) =
-                        self.try_append(event, low_water, key, payload, &mut record)?
-                    {
-                        return Ok(appended);
-                    }
-                    let _ = tokio::time::timeout(SPACE_RETRY_INTERVAL, notified).await;
-                }
-            }
-        }
-    }
-
-    fn try_append(
-        &self,
-        event: EventId,
-        low_water: u64,
-        key: &[u8],
-        payload: &[u8],
-        record: &mut Vec<u8>,
-    ) -> Result<Option<Appended>, AppendFailure> {
-        let mut machine = self.machine.lock().expect("stream lock poisoned");
+        client: u128,
+        msgs: Vec<Msg>,
+    ) -> Result<(), (SubmitFailure, Vec<Msg>)> {
         if self.deleted.load(Ordering::Acquire) {
-            return Err(AppendFailure::Deleted);
+            return Err((SubmitFailure::Deleted, msgs));
         }
-        let version = match machine.decide(event, low_water)? {
-            Decision::Duplicate { version } => {
-                return Ok(Some(Appended {
-                    version,
-                    duplicate: true,
-                }))
-            }
-            Decision::Assign { version } => version,
-        };
-        let header = RecordHeader {
-            flags: 0,
-            stream: self.id,
-            version,
-            epoch: machine.epoch(),
-            event,
-            low_water: low_water.min(event.sequence),
-        };
-        record.clear();
-        Record {
-            header,
-            key,
-            payload,
+        if let Some(failure) = self.log.failure() {
+            return Err((SubmitFailure::LogFailed(failure), msgs));
         }
-        .encode(record);
-        match self.log.append(version, record) {
-            Ok(()) => {
-                machine.record(&header);
-                Ok(Some(Appended {
-                    version,
-                    duplicate: false,
-                }))
+        if self.lock().backlog_bytes > self.backlog_bytes_max {
+            return Err((SubmitFailure::Busy, msgs));
+        }
+        self.drive(|replica, now, out| {
+            for msg in msgs {
+                replica.on_client(client, msg, now, out);
             }
-            Err(AppendError::Full) => Ok(None),
-            Err(AppendError::TooLarge { length, limit }) => Err(AppendFailure::TooLarge(format!(
-                "record of {length} bytes exceeds the log's limit of {limit} bytes"
-            ))),
-            Err(AppendError::Failed(message)) => Err(AppendFailure::LogFailed(message)),
+        });
+        Ok(())
+    }
+
+    /// Replication messages from a peer, taken in one step.
+    pub fn on_peer_many(&self, from: ServerId, msgs: Vec<Msg>) {
+        if self.deleted.load(Ordering::Acquire) {
+            return;
+        }
+        self.drive(|replica, now, out| {
+            for msg in msgs {
+                if let Msg::Replicate { entries } = &msg {
+                    // A record of another stream is never logged here.
+                    if entries.iter().any(|e| e.header.stream != self.id) {
+                        continue;
+                    }
+                }
+                replica.on_peer(from, msg, now, out);
+            }
+        });
+    }
+
+    /// Runs the state machine under the lock and carries out its effects.
+    fn drive(&self, step: impl FnOnce(&mut Replica, u64, &mut Vec<Effect>)) {
+        let mut serves = Vec::new();
+        {
+            let mut core = self.lock();
+            let now = now_ms();
+            let mut effects = Vec::new();
+            step(&mut core.replica, now, &mut effects);
+            self.apply(&mut core, effects, now, &mut serves);
+        }
+        for (to, from, to_version) in serves {
+            self.serve(to, from, to_version);
         }
     }
 
-    /// Waits until `version` meets the stream's ack rule; returns the level
-    /// reached, or the log's failure.
-    pub async fn wait_ack(&self, version: u64) -> Result<AckLevel, Arc<str>> {
-        match self.durability {
-            DurabilityConfig::Memory | DurabilityConfig::Paged { .. } => {
-                return match self.log.failure() {
-                    Some(failure) => Err(failure),
-                    None => Ok(AckLevel::Memory),
+    fn apply(
+        &self,
+        core: &mut Core,
+        mut effects: Vec<Effect>,
+        now: u64,
+        serves: &mut Vec<(ServerId, u64, u64)>,
+    ) {
+        let immediate = self.durability != DurabilityConfig::Sync;
+        // Messages for each client go in one note.
+        let mut to_clients: Vec<(u128, Vec<Msg>)> = Vec::new();
+        while !effects.is_empty() {
+            let mut appended = false;
+            for effect in std::mem::take(&mut effects) {
+                match effect {
+                    Effect::Append(entry) => {
+                        appended |= self.append(core, entry);
+                    }
+                    Effect::Send(Node::Server(to), msg) => self.router.send_peer(to, self.id, msg),
+                    Effect::Send(Node::Client(client), msg) => {
+                        match to_clients.iter_mut().find(|(c, _)| *c == client) {
+                            Some((_, msgs)) => msgs.push(msg),
+                            None => to_clients.push((client, vec![msg])),
+                        }
+                    }
+                    Effect::Serve {
+                        to,
+                        from,
+                        to_version,
+                    } => serves.push((to, from, to_version)),
+                    Effect::Visible(version) => {
+                        self.visible.send_replace(version);
+                    }
                 }
             }
-            DurabilityConfig::Sync => {}
+            if immediate && appended {
+                // `memory` and `paged` acknowledge what the log buffer took.
+                let through = self.log.last_version();
+                core.replica.on_logged(through, now, &mut effects);
+            }
         }
-        if self.log.durable_version() >= version {
-            return Ok(AckLevel::Synced);
+        for (client, msgs) in to_clients {
+            self.router.send_client(client, self.id, msgs);
         }
+    }
+
+    /// Hands a record to the log, or to the backlog when the log is full
+    /// (or the backlog already holds earlier records). `true` when the log
+    /// took it.
+    fn append(&self, core: &mut Core, entry: Entry) -> bool {
+        if core.backlog.is_empty() {
+            match self.log.append(entry.version(), &entry.bytes) {
+                Ok(()) => return true,
+                Err(AppendError::Full) => {}
+                Err(AppendError::TooLarge { length, limit }) => {
+                    eprintln!(
+                        "stamplog: stream {}: record of {length} bytes exceeds the log's limit of {limit}; the log stops here",
+                        self.name
+                    );
+                    return false;
+                }
+                Err(AppendError::Failed(_)) => return false,
+            }
+        }
+        core.backlog_bytes += entry.bytes.len();
+        core.backlog.push_back(entry);
+        false
+    }
+
+    /// Moves backlogged records into the log as room frees.
+    fn drain_backlog(&self) {
+        let mut core = self.lock();
+        let mut appended = false;
+        while let Some(entry) = core.backlog.front() {
+            match self.log.append(entry.version(), &entry.bytes) {
+                Ok(()) => {
+                    let entry = core.backlog.pop_front().expect("present");
+                    core.backlog_bytes -= entry.bytes.len();
+                    appended = true;
+                }
+                Err(_) => break,
+            }
+        }
+        if appended && self.durability != DurabilityConfig::Sync {
+            let now = now_ms();
+            let mut effects = Vec::new();
+            let through = self.log.last_version();
+            core.replica.on_logged(through, now, &mut effects);
+            let mut serves = Vec::new();
+            self.apply(&mut core, effects, now, &mut serves);
+            drop(core);
+            for (to, from, to_version) in serves {
+                self.serve(to, from, to_version);
+            }
+        }
+    }
+
+    /// Sends a peer the records it asked for (from the log, off the lock).
+    fn serve(&self, to: ServerId, from: u64, to_version: u64) {
+        const SERVE_BYTES_MAX: usize = 4 * 1024 * 1024;
+        let mut records = Vec::new();
+        let count = (to_version + 1).saturating_sub(from) as usize;
+        let Ok(read) = self.log.read(from, count, SERVE_BYTES_MAX, &mut records) else {
+            return;
+        };
+        if read == 0 {
+            return;
+        }
+        let mut entries = Vec::with_capacity(read);
+        let mut offset = 0;
+        while let Ok((record, length)) = proto::Record::decode(&records[offset..]) {
+            entries.push(Entry {
+                header: record.header,
+                bytes: Arc::new(records[offset..offset + length].to_vec()),
+            });
+            offset += length;
+        }
+        self.router
+            .send_peer(to, self.id, Msg::Replicate { entries });
+    }
+
+    /// Starts the stream's background work: log progress into the state
+    /// machine, clock ticks, and the backlog. Each task ends when the
+    /// stream is dropped or `stop` fires.
+    pub(crate) fn start_tasks(self: &Arc<Self>, tick: Duration, stop: watch::Receiver<bool>) {
+        let weak = Arc::downgrade(self);
         let mut progress = self.log.progress();
-        let reached = progress
-            .wait_for(|p| p.durable >= version || p.failed.is_some())
-            .await
-            .map_err(|_| Arc::<str>::from("the stream was closed"))?;
-        if reached.durable >= version {
-            Ok(AckLevel::Synced)
-        } else {
-            Err(reached.failed.clone().expect("woken for a failure"))
-        }
+        let mut stopping = stop.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    changed = progress.changed() => if changed.is_err() { return },
+                    _ = stopping.wait_for(|s| *s) => return,
+                }
+                let current = progress.borrow_and_update().clone();
+                let Some(stream) = weak.upgrade() else {
+                    return;
+                };
+                if let Some(failure) = current.failed {
+                    stream.router.broadcast_failure(stream.id, failure);
+                    return;
+                }
+                if stream.durability == DurabilityConfig::Sync {
+                    stream.drive(|replica, now, out| replica.on_logged(current.durable, now, out));
+                }
+            }
+        });
+        let weak: Weak<Stream> = Arc::downgrade(self);
+        let mut stopping = stop;
+        tokio::spawn(async move {
+            let mut interval = tokio::time::interval(tick);
+            interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = interval.tick() => {}
+                    _ = stopping.wait_for(|s| *s) => return,
+                }
+                let Some(stream) = weak.upgrade() else {
+                    return;
+                };
+                stream.drain_backlog();
+                stream.drive(|replica, now, out| replica.on_tick(now, out));
+            }
+        });
     }
 }

@@ -37,6 +37,7 @@ pub(crate) async fn run(
 ) {
     let mut next = from;
     let mut progress = stream.log.progress();
+    let mut visible = stream.visible();
     loop {
         // Wait for credit, then take all there is (up to one frame's worth).
         let Ok(first) = credits.acquire().await else {
@@ -50,20 +51,24 @@ pub(crate) async fn run(
             }
         }
         let granted = 1 + extra;
-        if progress
-            .wait_for(|p| p.durable >= next || p.failed.is_some())
-            .await
-            .is_err()
-        {
+        // Only committed versions are read: wait until `next` is visible
+        // (or the log fails).
+        let woken = tokio::select! {
+            woken = visible.wait_for(|v| *v >= next) => woken.is_ok(),
+            woken = progress.wait_for(|p| p.failed.is_some()) => woken.is_ok(),
+        };
+        if !woken {
             return;
         }
+        let readable = (*visible.borrow() + 1).saturating_sub(next);
+        let granted_now = (granted as u64).min(readable) as u32;
         let Some(budget) = outgoing.reserve_read(batch_bytes_max).await else {
             return;
         };
         let mut records = Vec::new();
         let count = match stream
             .log
-            .read(next, granted as usize, batch_bytes_max, &mut records)
+            .read(next, granted_now as usize, batch_bytes_max, &mut records)
         {
             Ok(count) => count as u32,
             Err(error) => {

@@ -1,7 +1,13 @@
 //! Runs every in-process benchmark with tiny parameters, so none can rot,
-//! and checks the flags parse as documented.
+//! and checks the flags parse as documented. The replication experiments
+//! (`patterns`, `duplication`) run against the real `stamplog` binary.
 
-use std::path::Path;
+mod duplication;
+mod patterns;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
 
 use bench::logging::LoggingArgs;
 use bench::paged::{self, PagedArgs};
@@ -34,6 +40,60 @@ fn assert_files(folder: &Path, names: &[&str]) {
             .len();
         assert!(length > 0, "{} is empty", path.display());
     }
+}
+
+/// The `stamplog` binary the replication experiments run as their cluster:
+/// `$STAMPLOG_BINARY` when set, otherwise the one in this test's own target
+/// folder and profile, which cargo builds first (a no-op when it is fresh).
+///
+/// `CARGO_BIN_EXE_stamplog` exists only in the `cli` package's tests, and
+/// `cargo test -p bench` does not build another package's binary, so the
+/// test asks cargo for it; cargo holds no lock while tests run.
+fn stamplog_binary() -> PathBuf {
+    static BINARY: OnceLock<PathBuf> = OnceLock::new();
+    BINARY
+        .get_or_init(|| {
+            if let Some(path) = std::env::var_os("STAMPLOG_BINARY") {
+                return PathBuf::from(path);
+            }
+            // This test runs as <target>/<profile folder>/deps/it-<hash>.
+            let test = std::env::current_exe().expect("the test knows its path");
+            let profile_folder = test
+                .parent()
+                .and_then(Path::parent)
+                .expect("tests run from <target>/<profile>/deps");
+            let target = profile_folder
+                .parent()
+                .expect("profile folders have a parent");
+            let profile = match profile_folder.file_name().and_then(|n| n.to_str()) {
+                Some("debug") => "dev",
+                Some(other) => other,
+                None => panic!("bad profile folder {}", profile_folder.display()),
+            };
+            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+            let output = Command::new(cargo)
+                .args([
+                    "build",
+                    "--quiet",
+                    "-p",
+                    "cli",
+                    "--bin",
+                    "stamplog",
+                    "--profile",
+                ])
+                .arg(profile)
+                .arg("--target-dir")
+                .arg(target)
+                .output()
+                .expect("cargo runs");
+            assert!(
+                output.status.success(),
+                "cannot build stamplog (set STAMPLOG_BINARY to use a built one):\n{}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            profile_folder.join("stamplog")
+        })
+        .clone()
 }
 
 fn read_json(path: &Path) -> serde_json::Value {
@@ -272,4 +332,122 @@ fn server_process_that_prints_something_else_is_an_error() {
         message.contains("hello") && message.contains("oops"),
         "{message}"
     );
+}
+
+#[test]
+fn replication_experiments_parse_their_flags_and_default_to_the_seeds_workloads() {
+    let line = BenchLine::parse_from([
+        "bench",
+        "patterns",
+        "--payloads",
+        "100,1KB",
+        "--durability",
+        "memory",
+        "--patterns",
+        "one-hop,broadcast-tag",
+    ]);
+    match line.command {
+        BenchCommand::Patterns(args) => {
+            assert_eq!(args.payloads, [100, 1000]);
+            assert_eq!(args.durability, [bench::replication::Durability::Memory]);
+            assert_eq!(
+                args.patterns,
+                [client::Protocol::OneHop, client::Protocol::BroadcastTag]
+            );
+        }
+        other => panic!("parsed as {other:?}"),
+    }
+    let line = BenchLine::parse_from(["bench", "duplication", "--clients", "1,3"]);
+    match line.command {
+        BenchCommand::Duplication(args) => assert_eq!(args.clients, [1, 3]),
+        other => panic!("parsed as {other:?}"),
+    }
+    assert!(BenchLine::try_parse_from(["bench", "patterns", "--patterns", "two-hop"]).is_err());
+
+    let patterns = bench::PatternsArgs::default();
+    assert_eq!(patterns.messages, 1_000_000);
+    assert_eq!(patterns.payloads, [100, 1000, 3000, 10_000]);
+    assert_eq!(patterns.patterns, client::Protocol::PATTERNS);
+    assert_eq!(patterns.window, 256);
+    assert_eq!(patterns.latency_messages, 2000);
+    let duplication = bench::DuplicationArgs::default();
+    assert_eq!(duplication.clients, [1, 2, 4, 8]);
+    assert_eq!(duplication.protocols, client::Protocol::DUPLICATION);
+    assert_eq!((duplication.servers, duplication.replicas), (4, 2));
+    assert_eq!(duplication.payload, 1000);
+    assert_eq!(duplication.durability, bench::replication::Durability::Sync);
+}
+
+/// Writes an executable shell script standing in for `stamplog`.
+fn fake_binary(folder: &Path, name: &str, script: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = folder.join(name);
+    std::fs::write(&path, script).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+#[test]
+fn cluster_process_reads_every_server_address_and_is_killed_on_drop() {
+    let folder = tempfile::tempdir().unwrap();
+    let script = fake_binary(
+        folder.path(),
+        "fake-cluster",
+        "#!/bin/sh\n\
+         echo \"server 1 listening on 127.0.0.1:4001\"\n\
+         echo \"server 2 listening on 127.0.0.1:4002\"\n\
+         echo \"cluster ready: 2 servers, data in $5\"\n\
+         exec sleep 30\n",
+    );
+    let process = bench::process::ClusterProcess::spawn(
+        &script,
+        2,
+        &folder.path().join("data"),
+        &folder.path().join("stderr.log"),
+    )
+    .unwrap();
+    let servers: Vec<String> = process
+        .servers
+        .iter()
+        .map(|(id, address)| format!("{id}={address}"))
+        .collect();
+    assert_eq!(servers, ["1=127.0.0.1:4001", "2=127.0.0.1:4002"]);
+    let pid = process.id();
+    drop(process);
+    assert!(
+        bench::process::memory_usage(pid).is_err(),
+        "the child is gone"
+    );
+}
+
+#[test]
+fn cluster_process_that_exits_early_or_announces_too_few_servers_is_an_error() {
+    let folder = tempfile::tempdir().unwrap();
+    let exits = fake_binary(
+        folder.path(),
+        "exits",
+        "#!/bin/sh\necho \"no such flag\" >&2\nexit 2\n",
+    );
+    let spawn = |binary: &Path| {
+        bench::process::ClusterProcess::spawn(
+            binary,
+            3,
+            &folder.path().join("data"),
+            &folder.path().join("stderr.log"),
+        )
+        .err()
+        .expect("the cluster is refused")
+    };
+    let message = format!("{:#}", spawn(&exits));
+    assert!(
+        message.contains("exited") && message.contains("no such flag"),
+        "{message}"
+    );
+    let short = fake_binary(
+        folder.path(),
+        "short",
+        "#!/bin/sh\necho \"server 1 listening on 127.0.0.1:4001\"\necho \"cluster ready: 1 servers\"\nexec sleep 30\n",
+    );
+    let message = format!("{:#}", spawn(&short));
+    assert!(message.contains("announced 1 servers"), "{message}");
 }

@@ -360,6 +360,8 @@ fn valid_frames(rng: &mut TestRng, connection: u64, stream: u64) -> Vec<u8> {
                 request,
                 name: own.clone(),
                 durability: DurabilityConfig::Memory,
+                protocol: 0,
+                replicas: 0,
             },
             1 => Frame::DeleteStream {
                 request,

@@ -5,5 +5,6 @@ mod bad_input;
 mod faults;
 mod harness;
 mod property;
+mod replication;
 mod restart;
 mod streams;

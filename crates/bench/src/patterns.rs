@@ -1,0 +1,873 @@
+//! `bench patterns`: seed 001's table of the six message patterns (F3).
+//!
+//! One client and three servers on this machine, as in the seed. The
+//! servers run as one child process (`stamplog cluster --servers 3`); the
+//! client is this process, with its own runtime. For every durability,
+//! payload and pattern the client creates a stream with R = 3 and sends
+//! `--messages` messages through one `Publisher` with `--window` in
+//! flight. The tables give the seconds that took (the seed's figure is
+//! seconds per 1 million messages) and the payload megabytes per second.
+//! `unversioned` is the baseline: send to every replica and wait for each
+//! ack, with no shared version.
+//!
+//! The same run measures two physical limits, so the figures also read as
+//! ratios (these machines are shared and noisy):
+//! - the disk's: three writers (one per replica) each doing write +
+//!   fdatasync of batches of the size the logs formed in the
+//!   one-hop-ack-client `sync` run at the headline payload (1 KB), which
+//!   gives the messages/s the disk allows at that batch size;
+//! - one fdatasync's: `--latency-messages` messages sent one at a time to
+//!   a one-hop-ack-client `sync` stream, their ack latency next to a bare
+//!   write + fdatasync of the same size.
+//!
+//! The targets (issue 3): at 1 KB, `sync`, R = 3, one-hop-ack-client is the
+//! fastest versioned pattern or within 10% of it and reaches 100,000
+//! messages/s; the window-1 median ack latency is at most 2 × the median
+//! fdatasync.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{ensure, Context};
+use clap::Parser;
+use client::{Protocol, Publisher, PublisherConfig};
+use indicatif::ProgressBar;
+use report::plot::{Chart, Series};
+use report::stats::{density, Summary};
+use report::Table;
+
+use crate::fdatasync;
+use crate::output::{self, Output, OutputArgs};
+use crate::progress;
+use crate::replication::{
+    batch_of, binary_or_self, parse_protocol, publish, publish_one_at_a_time, spawn_cluster,
+    Cluster, Durability,
+};
+use crate::units::{fixed, format_bytes, parse_bytes};
+
+/// Servers in the cluster and replicas of every stream: the seed's three.
+pub const REPLICAS: usize = 3;
+
+/// The payload the targets are stated at, when `--payloads` has it.
+pub const HEADLINE_PAYLOAD: usize = 1000;
+
+/// Messages sent before the window-1 latency is measured, so the first
+/// connection's set-up is not counted.
+const LATENCY_WARMUP: usize = 10;
+
+/// Bins of the latency density plot.
+const DENSITY_BINS: usize = 40;
+
+/// Options of `bench patterns`.
+#[derive(Parser, Debug, Clone)]
+#[command(name = "patterns")]
+pub struct PatternsArgs {
+    /// The stamplog binary to run as the cluster (`<binary> cluster
+    /// --servers 3`) [default: this program].
+    #[arg(long, value_name = "PATH")]
+    pub server_binary: Option<PathBuf>,
+    /// Messages per cell (durability × payload × pattern); the seed sent
+    /// 1 million.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub messages: usize,
+    /// Payload sizes, comma separated (units B, KB = 1000, KiB = 1024).
+    #[arg(long, value_delimiter = ',', value_parser = parse_bytes, default_value = "100,1000,3000,10000")]
+    pub payloads: Vec<usize>,
+    /// Durability of the streams, comma separated: `sync` (every replica
+    /// acks after fdatasync) or `memory` (no disk).
+    #[arg(long, value_delimiter = ',', value_enum, default_value = "sync,memory")]
+    pub durability: Vec<Durability>,
+    /// Patterns, comma separated, in the order of the table's columns.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_parser = parse_protocol,
+        default_value = "unversioned,version-request,returns-version,one-hop,one-hop-ack-client,broadcast-tag"
+    )]
+    pub patterns: Vec<Protocol>,
+    /// Messages in flight through the publisher.
+    #[arg(long, default_value_t = 256)]
+    pub window: usize,
+    /// Milliseconds after which the publisher sends a message that is not
+    /// done again (with the same event id).
+    #[arg(long, default_value_t = 500)]
+    pub retry_ms: u64,
+    /// Messages sent one at a time (window 1) to a `sync`
+    /// one-hop-ack-client stream to measure the ack latency, after 10
+    /// unmeasured ones; as many bare write + fdatasync samples follow.
+    #[arg(long, default_value_t = 2000)]
+    pub latency_messages: usize,
+    /// Payload of the window-1 latency run and of the bare fdatasync.
+    #[arg(long, value_parser = parse_bytes, default_value = "1000")]
+    pub latency_payload: usize,
+    /// Batches each of the three disk-limit writers writes and syncs.
+    #[arg(long, default_value_t = 1000)]
+    pub disk_syncs: usize,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+impl Default for PatternsArgs {
+    fn default() -> Self {
+        PatternsArgs::parse_from(["patterns"])
+    }
+}
+
+/// The figures of one durability × payload × pattern.
+#[derive(Clone, Debug)]
+pub struct PatternCell {
+    pub durability: Durability,
+    pub payload: usize,
+    pub pattern: Protocol,
+    /// Messages done (all that were sent).
+    pub messages: usize,
+    /// Messages a retry found already logged.
+    pub duplicates: usize,
+    pub seconds: f64,
+    pub messages_per_second: f64,
+    /// Payload megabytes (10^6) per second, as the client sent them.
+    pub megabytes_per_second: f64,
+    /// Time from submit to done, in microseconds, with the window full.
+    pub latency: Summary,
+    /// Records per fdatasync over the three replicas (`sync` only).
+    pub records_per_sync: Option<f64>,
+    /// Bytes each record took in the logs (`sync` only).
+    pub record_bytes: Option<f64>,
+    /// Every replica had logged (and synced) every message when the cell
+    /// ended; false means the replicas' counters did not catch up in time.
+    pub settled: bool,
+}
+
+impl PatternCell {
+    /// The seed's figure: seconds to handle one million messages.
+    pub fn seconds_per_million(&self) -> f64 {
+        self.seconds * 1e6 / self.messages as f64
+    }
+}
+
+/// What the disk allows three replicas' logs at the batch size they used.
+#[derive(Clone, Debug)]
+pub struct DiskLimit {
+    pub writers: usize,
+    /// Records per batch (the logs' mean records per fdatasync).
+    pub batch_records: f64,
+    pub batch_bytes: usize,
+    pub syncs_per_writer: usize,
+    pub seconds: f64,
+    /// Batches per second per writer × records per batch.
+    pub messages_per_second: f64,
+    /// One write + fdatasync of one batch, in microseconds.
+    pub sync_latency: Summary,
+}
+
+/// Window-1 ack latency next to one bare write + fdatasync.
+#[derive(Clone, Debug)]
+pub struct WindowOne {
+    pub payload: usize,
+    /// Ack latency in microseconds.
+    pub ack: Summary,
+    /// Bare write + fdatasync of `payload` bytes, in microseconds.
+    pub fdatasync: Summary,
+    pub ack_samples: Vec<f64>,
+    pub fdatasync_samples: Vec<f64>,
+}
+
+impl WindowOne {
+    pub fn median_ratio(&self) -> f64 {
+        self.ack.p50 / self.fdatasync.p50
+    }
+
+    pub fn p99_ratio(&self) -> f64 {
+        self.ack.p99 / self.fdatasync.p50
+    }
+}
+
+/// Everything `bench patterns` measured.
+#[derive(Clone, Debug)]
+pub struct PatternsFigures {
+    /// Messages sent per cell.
+    pub messages: usize,
+    pub window: usize,
+    pub cells: Vec<PatternCell>,
+    /// The payload the targets are read at (1 KB, or the first payload).
+    pub headline_payload: usize,
+    /// `None` when no `sync` one-hop-ack-client cell ran.
+    pub disk: Option<DiskLimit>,
+    pub window_one: WindowOne,
+}
+
+impl PatternsFigures {
+    pub fn cell(
+        &self,
+        durability: Durability,
+        payload: usize,
+        pattern: Protocol,
+    ) -> Option<&PatternCell> {
+        self.cells
+            .iter()
+            .find(|c| c.durability == durability && c.payload == payload && c.pattern == pattern)
+    }
+
+    /// The fastest pattern that gives every replica one shared version.
+    pub fn fastest_versioned(
+        &self,
+        durability: Durability,
+        payload: usize,
+    ) -> Option<&PatternCell> {
+        self.cells
+            .iter()
+            .filter(|c| c.durability == durability && c.payload == payload)
+            .filter(|c| c.pattern != Protocol::Unversioned)
+            .max_by(|a, b| a.messages_per_second.total_cmp(&b.messages_per_second))
+    }
+
+    /// The one-hop-ack-client `sync` cell at the headline payload.
+    pub fn headline(&self) -> Option<&PatternCell> {
+        self.cell(
+            Durability::Sync,
+            self.headline_payload,
+            Protocol::OneHopAckClient,
+        )
+    }
+}
+
+/// Runs the experiment, prints its tables, writes its files.
+pub fn run(args: PatternsArgs) -> anyhow::Result<PatternsFigures> {
+    validate(&args)?;
+    let binary = binary_or_self(&args.server_binary)?;
+    let data = args.output.data_folder("patterns")?;
+    let headline_payload = if args.payloads.contains(&HEADLINE_PAYLOAD) {
+        HEADLINE_PAYLOAD
+    } else {
+        args.payloads[0]
+    };
+    let bar = progress::bar(planned_steps(&args), "patterns", args.output.quiet);
+    let runtime = output::runtime()?;
+    let process = spawn_cluster(&binary, REPLICAS, data.path())?;
+    let cluster = runtime.block_on(Cluster::connect(process))?;
+    let cells = runtime.block_on(measure_cells(&cluster, &args, &bar))?;
+    let disk = disk_limit(&args, &cells, headline_payload, data.path(), &bar)?;
+    bar.set_message("window-1 latency");
+    let ack_samples = runtime.block_on(window_one_latency(&cluster, &args, &bar))?;
+    cluster.stop()?;
+    drop(runtime);
+    bar.set_message("bare fdatasync");
+    let fdatasync_samples = fdatasync::measure(
+        data.path(),
+        args.latency_payload,
+        args.latency_messages,
+        || bar.inc(1),
+    )?;
+    bar.finish_and_clear();
+    let figures = PatternsFigures {
+        messages: args.messages,
+        window: args.window,
+        cells,
+        headline_payload,
+        disk,
+        window_one: WindowOne {
+            payload: args.latency_payload,
+            ack: Summary::of(&ack_samples),
+            fdatasync: Summary::of(&fdatasync_samples),
+            ack_samples,
+            fdatasync_samples,
+        },
+    };
+    write_report(&args, &figures)?;
+    Ok(figures)
+}
+
+fn validate(args: &PatternsArgs) -> anyhow::Result<()> {
+    ensure!(
+        !args.payloads.is_empty() && !args.durability.is_empty() && !args.patterns.is_empty(),
+        "--payloads, --durability and --patterns each need at least one value"
+    );
+    ensure!(
+        args.messages > 0 && args.latency_messages > 0 && args.disk_syncs > 0,
+        "--messages, --latency-messages and --disk-syncs must be at least 1"
+    );
+    ensure!(args.window > 0, "--window must be at least 1");
+    ensure!(
+        args.payloads
+            .iter()
+            .chain([&args.latency_payload])
+            .all(|size| *size <= 1024 * 1024),
+        "payloads above 1 MiB exceed the server's message limit"
+    );
+    Ok(())
+}
+
+/// Progress steps: every message, every disk-limit sync, every latency
+/// sample.
+fn planned_steps(args: &PatternsArgs) -> u64 {
+    let cells = args.durability.len() * args.payloads.len() * args.patterns.len();
+    let disk = if args.durability.contains(&Durability::Sync)
+        && args.patterns.contains(&Protocol::OneHopAckClient)
+    {
+        REPLICAS * args.disk_syncs
+    } else {
+        0
+    };
+    (cells * args.messages + disk + 2 * args.latency_messages + LATENCY_WARMUP) as u64
+}
+
+fn publisher_config(args: &PatternsArgs, window: usize) -> PublisherConfig {
+    PublisherConfig {
+        window,
+        retry: Duration::from_millis(args.retry_ms.max(1)),
+        ..PublisherConfig::default()
+    }
+}
+
+/// A payload of `size` bytes that is not all zeros.
+pub fn payload_of(size: usize) -> Vec<u8> {
+    (0..size).map(|index| (index % 241) as u8).collect()
+}
+
+async fn measure_cells(
+    cluster: &Cluster,
+    args: &PatternsArgs,
+    bar: &ProgressBar,
+) -> anyhow::Result<Vec<PatternCell>> {
+    let mut cells = Vec::new();
+    for &durability in &args.durability {
+        for &payload in &args.payloads {
+            for &pattern in &args.patterns {
+                bar.set_message(format!(
+                    "{} {} {}",
+                    durability.name(),
+                    format_bytes(payload),
+                    pattern.name()
+                ));
+                cells.push(run_cell(cluster, args, durability, payload, pattern, bar).await?);
+            }
+        }
+    }
+    Ok(cells)
+}
+
+async fn run_cell(
+    cluster: &Cluster,
+    args: &PatternsArgs,
+    durability: Durability,
+    payload: usize,
+    pattern: Protocol,
+    bar: &ProgressBar,
+) -> anyhow::Result<PatternCell> {
+    let name = format!(
+        "patterns-{}-{payload}-{}",
+        durability.name(),
+        pattern.name()
+    );
+    let info = cluster
+        .create(&name, durability, pattern, REPLICAS as u8)
+        .await?;
+    let publisher = Publisher::connect(&info, publisher_config(args, args.window))
+        .await
+        .with_context(|| format!("cannot connect a publisher to {name}"))?;
+    let bytes = payload_of(payload);
+    let run = publish(
+        std::slice::from_ref(&publisher),
+        args.window,
+        &bytes,
+        args.messages,
+        bar,
+    )
+    .await
+    .with_context(|| format!("publishing to {name} failed"))?;
+    drop(publisher);
+    let (logs, settled) = cluster
+        .settled_replica_logs(&info, durability, run.messages as u64)
+        .await?;
+    // The cell's logs are of no further use; deleting them keeps the disk
+    // and the servers' log threads from piling up over many cells.
+    cluster.delete(&info).await?;
+    let batch = match durability {
+        Durability::Sync => batch_of(&logs),
+        Durability::Memory => None,
+    };
+    let seconds = run.seconds();
+    Ok(PatternCell {
+        durability,
+        payload,
+        pattern,
+        messages: run.messages,
+        duplicates: run.duplicates,
+        seconds,
+        messages_per_second: run.messages as f64 / seconds,
+        megabytes_per_second: (run.messages * payload) as f64 / seconds / 1e6,
+        latency: Summary::of(&run.latencies_us),
+        records_per_sync: batch.map(|(records, _)| records),
+        record_bytes: batch.map(|(_, bytes)| bytes),
+        settled,
+    })
+}
+
+/// Three writers syncing batches of the size the one-hop-ack-client `sync`
+/// run formed at the headline payload; `None` without such a run.
+fn disk_limit(
+    args: &PatternsArgs,
+    cells: &[PatternCell],
+    headline_payload: usize,
+    folder: &Path,
+    bar: &ProgressBar,
+) -> anyhow::Result<Option<DiskLimit>> {
+    let Some(cell) = cells.iter().find(|c| {
+        c.durability == Durability::Sync
+            && c.payload == headline_payload
+            && c.pattern == Protocol::OneHopAckClient
+    }) else {
+        return Ok(None);
+    };
+    let (Some(batch_records), Some(record_bytes)) = (cell.records_per_sync, cell.record_bytes)
+    else {
+        return Ok(None);
+    };
+    let batch_bytes = (batch_records * record_bytes).round().max(1.0) as usize;
+    bar.set_message(format!(
+        "disk limit, {} per sync",
+        format_bytes(batch_bytes)
+    ));
+    let measured =
+        fdatasync::concurrent_batches(folder, REPLICAS, batch_bytes, args.disk_syncs, &|| {
+            bar.inc(1)
+        })?;
+    let syncs_per_writer = measured.latencies_us.len() as f64 / REPLICAS as f64;
+    Ok(Some(DiskLimit {
+        writers: REPLICAS,
+        batch_records,
+        batch_bytes,
+        syncs_per_writer: args.disk_syncs,
+        seconds: measured.seconds,
+        messages_per_second: syncs_per_writer * batch_records / measured.seconds,
+        sync_latency: Summary::of(&measured.latencies_us),
+    }))
+}
+
+/// Ack latency of messages sent one at a time to a fresh `sync`
+/// one-hop-ack-client stream, in microseconds.
+async fn window_one_latency(
+    cluster: &Cluster,
+    args: &PatternsArgs,
+    bar: &ProgressBar,
+) -> anyhow::Result<Vec<f64>> {
+    let info = cluster
+        .create(
+            "patterns-window-one",
+            Durability::Sync,
+            Protocol::OneHopAckClient,
+            REPLICAS as u8,
+        )
+        .await?;
+    let publisher = Publisher::connect(&info, publisher_config(args, 1))
+        .await
+        .context("cannot connect the window-1 publisher")?;
+    let payload = payload_of(args.latency_payload);
+    publish_one_at_a_time(&publisher, &payload, LATENCY_WARMUP, bar).await?;
+    let samples = publish_one_at_a_time(&publisher, &payload, args.latency_messages, bar).await?;
+    drop(publisher);
+    cluster.delete(&info).await?;
+    Ok(samples)
+}
+
+/// Seed 001's table for one durability: seconds per payload and pattern.
+pub fn seconds_table(figures: &PatternsFigures, durability: Durability) -> Table {
+    pattern_table(
+        figures,
+        durability,
+        format!(
+            "Seconds to handle {} messages, durability {}, R = {REPLICAS}, window {} (seed 001)",
+            figures.messages,
+            durability.name(),
+            figures.window
+        ),
+        |cell| fixed(cell.seconds, 2),
+    )
+}
+
+/// Payload megabytes per second per payload and pattern.
+pub fn megabytes_table(figures: &PatternsFigures, durability: Durability) -> Table {
+    pattern_table(
+        figures,
+        durability,
+        format!(
+            "Payload MB/s, durability {}, R = {REPLICAS}, window {}",
+            durability.name(),
+            figures.window
+        ),
+        |cell| fixed(cell.megabytes_per_second, 1),
+    )
+}
+
+fn pattern_table(
+    figures: &PatternsFigures,
+    durability: Durability,
+    title: String,
+    value: impl Fn(&PatternCell) -> String,
+) -> Table {
+    let patterns = patterns_of(figures);
+    let mut columns = vec!["payload"];
+    columns.extend(patterns.iter().map(|p| p.name()));
+    let mut table = Table::new(title, &columns);
+    for payload in payloads_of(figures) {
+        let mut row = vec![format_bytes(payload)];
+        for &pattern in &patterns {
+            row.push(
+                figures
+                    .cell(durability, payload, pattern)
+                    .map(&value)
+                    .unwrap_or_else(|| "-".into()),
+            );
+        }
+        table.row(row);
+    }
+    table
+}
+
+fn patterns_of(figures: &PatternsFigures) -> Vec<Protocol> {
+    let mut patterns: Vec<Protocol> = Vec::new();
+    for cell in &figures.cells {
+        if !patterns.contains(&cell.pattern) {
+            patterns.push(cell.pattern);
+        }
+    }
+    patterns
+}
+
+fn payloads_of(figures: &PatternsFigures) -> Vec<usize> {
+    let mut payloads: Vec<usize> = figures.cells.iter().map(|c| c.payload).collect();
+    payloads.sort_unstable();
+    payloads.dedup();
+    payloads
+}
+
+fn durabilities_of(figures: &PatternsFigures) -> Vec<Durability> {
+    let mut durabilities: Vec<Durability> = Vec::new();
+    for cell in &figures.cells {
+        if !durabilities.contains(&cell.durability) {
+            durabilities.push(cell.durability);
+        }
+    }
+    durabilities
+}
+
+/// One row per cell with every figure.
+pub fn cells_table(figures: &PatternsFigures) -> Table {
+    let mut table = Table::new(
+        format!(
+            "Every cell: {} messages each, R = {REPLICAS}, window {}",
+            figures.messages, figures.window
+        ),
+        &[
+            "durability",
+            "payload",
+            "pattern",
+            "messages",
+            "seconds",
+            "s per 1M",
+            "msgs/s",
+            "MB/s",
+            "ack p50 µs",
+            "ack p99 µs",
+            "records per sync",
+            "bytes per record",
+            "duplicates",
+            "settled",
+        ],
+    );
+    for cell in &figures.cells {
+        table.row(vec![
+            cell.durability.name().to_string(),
+            format_bytes(cell.payload),
+            cell.pattern.name().to_string(),
+            cell.messages.to_string(),
+            fixed(cell.seconds, 3),
+            fixed(cell.seconds_per_million(), 1),
+            fixed(cell.messages_per_second, 0),
+            fixed(cell.megabytes_per_second, 2),
+            fixed(cell.latency.p50, 0),
+            fixed(cell.latency.p99, 0),
+            cell.records_per_sync
+                .map_or_else(|| "-".into(), |r| fixed(r, 1)),
+            cell.record_bytes
+                .map_or_else(|| "-".into(), |b| fixed(b, 0)),
+            cell.duplicates.to_string(),
+            if cell.settled { "yes" } else { "no" }.to_string(),
+        ]);
+    }
+    table
+}
+
+/// The targets and the physical limits, each with its figure.
+pub fn limits_table(figures: &PatternsFigures) -> Table {
+    let headline = format_bytes(figures.headline_payload);
+    let mut table = Table::new(
+        format!("Against the targets (issue 3) and the disk, {headline}, sync, R = {REPLICAS}"),
+        &["measure", "value", "target", "met"],
+    );
+    let met = |ok: bool| if ok { "yes" } else { "no" }.to_string();
+    let none = || "-".to_string();
+    let mut row = |measure: String, value: String, target: &str, ok: Option<bool>| {
+        table.row(vec![
+            measure,
+            value,
+            target.to_string(),
+            ok.map_or_else(none, met),
+        ]);
+    };
+    let headline_cell = figures.headline();
+    if let Some(cell) = headline_cell {
+        let rate = cell.messages_per_second;
+        row(
+            "one-hop-ack-client msgs/s".into(),
+            fixed(rate, 0),
+            ">= 100000",
+            Some(rate >= 100_000.0),
+        );
+        if let Some(fastest) = figures.fastest_versioned(Durability::Sync, figures.headline_payload)
+        {
+            row(
+                "fastest versioned pattern".into(),
+                format!(
+                    "{} ({} msgs/s)",
+                    fastest.pattern.name(),
+                    fixed(fastest.messages_per_second, 0)
+                ),
+                "-",
+                None,
+            );
+            let ratio = rate / fastest.messages_per_second;
+            row(
+                "one-hop-ack-client / fastest versioned".into(),
+                fixed(ratio, 2),
+                ">= 0.90",
+                Some(ratio >= 0.90),
+            );
+        }
+        if let Some(base) = figures.cell(
+            Durability::Sync,
+            figures.headline_payload,
+            Protocol::Unversioned,
+        ) {
+            row(
+                "one-hop-ack-client / unversioned".into(),
+                fixed(rate / base.messages_per_second, 2),
+                "-",
+                None,
+            );
+        }
+        if let Some(memory) = figures.cell(
+            Durability::Memory,
+            figures.headline_payload,
+            Protocol::OneHopAckClient,
+        ) {
+            row(
+                "one-hop-ack-client sync / memory".into(),
+                fixed(rate / memory.messages_per_second, 2),
+                "-",
+                None,
+            );
+        }
+        if let Some(records) = cell.records_per_sync {
+            row(
+                "log records per fdatasync (3 replicas)".into(),
+                fixed(records, 1),
+                "-",
+                None,
+            );
+        }
+    }
+    if let Some(disk) = &figures.disk {
+        row(
+            format!(
+                "disk limit: {} writers, write + fdatasync of {} B, msgs/s",
+                disk.writers, disk.batch_bytes
+            ),
+            fixed(disk.messages_per_second, 0),
+            "-",
+            None,
+        );
+        row(
+            "disk limit: one batch's write + fdatasync p50 µs".into(),
+            fixed(disk.sync_latency.p50, 0),
+            "-",
+            None,
+        );
+        if let Some(cell) = headline_cell {
+            row(
+                "one-hop-ack-client / disk limit".into(),
+                fixed(cell.messages_per_second / disk.messages_per_second, 2),
+                "-",
+                None,
+            );
+        }
+    }
+    let one = &figures.window_one;
+    let size = format_bytes(one.payload);
+    row(
+        format!("window-1 ack latency p50 µs ({size})"),
+        fixed(one.ack.p50, 0),
+        "-",
+        None,
+    );
+    row(
+        format!("window-1 ack latency p99 µs ({size})"),
+        fixed(one.ack.p99, 0),
+        "-",
+        None,
+    );
+    row(
+        format!("bare write + fdatasync p50 µs ({size})"),
+        fixed(one.fdatasync.p50, 0),
+        "-",
+        None,
+    );
+    row(
+        format!("bare write + fdatasync p99 µs ({size})"),
+        fixed(one.fdatasync.p99, 0),
+        "-",
+        None,
+    );
+    let median = one.median_ratio();
+    row(
+        "ack p50 / fdatasync p50".into(),
+        fixed(median, 2),
+        "<= 2 (issue 3; brief: 1.5)",
+        Some(median <= 2.0),
+    );
+    let tail = one.p99_ratio();
+    row(
+        "ack p99 / fdatasync p50".into(),
+        fixed(tail, 2),
+        "<= 4 (brief)",
+        Some(tail <= 4.0),
+    );
+    table
+}
+
+fn write_report(args: &PatternsArgs, figures: &PatternsFigures) -> anyhow::Result<()> {
+    let mut output = Output::new(args.output.out_folder("patterns"))?;
+    let mut tables = Vec::new();
+    for durability in durabilities_of(figures) {
+        let seconds = seconds_table(figures, durability);
+        let megabytes = megabytes_table(figures, durability);
+        seconds.print();
+        println!();
+        megabytes.print();
+        println!();
+        output.csv(&format!("patterns-{}-seconds", durability.name()), &seconds)?;
+        output.csv(&format!("patterns-{}-mbps", durability.name()), &megabytes)?;
+        output.png(
+            &format!("patterns-{}", durability.name()),
+            &seconds_chart(figures, durability),
+        )?;
+        tables.push(seconds.to_json());
+        tables.push(megabytes.to_json());
+    }
+    let limits = limits_table(figures);
+    limits.print();
+    let cells = cells_table(figures);
+    output.csv("patterns-limits", &limits)?;
+    output.csv("patterns-cells", &cells)?;
+    output.png("patterns-latency", &latency_chart(figures))?;
+    tables.push(limits.to_json());
+    tables.push(cells.to_json());
+    let json = serde_json::json!({
+        "experiment": "patterns",
+        "messages_per_cell": figures.messages,
+        "window": figures.window,
+        "replicas": REPLICAS,
+        "headline_payload_bytes": figures.headline_payload,
+        "tables": tables,
+        "cells": figures.cells.iter().map(cell_json).collect::<Vec<_>>(),
+        "disk_limit": figures.disk.as_ref().map(disk_json),
+        "window_one": {
+            "payload_bytes": figures.window_one.payload,
+            "ack_latency_us": figures.window_one.ack.to_json(),
+            "fdatasync_us": figures.window_one.fdatasync.to_json(),
+            "median_ratio": figures.window_one.median_ratio(),
+            "p99_over_fdatasync_median": figures.window_one.p99_ratio(),
+        },
+    });
+    output.json(args.output.json.as_deref(), &json)?;
+    output.announce();
+    Ok(())
+}
+
+fn cell_json(cell: &PatternCell) -> serde_json::Value {
+    serde_json::json!({
+        "durability": cell.durability.name(),
+        "payload_bytes": cell.payload,
+        "pattern": cell.pattern.name(),
+        "messages": cell.messages,
+        "duplicates": cell.duplicates,
+        "seconds": cell.seconds,
+        "seconds_per_million": cell.seconds_per_million(),
+        "messages_per_second": cell.messages_per_second,
+        "megabytes_per_second": cell.megabytes_per_second,
+        "ack_latency_us": cell.latency.to_json(),
+        "records_per_sync": cell.records_per_sync,
+        "record_bytes": cell.record_bytes,
+        "settled": cell.settled,
+    })
+}
+
+fn disk_json(disk: &DiskLimit) -> serde_json::Value {
+    serde_json::json!({
+        "writers": disk.writers,
+        "batch_records": disk.batch_records,
+        "batch_bytes": disk.batch_bytes,
+        "syncs_per_writer": disk.syncs_per_writer,
+        "seconds": disk.seconds,
+        "messages_per_second": disk.messages_per_second,
+        "sync_latency_us": disk.sync_latency.to_json(),
+    })
+}
+
+/// Seconds per million messages against the payload, one line per
+/// pattern, for one durability.
+fn seconds_chart(figures: &PatternsFigures, durability: Durability) -> Chart {
+    let mut chart = Chart::lines(
+        format!(
+            "Seconds per million messages, {}, R = {REPLICAS}, window {}",
+            durability.name(),
+            figures.window
+        ),
+        "payload (bytes)",
+        "seconds per 1M messages",
+    );
+    chart.log_x = true;
+    for pattern in patterns_of(figures) {
+        let points = figures
+            .cells
+            .iter()
+            .filter(|c| c.durability == durability && c.pattern == pattern)
+            .map(|c| (c.payload as f64, c.seconds_per_million()))
+            .collect();
+        chart.add(Series::new(pattern.name(), points));
+    }
+    chart
+}
+
+/// Densities of the window-1 ack latency and of the bare fdatasync.
+fn latency_chart(figures: &PatternsFigures) -> Chart {
+    let one = &figures.window_one;
+    let mut chart = Chart::lines(
+        format!(
+            "Window-1 ack latency (sync, one-hop-ack-client, R = {REPLICAS}) and one fdatasync, {}",
+            format_bytes(one.payload)
+        ),
+        "latency (µs)",
+        "density",
+    );
+    chart.log_x = true;
+    chart.add(Series::new(
+        "ack latency",
+        density(&one.ack_samples, DENSITY_BINS),
+    ));
+    chart.add(Series::new(
+        "write + fdatasync",
+        density(&one.fdatasync_samples, DENSITY_BINS),
+    ));
+    chart
+}

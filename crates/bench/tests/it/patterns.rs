@@ -1,0 +1,110 @@
+//! `bench patterns` with tiny parameters against a real `stamplog cluster`
+//! child process.
+
+use bench::patterns::{self, PatternsArgs};
+use bench::replication::Durability;
+use client::Protocol;
+
+use crate::{assert_files, quiet_output, read_json, stamplog_binary};
+
+#[test]
+fn patterns_with_tiny_parameters_completes_every_cell_and_writes_its_files() {
+    let folder = tempfile::tempdir().unwrap();
+    let args = PatternsArgs {
+        server_binary: Some(stamplog_binary()),
+        messages: 200,
+        payloads: vec![100, 1000],
+        durability: vec![Durability::Sync, Durability::Memory],
+        patterns: Protocol::PATTERNS.to_vec(),
+        window: 32,
+        retry_ms: 2000,
+        latency_messages: 50,
+        latency_payload: 1000,
+        disk_syncs: 20,
+        output: quiet_output(folder.path()),
+    };
+    let figures = patterns::run(args).unwrap();
+    assert_eq!(figures.cells.len(), 2 * 2 * 6);
+    for cell in &figures.cells {
+        assert_eq!(cell.messages, 200, "{cell:?}");
+        assert_eq!(cell.latency.count, 200, "{cell:?}");
+        assert!(cell.settled, "every replica logged every message: {cell:?}");
+        assert!(cell.seconds > 0.0 && cell.messages_per_second > 0.0);
+        assert!(cell.megabytes_per_second > 0.0 && cell.seconds_per_million() > 0.0);
+        match cell.durability {
+            Durability::Sync => {
+                assert!(cell.records_per_sync.unwrap() >= 1.0, "{cell:?}");
+                assert!(cell.record_bytes.unwrap() > cell.payload as f64, "{cell:?}");
+            }
+            Durability::Memory => assert!(cell.records_per_sync.is_none()),
+        }
+    }
+    assert_eq!(figures.headline_payload, 1000);
+    let headline = figures
+        .headline()
+        .expect("the 1 KB sync one-hop-ack-client cell");
+    assert!(headline.messages_per_second > 0.0);
+    let fastest = figures.fastest_versioned(Durability::Sync, 1000).unwrap();
+    assert_ne!(fastest.pattern, Protocol::Unversioned);
+
+    let disk = figures
+        .disk
+        .as_ref()
+        .expect("a sync one-hop-ack-client cell ran");
+    assert_eq!(disk.writers, 3);
+    assert_eq!(disk.sync_latency.count, 3 * 20);
+    assert!(
+        disk.batch_bytes > 1000 && disk.messages_per_second > 0.0,
+        "{disk:?}"
+    );
+
+    let one = &figures.window_one;
+    assert_eq!(one.ack.count, 50);
+    assert_eq!(one.fdatasync.count, 50);
+    assert!(one.ack.p50 > 0.0 && one.fdatasync.p50 > 0.0);
+    assert!(one.median_ratio().is_finite() && one.median_ratio() > 0.0);
+
+    // Seed 001's shape: a row per payload, a column per pattern.
+    let seconds = patterns::seconds_table(&figures, Durability::Sync);
+    assert_eq!(seconds.rows().len(), 2);
+    assert_eq!(seconds.columns().len(), 1 + 6);
+    assert_eq!(seconds.columns()[1], "unversioned");
+    assert_eq!(seconds.rows()[1][0], "1KB");
+    assert!(
+        seconds.title().contains("200 messages"),
+        "{}",
+        seconds.title()
+    );
+    let limits = patterns::limits_table(&figures);
+    let measures: Vec<&str> = limits.rows().iter().map(|r| r[0].as_str()).collect();
+    for expected in [
+        "one-hop-ack-client msgs/s",
+        "one-hop-ack-client / fastest versioned",
+        "one-hop-ack-client / disk limit",
+        "ack p50 / fdatasync p50",
+    ] {
+        assert!(
+            measures.contains(&expected),
+            "{expected} missing: {measures:?}"
+        );
+    }
+
+    let out = folder.path().join("out");
+    assert_files(
+        &out,
+        &[
+            "patterns-sync-seconds.csv",
+            "patterns-sync-mbps.csv",
+            "patterns-memory-seconds.csv",
+            "patterns-memory-mbps.csv",
+            "patterns-limits.csv",
+            "patterns-cells.csv",
+            "patterns-sync.png",
+            "patterns-memory.png",
+            "patterns-latency.png",
+        ],
+    );
+    let json = read_json(&folder.path().join("figures.json"));
+    assert_eq!(json["cells"].as_array().unwrap().len(), 24);
+    assert_eq!(json["window_one"]["ack_latency_us"]["count"], 50);
+}

@@ -1,0 +1,580 @@
+//! The replicated producer: one `send` whatever the stream's protocol.
+//!
+//! A [`Publisher`] connects to every server of the stream's replica set and
+//! runs the client side of the stream's protocol (the pure
+//! `engine::replication::Producer`): it sends each message where the
+//! protocol says (the primary, every replica, or first the primary for a
+//! version), collects the acknowledgements the protocol's ack rule needs,
+//! and resends on a timeout with the same event id and content, so a
+//! message that had landed is answered with its original version and the
+//! `duplicate` flag. A broken connection is re-established in the
+//! background; the retry covers what it lost.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use engine::replication::{
+    Completion, Content, HybridMode, Msg, Node, Placement, Producer, ProducerSettings, Protocol,
+    Refusal, ServerId,
+};
+use proto::{ErrorCode, EventId, Frame, StreamInfo};
+use tokio::io::AsyncWriteExt;
+use tokio::sync::{mpsc, oneshot, Semaphore};
+
+use crate::driver;
+use crate::{ClientConfig, ClientError};
+
+/// What a replicated send returns once its protocol's ack rule is met.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Published {
+    pub event: EventId,
+    /// The version (for `unversioned`, the first replica's own).
+    pub version: u64,
+    /// Some server answered that the message was already logged.
+    pub duplicate: bool,
+    /// The servers that acknowledged, with the version each named.
+    pub acks: Vec<(ServerId, u64)>,
+}
+
+/// Settings of a publisher.
+#[derive(Clone, Debug)]
+pub struct PublisherConfig {
+    /// Messages in flight at most.
+    pub window: usize,
+    /// A message not done after this long is sent again.
+    pub retry: Duration,
+    /// The client id in the event ids; random when `None`.
+    pub client_id: Option<u128>,
+    /// The session (producer) number within the client.
+    pub session: u64,
+    pub connect_timeout: Duration,
+}
+
+impl Default for PublisherConfig {
+    fn default() -> Self {
+        PublisherConfig {
+            window: 256,
+            retry: Duration::from_millis(500),
+            client_id: None,
+            session: 1,
+            connect_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+enum Command {
+    Send {
+        /// The event id the handle predicted (the task's producer gives
+        /// sequences in the order commands arrive).
+        event: EventId,
+        key: Vec<u8>,
+        payload: Vec<u8>,
+        reply: oneshot::Sender<Result<Published, ClientError>>,
+    },
+}
+
+/// The handle's side of the command queue: the next sequence and the
+/// sender, under one lock so sequences enter the queue in order.
+struct Queue {
+    next_sequence: u64,
+    commands: mpsc::UnboundedSender<Command>,
+}
+
+/// A replicated producer of one stream. Cheap to share behind an `Arc`;
+/// dropping it stops its tasks (messages in flight are abandoned).
+pub struct Publisher {
+    queue: std::sync::Mutex<Queue>,
+    session: u64,
+    window: Arc<Semaphore>,
+    client_id: u128,
+    protocol: Protocol,
+    mode: Arc<std::sync::atomic::AtomicU8>,
+}
+
+/// A message sent and not yet done.
+pub struct PendingPublish {
+    pub event: EventId,
+    answer: oneshot::Receiver<Result<Published, ClientError>>,
+}
+
+impl std::future::Future for PendingPublish {
+    type Output = Result<Published, ClientError>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        std::pin::Pin::new(&mut self.answer)
+            .poll(cx)
+            .map(|answer| answer.unwrap_or(Err(ClientError::Closed)))
+    }
+}
+
+impl Publisher {
+    /// Connects to every replica of the stream `info` describes (as
+    /// `Client::open_stream` or `create_stream` returned it).
+    pub async fn connect(
+        info: &StreamInfo,
+        config: PublisherConfig,
+    ) -> Result<Publisher, ClientError> {
+        let protocol = Protocol::from_code(info.protocol).ok_or_else(|| {
+            ClientError::Protocol(format!("unknown protocol code {}", info.protocol))
+        })?;
+        if info.replicas.is_empty() {
+            return Err(ClientError::Protocol("the stream has no replicas".into()));
+        }
+        let placement = Placement {
+            replicas: info.replicas.iter().map(|r| r.id).collect(),
+            primary: info.primary,
+            epoch: info.epoch,
+        };
+        let client_id = config.client_id.unwrap_or_else(proto::random_u128);
+        let (incoming, incoming_receiver) = mpsc::channel(1024);
+        let refusals: Refusals = Arc::default();
+        let mut links = HashMap::new();
+        for replica in &info.replicas {
+            let mut link_config = ClientConfig::new(replica.address.clone());
+            link_config.connect_timeout = config.connect_timeout;
+            // The first connection must succeed: a wrong address is an
+            // error now, not an endless retry.
+            let connection = driver::connect(&link_config, client_id).await?;
+            let (outgoing, outgoing_receiver) = mpsc::channel(config.window.max(1) * 2 + 64);
+            tokio::spawn(run_link(
+                replica.id,
+                link_config,
+                client_id,
+                connection,
+                outgoing_receiver,
+                incoming.clone(),
+                Arc::clone(&refusals),
+            ));
+            links.insert(replica.id, outgoing);
+        }
+        let producer = Producer::new(
+            client_id,
+            config.session,
+            protocol,
+            placement,
+            ProducerSettings {
+                retry_ms: config.retry.as_millis() as u64,
+            },
+        );
+        // Unbounded in type only: the window's permits bound it.
+        let (commands, command_receiver) = mpsc::unbounded_channel();
+        let window = Arc::new(Semaphore::new(config.window.max(1)));
+        let mode = Arc::new(std::sync::atomic::AtomicU8::new(0));
+        let task = Task {
+            stream: info.id,
+            producer,
+            links,
+            waiting: HashMap::new(),
+            window: Arc::clone(&window),
+            started: Instant::now(),
+            mode: Arc::clone(&mode),
+            refusals,
+        };
+        tokio::spawn(task.run(command_receiver, incoming_receiver));
+        Ok(Publisher {
+            queue: std::sync::Mutex::new(Queue {
+                next_sequence: 1,
+                commands,
+            }),
+            session: config.session,
+            window,
+            client_id,
+            protocol,
+            mode,
+        })
+    }
+
+    pub fn client_id(&self) -> u128 {
+        self.client_id
+    }
+
+    pub fn protocol(&self) -> Protocol {
+        self.protocol
+    }
+
+    /// A `hybrid` stream's current mode as the primary last reported it.
+    pub fn hybrid_mode(&self) -> Option<HybridMode> {
+        match self.mode.load(std::sync::atomic::Ordering::Relaxed) {
+            1 => Some(HybridMode::ServerSync),
+            2 => Some(HybridMode::ClientAsync),
+            _ => None,
+        }
+    }
+
+    /// Sends one message and waits until its protocol's ack rule is met.
+    pub async fn send(&self, key: &[u8], payload: &[u8]) -> Result<Published, ClientError> {
+        self.submit(key, payload).await?.await
+    }
+
+    /// Sends one message once the window has room; the returned future
+    /// resolves when the message is done.
+    pub async fn submit(&self, key: &[u8], payload: &[u8]) -> Result<PendingPublish, ClientError> {
+        let permit = Arc::clone(&self.window)
+            .acquire_owned()
+            .await
+            .map_err(|_| ClientError::Closed)?;
+        permit.forget();
+        let (reply, answer) = oneshot::channel();
+        let mut queue = self.queue.lock().expect("publisher lock");
+        let event = EventId {
+            client: self.client_id,
+            session: self.session,
+            sequence: queue.next_sequence,
+        };
+        queue
+            .commands
+            .send(Command::Send {
+                event,
+                key: key.to_vec(),
+                payload: payload.to_vec(),
+                reply,
+            })
+            .map_err(|_| ClientError::Closed)?;
+        queue.next_sequence += 1;
+        Ok(PendingPublish { event, answer })
+    }
+}
+
+struct Task {
+    stream: u64,
+    producer: Producer,
+    links: HashMap<ServerId, mpsc::Sender<Vec<u8>>>,
+    waiting: HashMap<u64, oneshot::Sender<Result<Published, ClientError>>>,
+    window: Arc<Semaphore>,
+    started: Instant,
+    mode: Arc<std::sync::atomic::AtomicU8>,
+    refusals: Refusals,
+}
+
+/// The server's words for messages refused for good, by sequence, so the
+/// caller's error says what the server said.
+type Refusals = Arc<std::sync::Mutex<HashMap<u64, String>>>;
+
+impl Task {
+    fn now(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    async fn run(
+        mut self,
+        mut commands: mpsc::UnboundedReceiver<Command>,
+        mut incoming: mpsc::Receiver<Vec<(ServerId, Msg)>>,
+    ) {
+        let mut tick = tokio::time::interval(Duration::from_millis(10));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut out = Vec::new();
+        let mut closed = false;
+        loop {
+            tokio::select! {
+                command = commands.recv(), if !closed => match command {
+                    Some(command) => {
+                        let now = self.now();
+                        self.take(command, now, &mut out);
+                    }
+                    None => closed = true,
+                },
+                batch = incoming.recv() => {
+                    let Some(batch) = batch else { return };
+                    let now = self.now();
+                    for (from, msg) in batch {
+                        self.producer.on_message(from, msg, now, &mut out);
+                    }
+                }
+                _ = tick.tick() => {
+                    let now = self.now();
+                    self.producer.on_tick(now, &mut out);
+                }
+            }
+            // Take whatever else is waiting before writing, so one write
+            // per server carries many messages.
+            let now = self.now();
+            for _ in 0..1024 {
+                match commands.try_recv() {
+                    Ok(command) => self.take(command, now, &mut out),
+                    Err(_) => break,
+                }
+            }
+            while let Ok(batch) = incoming.try_recv() {
+                for (from, msg) in batch {
+                    self.producer.on_message(from, msg, now, &mut out);
+                }
+            }
+            self.flush(&mut out).await;
+            self.complete();
+            if closed && self.waiting.is_empty() {
+                return;
+            }
+        }
+    }
+
+    fn take(&mut self, command: Command, now: u64, out: &mut Vec<(Node, Msg)>) {
+        let Command::Send {
+            event,
+            key,
+            payload,
+            reply,
+        } = command;
+        let id = self
+            .producer
+            .send(Arc::new(key), Arc::new(payload), now, out);
+        debug_assert_eq!(id, event, "the handle predicts the producer's sequence");
+        self.waiting.insert(id.sequence, reply);
+    }
+
+    async fn flush(&mut self, out: &mut Vec<(Node, Msg)>) {
+        let mut frames: HashMap<ServerId, Vec<u8>> = HashMap::new();
+        for (node, msg) in out.drain(..) {
+            let Node::Server(server) = node else { continue };
+            if let Some(frame) = submit_frame(self.stream, msg) {
+                frame.encode(frames.entry(server).or_default());
+            }
+        }
+        for (server, bytes) in frames {
+            if let Some(link) = self.links.get(&server) {
+                // A full or broken link drops the frame: the retry resends.
+                let _ = link.try_send(bytes);
+            }
+        }
+    }
+
+    fn complete(&mut self) {
+        let mode = match self.producer.hybrid_mode() {
+            HybridMode::ServerSync => 1,
+            HybridMode::ClientAsync => 2,
+        };
+        if self.producer.protocol() == Protocol::Hybrid {
+            self.mode.store(mode, std::sync::atomic::Ordering::Relaxed);
+        }
+        for Completion { event, outcome } in self.producer.take_completed() {
+            self.window.add_permits(1);
+            let Some(reply) = self.waiting.remove(&event.sequence) else {
+                continue;
+            };
+            let result = match outcome {
+                Ok(acknowledged) => Ok(Published {
+                    event,
+                    version: acknowledged.version,
+                    duplicate: acknowledged.duplicate,
+                    acks: acknowledged.acks,
+                }),
+                Err(refusal) => {
+                    let said = self
+                        .refusals
+                        .lock()
+                        .expect("refusals lock")
+                        .remove(&event.sequence);
+                    Err(ClientError::Server {
+                        code: refusal_code(&refusal),
+                        message: said.unwrap_or_else(|| refusal.to_string()),
+                    })
+                }
+            };
+            let _ = reply.send(result);
+        }
+    }
+}
+
+fn refusal_code(refusal: &Refusal) -> ErrorCode {
+    match refusal {
+        Refusal::Rejected(engine::Rejection::Retired { .. }) => ErrorCode::SequenceRetired,
+        Refusal::Rejected(engine::Rejection::ZeroSequence) => ErrorCode::InvalidArgument,
+        Refusal::Rejected(engine::Rejection::DedupeFull) | Refusal::Busy => ErrorCode::Busy,
+        Refusal::NotPrimary => ErrorCode::NotPrimary,
+        Refusal::VersionVoid => ErrorCode::VersionVoid,
+        Refusal::Invalid => ErrorCode::InvalidArgument,
+        Refusal::LogFailed => ErrorCode::LogFailed,
+    }
+}
+
+/// A client-to-server `Msg` as a `Submit` frame.
+fn submit_frame(stream: u64, msg: Msg) -> Option<Frame> {
+    let frame = |kind: u8, version: u64, epoch: u64, content: Content| Frame::Submit {
+        stream,
+        kind,
+        version,
+        epoch,
+        session: content.event.session,
+        sequence: content.event.sequence,
+        low_water: content.low_water,
+        key: content.key.to_vec(),
+        payload: content.payload.to_vec(),
+    };
+    Some(match msg {
+        Msg::Write(content) => frame(proto::frame::SUBMIT_WRITE, 0, 0, content),
+        Msg::Tagged(content) => frame(proto::frame::SUBMIT_TAGGED, 0, 0, content),
+        Msg::Placed {
+            version,
+            epoch,
+            content,
+        } => frame(proto::frame::SUBMIT_PLACED, version, epoch, content),
+        Msg::Reserve { event, low_water } => Frame::Submit {
+            stream,
+            kind: proto::frame::SUBMIT_RESERVE,
+            version: 0,
+            epoch: 0,
+            session: event.session,
+            sequence: event.sequence,
+            low_water,
+            key: Vec::new(),
+            payload: Vec::new(),
+        },
+        _ => return None,
+    })
+}
+
+/// A server's answer frame as a `Msg` for the producer.
+fn answer_msg(client: u128, frame: Frame) -> Option<(ServerId, Msg)> {
+    let event = |session, sequence| EventId {
+        client,
+        session,
+        sequence,
+    };
+    Some(match frame {
+        Frame::Acked {
+            server,
+            session,
+            sequence,
+            version,
+            epoch,
+            flags,
+            hint,
+            ..
+        } => (
+            server,
+            Msg::Ack {
+                event: event(session, sequence),
+                version,
+                epoch,
+                duplicate: flags & proto::frame::ACKED_FLAG_DUPLICATE != 0,
+                hint: match hint {
+                    1 => Some(HybridMode::ServerSync),
+                    2 => Some(HybridMode::ClientAsync),
+                    _ => None,
+                },
+            },
+        ),
+        _ => return None,
+    })
+}
+
+/// Keeps one connection to one replica: writes what the producer sends,
+/// reads answers and hands them over in batches, reconnects when broken.
+async fn run_link(
+    server: ServerId,
+    config: ClientConfig,
+    client: u128,
+    first: driver::Connection,
+    mut outgoing: mpsc::Receiver<Vec<u8>>,
+    incoming: mpsc::Sender<Vec<(ServerId, Msg)>>,
+    refusals: Refusals,
+) {
+    let mut connection = Some(first);
+    let mut delay = config.reconnect_delay_min;
+    loop {
+        let current = match connection.take() {
+            Some(current) => current,
+            None => match driver::connect(&config, client).await {
+                Ok(current) => {
+                    delay = config.reconnect_delay_min;
+                    current
+                }
+                Err(_) => {
+                    if incoming.is_closed() {
+                        return;
+                    }
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(config.reconnect_delay_max);
+                    continue;
+                }
+            },
+        };
+        let driver::Connection {
+            mut reader,
+            mut writer,
+            mut buffer,
+            ..
+        } = current;
+        let mut scratch = vec![0u8; 256 * 1024];
+        let mut batch = Vec::with_capacity(256 * 1024);
+        loop {
+            tokio::select! {
+                bytes = outgoing.recv() => {
+                    let Some(bytes) = bytes else { return };
+                    batch.clear();
+                    batch.extend_from_slice(&bytes);
+                    while batch.len() < 1024 * 1024 {
+                        match outgoing.try_recv() {
+                            Ok(more) => batch.extend_from_slice(&more),
+                            Err(_) => break,
+                        }
+                    }
+                    if writer.write_all(&batch).await.is_err() {
+                        break;
+                    }
+                }
+                read = driver::read_some(&mut reader, &mut scratch, &mut buffer) => {
+                    match read {
+                        Ok(0) | Err(_) => break,
+                        Ok(_) => {}
+                    }
+                    let mut answers = Vec::new();
+                    loop {
+                        match buffer.next_frame(64 * 1024 * 1024) {
+                            Ok(Some(Frame::Stamped { session, sequence, version, epoch, flags, .. })) => {
+                                answers.push((server, Msg::Stamped {
+                                    event: EventId { client, session, sequence },
+                                    version,
+                                    epoch,
+                                    duplicate: flags & proto::frame::ACKED_FLAG_DUPLICATE != 0,
+                                }));
+                            }
+                            Ok(Some(Frame::Refused { session, sequence, code, message, .. })) => {
+                                let event = EventId { client, session, sequence };
+                                let refusal = refusal_of(code);
+                                if matches!(refusal, Some(Refusal::Invalid | Refusal::LogFailed | Refusal::Rejected(_))) {
+                                    let mut said = refusals.lock().expect("refusals lock");
+                                    // Bounded: one entry per message in flight.
+                                    if said.len() < 65_536 {
+                                        said.insert(sequence, message);
+                                    }
+                                }
+                                if let Some(refusal) = refusal {
+                                    answers.push((server, Msg::Refused { event, refusal }));
+                                }
+                            }
+                            Ok(Some(frame)) => answers.extend(answer_msg(client, frame)),
+                            Ok(None) => break,
+                            Err(_) => break,
+                        }
+                    }
+                    if !answers.is_empty() && incoming.send(answers).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A refusal code as the producer understands it; codes that a retry
+/// cannot fix end the message with an error.
+fn refusal_of(code: ErrorCode) -> Option<Refusal> {
+    Some(match code {
+        ErrorCode::VersionVoid => Refusal::VersionVoid,
+        ErrorCode::NotPrimary => Refusal::NotPrimary,
+        ErrorCode::Busy => Refusal::Busy,
+        ErrorCode::LogFailed => Refusal::LogFailed,
+        ErrorCode::SequenceRetired => Refusal::Rejected(engine::Rejection::Retired {
+            sequence: 0,
+            low_water: 0,
+        }),
+        ErrorCode::InvalidArgument | ErrorCode::MessageTooLarge | ErrorCode::UnknownStream => {
+            Refusal::Invalid
+        }
+        _ => return None,
+    })
+}

@@ -1,0 +1,217 @@
+//! What the replication state machines say to each other. The server's
+//! frames carry these between processes; the simulator carries them as
+//! values. Messages carry no stream id: the caller routes by stream.
+
+use std::sync::Arc;
+
+use proto::{EventId, Record, RecordHeader};
+
+use super::protocol::HybridMode;
+use crate::Rejection;
+
+/// A server's id in the cluster configuration.
+pub type ServerId = u32;
+
+/// Shared bytes: a message goes to several replicas without copies.
+pub type Bytes = Arc<Vec<u8>>;
+
+/// A message as the client sent it: event id, low-water mark, content.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Content {
+    pub event: EventId,
+    pub low_water: u64,
+    pub key: Bytes,
+    pub payload: Bytes,
+}
+
+impl Content {
+    /// CRC32C of the key length, key and payload: a binding names the
+    /// content it binds, so a replica never stores other bytes than the
+    /// primary did under a version.
+    pub fn crc(&self) -> u32 {
+        let crc = crc32c::crc32c(&(self.key.len() as u32).to_le_bytes());
+        let crc = crc32c::crc32c_append(crc, &self.key);
+        crc32c::crc32c_append(crc, &self.payload)
+    }
+}
+
+/// One logged record: its parsed header and its encoded bytes (the same
+/// bytes on every replica, checksum included).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    pub header: RecordHeader,
+    pub bytes: Bytes,
+}
+
+impl Entry {
+    /// Encodes a record.
+    pub fn new(header: RecordHeader, key: &[u8], payload: &[u8]) -> Entry {
+        let record = Record {
+            header,
+            key,
+            payload,
+        };
+        let mut bytes = Vec::with_capacity(record.encoded_len());
+        record.encode(&mut bytes);
+        Entry {
+            header,
+            bytes: Arc::new(bytes),
+        }
+    }
+
+    /// The void record of `version`: no message, agreed by every replica.
+    pub fn void(stream: u64, version: u64, epoch: u64) -> Entry {
+        Entry::new(
+            RecordHeader {
+                flags: proto::FLAG_VOID,
+                stream,
+                version,
+                epoch,
+                event: EventId {
+                    client: 0,
+                    session: 0,
+                    sequence: version,
+                },
+                low_water: 0,
+            },
+            &[],
+            &[],
+        )
+    }
+
+    pub fn is_void(&self) -> bool {
+        self.header.flags & proto::FLAG_VOID != 0
+    }
+
+    pub fn version(&self) -> u64 {
+        self.header.version
+    }
+
+    /// The decoded record (the bytes were encoded or checked on the way in).
+    pub fn record(&self) -> Record<'_> {
+        Record::decode(&self.bytes)
+            .expect("an entry holds a valid record")
+            .0
+    }
+}
+
+/// The primary's statement that `version` holds the message with this
+/// event id and content checksum (or nothing, when void).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Binding {
+    pub version: u64,
+    pub epoch: u64,
+    pub event: EventId,
+    pub low_water: u64,
+    pub flags: u16,
+    pub crc: u32,
+}
+
+impl Binding {
+    pub fn is_void(&self) -> bool {
+        self.flags & proto::FLAG_VOID != 0
+    }
+}
+
+/// Why a server refused a message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error(transparent)]
+    Rejected(#[from] Rejection),
+    #[error("this server is not the stream's primary")]
+    NotPrimary,
+    #[error("the version was voided before its message came; ask for a new one")]
+    VersionVoid,
+    #[error("the replica is holding too many messages; retry")]
+    Busy,
+    /// Refused before reaching the state machine: too large, unknown
+    /// stream, bad argument. A retry cannot help.
+    #[error("the server refused the message as invalid")]
+    Invalid,
+    /// The replica's log failed; it takes no more writes.
+    #[error("the replica's log failed")]
+    LogFailed,
+}
+
+/// A message between clients and servers, or between servers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Msg {
+    // Client to server.
+    /// A message for the primary to stamp (`forward`, `stamp`) or, for
+    /// `unversioned`, for each replica to log under its own version.
+    Write(Content),
+    /// A message sent to every replica, tagged for the primary to version.
+    Tagged(Content),
+    /// `version-request`: give this event id a version.
+    Reserve {
+        event: EventId,
+        low_water: u64,
+    },
+    /// A message with the version the primary gave it.
+    Placed {
+        version: u64,
+        epoch: u64,
+        content: Content,
+    },
+
+    // Server to client.
+    /// The server's log has the message under `version`.
+    Ack {
+        event: EventId,
+        version: u64,
+        epoch: u64,
+        duplicate: bool,
+        /// A `hybrid` primary's current mode.
+        hint: Option<HybridMode>,
+    },
+    /// The primary's answer to `Reserve` (`version-request`) or to a
+    /// `Write` of `returns-version`: the version, before it is logged.
+    Stamped {
+        event: EventId,
+        version: u64,
+        epoch: u64,
+        duplicate: bool,
+    },
+    Refused {
+        event: EventId,
+        refusal: Refusal,
+    },
+
+    // Between servers.
+    /// Primary to replica: stamped records, in version order.
+    Replicate {
+        entries: Vec<Entry>,
+    },
+    /// Primary to replica: version bindings, in version order.
+    Bind {
+        bindings: Vec<Binding>,
+    },
+    /// Replica to primary: my log holds every version up to `logged`.
+    Progress {
+        logged: u64,
+    },
+    /// Primary to replica: versions up to `committed` are committed, and
+    /// the primary has assigned up to `last`.
+    Commit {
+        committed: u64,
+        last: u64,
+    },
+    /// Replica to primary: send me the records `from..=to`.
+    Need {
+        from: u64,
+        to: u64,
+    },
+    /// Primary to replica: ack this event again when your log has it (the
+    /// client retried and may have lost your first ack).
+    Reack {
+        event: EventId,
+        version: u64,
+    },
+}
+
+/// Where a message goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Node {
+    Server(ServerId),
+    Client(u128),
+}

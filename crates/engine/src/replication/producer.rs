@@ -1,0 +1,328 @@
+//! The client side of every protocol: one producer session of one stream.
+//! It sends each message by its protocol's flow, collects the
+//! acknowledgements its ack rule needs, and resends (same event id, same
+//! content) on a timeout. Pure, like [`super::Replica`]: the client library
+//! and the simulator drive it.
+//!
+//! Invariant: a message's content (event id, low-water mark, key, payload)
+//! never changes between its first send and its completion, so every copy
+//! of it, on every replica and in every retry, is the same bytes.
+
+use std::collections::BTreeMap;
+
+use proto::EventId;
+
+use super::message::{Bytes, Content, Msg, Node, Refusal, ServerId};
+use super::protocol::{AckRule, Flow, HybridMode, Protocol};
+use super::replica::Placement;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProducerSettings {
+    /// A message not done after this long is sent again.
+    pub retry_ms: u64,
+}
+
+impl Default for ProducerSettings {
+    fn default() -> Self {
+        ProducerSettings { retry_ms: 1_000 }
+    }
+}
+
+/// A message the producer is done with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Completion {
+    pub event: EventId,
+    pub outcome: Result<Acknowledged, Refusal>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Acknowledged {
+    /// The version (for `unversioned`, the first replica's own).
+    pub version: u64,
+    /// Some acknowledgement said the message was already logged.
+    pub duplicate: bool,
+    /// Every acknowledgement received: server and the version it named.
+    pub acks: Vec<(ServerId, u64)>,
+}
+
+#[derive(Debug)]
+struct Pending {
+    content: Content,
+    flow: Flow,
+    rule: AckRule,
+    /// The primary's version, once known (`version-request`,
+    /// `returns-version`).
+    version: Option<u64>,
+    acks: Vec<(ServerId, u64)>,
+    duplicate: bool,
+    sent_at: u64,
+}
+
+pub struct Producer {
+    client: u128,
+    session: u64,
+    protocol: Protocol,
+    placement: Placement,
+    settings: ProducerSettings,
+    next_sequence: u64,
+    pending: BTreeMap<u64, Pending>,
+    mode: HybridMode,
+    completed: Vec<Completion>,
+}
+
+impl Producer {
+    pub fn new(
+        client: u128,
+        session: u64,
+        protocol: Protocol,
+        placement: Placement,
+        settings: ProducerSettings,
+    ) -> Producer {
+        Producer {
+            client,
+            session,
+            protocol,
+            mode: HybridMode::choose(placement.replicas.len(), 1),
+            placement,
+            settings,
+            next_sequence: 1,
+            pending: BTreeMap::new(),
+            completed: Vec::new(),
+        }
+    }
+
+    /// Starts sequences after `last` (a session resumed by a new process).
+    pub fn resume_after(&mut self, last: u64) {
+        self.next_sequence = self.next_sequence.max(last + 1);
+    }
+
+    pub fn client(&self) -> u128 {
+        self.client
+    }
+
+    pub fn protocol(&self) -> Protocol {
+        self.protocol
+    }
+
+    /// Messages sent and not yet done.
+    pub fn in_flight(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Every sequence below this one is done.
+    pub fn low_water(&self) -> u64 {
+        self.pending
+            .keys()
+            .next()
+            .copied()
+            .unwrap_or(self.next_sequence)
+    }
+
+    /// The mode a `hybrid` producer sends in (the primary's last hint).
+    pub fn hybrid_mode(&self) -> HybridMode {
+        self.mode
+    }
+
+    /// Messages done since the last call.
+    pub fn take_completed(&mut self) -> Vec<Completion> {
+        std::mem::take(&mut self.completed)
+    }
+
+    /// Sends a new message; returns its event id.
+    pub fn send(
+        &mut self,
+        key: Bytes,
+        payload: Bytes,
+        now: u64,
+        out: &mut Vec<(Node, Msg)>,
+    ) -> EventId {
+        let sequence = self.next_sequence;
+        self.next_sequence += 1;
+        let event = EventId {
+            client: self.client,
+            session: self.session,
+            sequence,
+        };
+        let content = Content {
+            event,
+            low_water: self.low_water().min(sequence),
+            key,
+            payload,
+        };
+        let pending = Pending {
+            content,
+            flow: self.protocol.flow(self.mode),
+            rule: self.protocol.ack_rule(self.mode),
+            version: None,
+            acks: Vec::new(),
+            duplicate: false,
+            sent_at: now,
+        };
+        self.dispatch(&pending, false, out);
+        self.pending.insert(sequence, pending);
+        event
+    }
+
+    /// A message from a server.
+    pub fn on_message(&mut self, from: ServerId, msg: Msg, now: u64, out: &mut Vec<(Node, Msg)>) {
+        let event = match &msg {
+            Msg::Ack { event, .. } | Msg::Stamped { event, .. } | Msg::Refused { event, .. } => {
+                *event
+            }
+            _ => return,
+        };
+        if event.client != self.client || event.session != self.session {
+            return;
+        }
+        if let Msg::Ack {
+            hint: Some(mode), ..
+        } = msg
+        {
+            if from == self.placement.primary {
+                self.mode = mode;
+            }
+        }
+        let Some(pending) = self.pending.get_mut(&event.sequence) else {
+            return;
+        };
+        match msg {
+            Msg::Stamped {
+                version, duplicate, ..
+            } => {
+                if pending.version.is_some() || from != self.placement.primary {
+                    return;
+                }
+                pending.version = Some(version);
+                pending.duplicate |= duplicate;
+                pending.sent_at = now;
+                let pending = &self.pending[&event.sequence];
+                self.dispatch(pending, false, out);
+            }
+            Msg::Ack {
+                version, duplicate, ..
+            } => {
+                if pending.version.is_some_and(|known| known != version) {
+                    // An ack names the version the server's log holds the
+                    // message at, so it wins: a `Stamped` can be a stale
+                    // answer naming a reservation voided since.
+                    pending.version = Some(version);
+                    pending.acks.retain(|(_, acked)| *acked == version);
+                }
+                if !pending.acks.iter().any(|(server, _)| *server == from) {
+                    pending.acks.push((from, version));
+                }
+                pending.duplicate |= duplicate;
+                if self.is_done(event.sequence) {
+                    let pending = self.pending.remove(&event.sequence).expect("present");
+                    let version = match pending.flow {
+                        Flow::Local => pending.acks[0].1,
+                        _ => pending.version.unwrap_or_else(|| pending.acks[0].1),
+                    };
+                    self.completed.push(Completion {
+                        event,
+                        outcome: Ok(Acknowledged {
+                            version,
+                            duplicate: pending.duplicate,
+                            acks: pending.acks,
+                        }),
+                    });
+                }
+            }
+            Msg::Refused { refusal, .. } => match refusal {
+                Refusal::VersionVoid => {
+                    // The version was voided: ask for a new one.
+                    pending.version = None;
+                    pending.acks.clear();
+                    pending.sent_at = now;
+                    let pending = &self.pending[&event.sequence];
+                    self.dispatch(pending, false, out);
+                }
+                Refusal::NotPrimary | Refusal::Busy => {}
+                Refusal::Rejected(_) | Refusal::Invalid | Refusal::LogFailed => {
+                    self.pending.remove(&event.sequence);
+                    self.completed.push(Completion {
+                        event,
+                        outcome: Err(refusal),
+                    });
+                }
+            },
+            _ => {}
+        }
+    }
+
+    /// Resends every message not done within the retry time.
+    pub fn on_tick(&mut self, now: u64, out: &mut Vec<(Node, Msg)>) {
+        let retry = self.settings.retry_ms;
+        let due: Vec<u64> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| now.saturating_sub(p.sent_at) >= retry)
+            .map(|(sequence, _)| *sequence)
+            .collect();
+        for sequence in due {
+            let pending = self.pending.get_mut(&sequence).expect("present");
+            pending.sent_at = now;
+            let pending = &self.pending[&sequence];
+            self.dispatch(pending, true, out);
+        }
+    }
+
+    fn is_done(&self, sequence: u64) -> bool {
+        let pending = &self.pending[&sequence];
+        let acked = |server: ServerId| pending.acks.iter().any(|(s, _)| *s == server);
+        match pending.rule {
+            AckRule::EveryReplica => self.placement.replicas.iter().all(|s| acked(*s)),
+            AckRule::FirstReplica => !pending.acks.is_empty(),
+            AckRule::PrimaryAfterAll | AckRule::PrimaryOnly => acked(self.placement.primary),
+        }
+    }
+
+    /// Sends what the message's flow calls for at its current step, to the
+    /// servers that have not acked yet.
+    fn dispatch(&self, pending: &Pending, retry: bool, out: &mut Vec<(Node, Msg)>) {
+        let primary = self.placement.primary;
+        let unacked = |server: &ServerId| !pending.acks.iter().any(|(s, _)| s == server);
+        let content = &pending.content;
+        match (pending.flow, pending.version) {
+            (Flow::Local, _) => {
+                for server in self.placement.replicas.iter().filter(|s| unacked(s)) {
+                    out.push((Node::Server(*server), Msg::Write(content.clone())));
+                }
+            }
+            (Flow::Reserve, None) => out.push((
+                Node::Server(primary),
+                Msg::Reserve {
+                    event: content.event,
+                    low_water: content.low_water,
+                },
+            )),
+            (Flow::Stamp, None) | (Flow::Forward, _) => {
+                out.push((Node::Server(primary), Msg::Write(content.clone())))
+            }
+            (Flow::Reserve | Flow::Stamp, Some(version)) => {
+                for server in self.placement.replicas.iter().filter(|s| unacked(s)) {
+                    let msg = if pending.flow == Flow::Stamp && *server == primary {
+                        // The primary logged it when it stamped it; only a
+                        // resend asks again (for its lost ack).
+                        if !retry {
+                            continue;
+                        }
+                        Msg::Write(content.clone())
+                    } else {
+                        Msg::Placed {
+                            version,
+                            epoch: self.placement.epoch,
+                            content: content.clone(),
+                        }
+                    };
+                    out.push((Node::Server(*server), msg));
+                }
+            }
+            (Flow::Tagged, _) => {
+                for server in self.placement.replicas.iter().filter(|s| unacked(s)) {
+                    out.push((Node::Server(*server), Msg::Tagged(content.clone())));
+                }
+            }
+        }
+    }
+}

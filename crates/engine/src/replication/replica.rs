@@ -1,0 +1,1118 @@
+//! One stream's replication state on one server: the primary's stamping,
+//! reservations and commit index, and a replica's hold-back queue, bindings
+//! and gap repair. Pure: messages and log progress go in, [`Effect`]s come
+//! out; the server and the simulator carry them out.
+//!
+//! Invariants:
+//! - versions are assigned only by the primary (`unversioned` excepted,
+//!   where each server is its own primary and nothing is shared);
+//! - a replica logs versions densely and in order: a later version waits in
+//!   the hold-back queue until every earlier one is logged;
+//! - a replica logs a message under a version only once it knows the
+//!   primary's record for that version: the record itself (`Replicate`),
+//!   the primary's stamp carried by the client (`returns-version`) or the
+//!   primary's binding plus the client's content with a matching checksum;
+//! - nothing is acknowledged or made visible past the log's contiguous end,
+//!   and readers see only committed versions.
+
+use std::collections::{BTreeMap, HashMap};
+
+use proto::{EventId, RecordHeader};
+
+use super::message::{Binding, Content, Entry, Msg, Node, Refusal, ServerId};
+use super::protocol::{AckRule, Flow, HybridMode, Protocol};
+use crate::dedupe::{DedupeLimits, Lookup};
+use crate::{Decision, StreamMachine};
+
+/// Where a stream lives: its replica set, its primary, the epoch in which
+/// that primary was appointed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Placement {
+    pub replicas: Vec<ServerId>,
+    pub primary: ServerId,
+    pub epoch: u64,
+}
+
+impl Placement {
+    /// The replicas other than the primary.
+    pub fn backups(&self) -> impl Iterator<Item = ServerId> + '_ {
+        self.replicas
+            .iter()
+            .copied()
+            .filter(move |id| *id != self.primary)
+    }
+}
+
+/// Timeouts (in the caller's milliseconds) and bounds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplicaSettings {
+    /// A replica that has waited this long for a missing version asks the
+    /// primary for it.
+    pub gap_timeout_ms: u64,
+    /// `version-request`: a version whose message has not reached the
+    /// primary after this long is voided.
+    pub reserve_timeout_ms: u64,
+    /// Client content waiting for its binding is dropped after this long
+    /// (the primary never versioned it; the client retries).
+    pub unbound_timeout_ms: u64,
+    /// Progress and commit reports are repeated at least this often, so a
+    /// lost one is replaced.
+    pub heartbeat_ms: u64,
+    /// Out-of-order records a replica holds back at most.
+    pub held_max: usize,
+    /// Client messages a replica holds while waiting for bindings, and
+    /// versions a primary holds reserved.
+    pub unbound_max: usize,
+    /// Records asked for in one `Need`.
+    pub need_batch: u64,
+    /// `hybrid`: a client counts as active for this long after its last
+    /// message.
+    pub active_window_ms: u64,
+    pub dedupe: DedupeLimits,
+}
+
+impl Default for ReplicaSettings {
+    fn default() -> Self {
+        ReplicaSettings {
+            gap_timeout_ms: 100,
+            reserve_timeout_ms: 2_000,
+            unbound_timeout_ms: 30_000,
+            heartbeat_ms: 50,
+            held_max: 1 << 16,
+            unbound_max: 1 << 16,
+            need_batch: 4_096,
+            active_window_ms: 1_000,
+            dedupe: DedupeLimits::default(),
+        }
+    }
+}
+
+/// What the caller must do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Effect {
+    Send(Node, Msg),
+    /// Append to this server's log of the stream (versions arrive densely,
+    /// in order). Report progress with [`Replica::on_logged`].
+    Append(Entry),
+    /// Read the log's records `from..=to` (those it has) and send them to
+    /// the server as one or more `Msg::Replicate`.
+    Serve {
+        to: ServerId,
+        from: u64,
+        to_version: u64,
+    },
+    /// Readers may now see every version up to this one.
+    Visible(u64),
+}
+
+/// Counters for status and metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReplicaMetrics {
+    /// Appends answered from the dedupe table.
+    pub duplicates: u64,
+    /// Records whose event id this replica had already logged at another
+    /// version (must stay 0).
+    pub conflicts: u64,
+    /// Versions voided.
+    pub voided: u64,
+    /// `Need` requests sent for missing versions.
+    pub gap_requests: u64,
+    /// Messages dropped because a hold-back bound was reached.
+    pub overflow_drops: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Waiter {
+    client: u128,
+    event: EventId,
+    duplicate: bool,
+    /// Check the log still holds `event` at the version before acking
+    /// (a `Reack` names a version this replica may not hold yet).
+    verify: bool,
+}
+
+#[derive(Debug)]
+struct Reservation {
+    event: EventId,
+    client: u128,
+    deadline: u64,
+    content: Option<Content>,
+}
+
+#[derive(Debug)]
+struct Unbound {
+    content: Content,
+    crc: u32,
+    received: u64,
+}
+
+pub struct Replica {
+    stream: u64,
+    me: ServerId,
+    placement: Placement,
+    protocol: Protocol,
+    settings: ReplicaSettings,
+    machine: StreamMachine,
+    /// The log holds every version up to this one (by the durability
+    /// mode's rule).
+    logged: u64,
+    committed: u64,
+    visible: u64,
+    // Primary.
+    next_version: u64,
+    reservations: BTreeMap<u64, Reservation>,
+    reserved: HashMap<EventId, u64>,
+    peer_logged: BTreeMap<ServerId, u64>,
+    all_logged: u64,
+    /// First version → how many logs make it committed.
+    quorum: BTreeMap<u64, usize>,
+    active: HashMap<u128, u64>,
+    mode: HybridMode,
+    commit_sent_at: Option<u64>,
+    out_entries: Vec<Entry>,
+    out_bindings: Vec<Binding>,
+    // Replica.
+    held: BTreeMap<u64, Entry>,
+    unbound: HashMap<EventId, Unbound>,
+    bindings: BTreeMap<u64, Binding>,
+    primary_last: u64,
+    waiting_since: Option<u64>,
+    need_sent_at: Option<u64>,
+    progress_sent: u64,
+    progress_sent_at: Option<u64>,
+    // Acknowledgements waiting for the log (or, at the primary, for all).
+    after_log: BTreeMap<u64, Vec<Waiter>>,
+    after_all: BTreeMap<u64, Vec<Waiter>>,
+    metrics: ReplicaMetrics,
+}
+
+impl Replica {
+    pub fn new(
+        stream: u64,
+        me: ServerId,
+        placement: Placement,
+        protocol: Protocol,
+        settings: ReplicaSettings,
+    ) -> Replica {
+        let replicas = placement.replicas.len();
+        let initial_quorum =
+            Protocol::commit_quorum(protocol.ack_rule(HybridMode::ServerSync), replicas);
+        Replica {
+            stream,
+            me,
+            protocol,
+            settings,
+            machine: StreamMachine::new(placement.epoch, settings.dedupe),
+            placement,
+            logged: 0,
+            committed: 0,
+            visible: 0,
+            next_version: 1,
+            reservations: BTreeMap::new(),
+            reserved: HashMap::new(),
+            peer_logged: BTreeMap::new(),
+            all_logged: 0,
+            quorum: BTreeMap::from([(1, initial_quorum)]),
+            active: HashMap::new(),
+            mode: HybridMode::choose(replicas, 0),
+            commit_sent_at: None,
+            out_entries: Vec::new(),
+            out_bindings: Vec::new(),
+            held: BTreeMap::new(),
+            unbound: HashMap::new(),
+            bindings: BTreeMap::new(),
+            primary_last: 0,
+            waiting_since: None,
+            need_sent_at: None,
+            progress_sent: 0,
+            progress_sent_at: None,
+            after_log: BTreeMap::new(),
+            after_all: BTreeMap::new(),
+            metrics: ReplicaMetrics::default(),
+        }
+    }
+
+    /// Replays a record found in the log at startup.
+    pub fn recovered(&mut self, header: &RecordHeader) {
+        self.machine.record(header);
+        self.next_version = self.machine.last_version() + 1;
+    }
+
+    /// Startup is over: the log holds (durably) every recovered version.
+    pub fn start(&mut self, now: u64, out: &mut Vec<Effect>) {
+        self.logged = self.machine.last_version();
+        self.next_version = self.logged + 1;
+        if self.is_primary() {
+            // A replica set of one commits what its own log holds; a larger
+            // one waits for its replicas' progress reports.
+            self.update_commit(now, out);
+        }
+        self.progress(now, out);
+        self.finish(now, out);
+    }
+
+    pub fn protocol(&self) -> Protocol {
+        self.protocol
+    }
+
+    pub fn placement(&self) -> &Placement {
+        &self.placement
+    }
+
+    pub fn is_primary(&self) -> bool {
+        self.standalone() || self.me == self.placement.primary
+    }
+
+    /// `unversioned`: every server logs on its own.
+    fn standalone(&self) -> bool {
+        self.protocol == Protocol::Unversioned
+    }
+
+    /// Newest version in this server's log (logged or not yet).
+    pub fn last_version(&self) -> u64 {
+        self.machine.last_version()
+    }
+
+    pub fn logged(&self) -> u64 {
+        self.logged
+    }
+
+    pub fn committed(&self) -> u64 {
+        self.committed
+    }
+
+    /// Newest version readers of this replica may see.
+    pub fn visible(&self) -> u64 {
+        self.visible
+    }
+
+    pub fn epoch(&self) -> u64 {
+        self.placement.epoch
+    }
+
+    /// A `hybrid` primary's current choice.
+    pub fn hybrid_mode(&self) -> HybridMode {
+        self.mode
+    }
+
+    /// Clients that sent within the active window (as the primary counts).
+    pub fn active_clients(&self) -> usize {
+        self.active.len()
+    }
+
+    pub fn metrics(&self) -> ReplicaMetrics {
+        self.metrics
+    }
+
+    pub fn dedupe_entries(&self) -> usize {
+        self.machine.dedupe().entries()
+    }
+
+    /// Messages held back (out-of-order records, unbound client content,
+    /// reserved versions).
+    pub fn held(&self) -> usize {
+        self.held.len() + self.unbound.len() + self.reservations.len() + self.bindings.len()
+    }
+
+    /// A message from a client.
+    pub fn on_client(&mut self, client: u128, msg: Msg, now: u64, out: &mut Vec<Effect>) {
+        match msg {
+            Msg::Write(content) => {
+                if !self.is_primary() {
+                    return refuse(out, client, content.event, Refusal::NotPrimary);
+                }
+                self.note_active(client, now);
+                let flow = match self.protocol {
+                    Protocol::Hybrid => Flow::Forward,
+                    other => other.flow(self.mode),
+                };
+                self.stamp(client, content, flow, now, out);
+            }
+            Msg::Tagged(content) => {
+                if self.is_primary() {
+                    self.note_active(client, now);
+                    self.stamp(client, content, Flow::Tagged, now, out);
+                } else {
+                    self.hold_content(client, content, now, out);
+                }
+            }
+            Msg::Reserve { event, low_water } => {
+                if !self.is_primary() {
+                    return refuse(out, client, event, Refusal::NotPrimary);
+                }
+                self.note_active(client, now);
+                self.reserve(client, event, low_water, now, out);
+            }
+            Msg::Placed {
+                version,
+                epoch,
+                content,
+            } => {
+                if self.is_primary() {
+                    if self.protocol.flow(self.mode) == Flow::Reserve {
+                        self.place_reserved(client, version, content, now, out);
+                    }
+                } else if self.protocol.flow(self.mode) == Flow::Stamp {
+                    self.place_stamped(client, version, epoch, content, now, out);
+                } else {
+                    self.hold_content(client, content, now, out);
+                }
+            }
+            // Server-to-client and server-to-server messages are not
+            // accepted from clients.
+            _ => {}
+        }
+        self.finish(now, out);
+    }
+
+    /// A message from another server.
+    pub fn on_peer(&mut self, from: ServerId, msg: Msg, now: u64, out: &mut Vec<Effect>) {
+        match msg {
+            Msg::Replicate { entries } if !self.is_primary() && from == self.placement.primary => {
+                for entry in entries {
+                    self.offer(entry, now);
+                }
+                self.advance(now, out);
+            }
+            Msg::Bind { bindings } if !self.is_primary() && from == self.placement.primary => {
+                for binding in bindings {
+                    if binding.version > self.machine.last_version() {
+                        self.primary_last = self.primary_last.max(binding.version);
+                        self.bindings.insert(binding.version, binding);
+                    }
+                }
+                self.advance(now, out);
+            }
+            Msg::Commit { committed, last } if from == self.placement.primary => {
+                self.committed = self.committed.max(committed);
+                self.primary_last = self.primary_last.max(last);
+            }
+            Msg::Reack { event, version } if from == self.placement.primary => {
+                self.wait_log(
+                    version,
+                    Waiter {
+                        client: event.client,
+                        event,
+                        duplicate: true,
+                        verify: true,
+                    },
+                    out,
+                );
+            }
+            Msg::Progress { logged }
+                if self.is_primary() && self.placement.replicas.contains(&from) =>
+            {
+                let known = self.peer_logged.entry(from).or_insert(0);
+                *known = (*known).max(logged);
+                self.update_commit(now, out);
+            }
+            Msg::Need { from: first, to } if self.is_primary() => {
+                let last = self.machine.last_version();
+                if first <= last && self.placement.replicas.contains(&from) {
+                    out.push(Effect::Serve {
+                        to: from,
+                        from: first,
+                        to_version: to.min(last),
+                    });
+                }
+            }
+            _ => {}
+        }
+        self.finish(now, out);
+    }
+
+    /// The log now holds every version up to `through`.
+    pub fn on_logged(&mut self, through: u64, now: u64, out: &mut Vec<Effect>) {
+        let through = through.min(self.machine.last_version());
+        if through <= self.logged {
+            return;
+        }
+        self.logged = through;
+        self.release(out);
+        if self.is_primary() {
+            self.update_commit(now, out);
+        } else {
+            self.progress(now, out);
+        }
+        self.finish(now, out);
+    }
+
+    /// Time passes: voids, gap repair, heartbeats, expiry.
+    pub fn on_tick(&mut self, now: u64, out: &mut Vec<Effect>) {
+        if self.is_primary() {
+            self.advance_reservations(now, out);
+            if self.protocol == Protocol::Hybrid {
+                let window = self.settings.active_window_ms;
+                self.active
+                    .retain(|_, seen| now.saturating_sub(*seen) < window);
+                self.mode = HybridMode::choose(self.placement.replicas.len(), self.active.len());
+            }
+            let due = self
+                .commit_sent_at
+                .is_none_or(|at| now.saturating_sub(at) >= self.settings.heartbeat_ms);
+            if due && !self.standalone() {
+                self.send_commit(now, out);
+            }
+        } else {
+            self.repair_gap(now, out);
+            let timeout = self.settings.unbound_timeout_ms;
+            self.unbound
+                .retain(|_, held| now.saturating_sub(held.received) < timeout);
+            let due = self
+                .progress_sent_at
+                .is_none_or(|at| now.saturating_sub(at) >= self.settings.heartbeat_ms);
+            if due {
+                self.send_progress(now, out);
+            }
+        }
+        self.finish(now, out);
+    }
+
+    // --- the primary ---
+
+    fn note_active(&mut self, client: u128, now: u64) {
+        if self.protocol == Protocol::Hybrid && self.active.insert(client, now).is_none() {
+            self.mode = HybridMode::choose(self.placement.replicas.len(), self.active.len());
+        }
+    }
+
+    /// The rule a message arriving by `flow` is acknowledged under.
+    fn rule_for(&self, flow: Flow) -> AckRule {
+        match self.protocol {
+            Protocol::Hybrid if flow == Flow::Tagged => AckRule::FirstReplica,
+            Protocol::Hybrid => AckRule::PrimaryAfterAll,
+            other => other.ack_rule(self.mode),
+        }
+    }
+
+    /// Assigns the next version to a new message, or answers a duplicate.
+    fn stamp(
+        &mut self,
+        client: u128,
+        content: Content,
+        flow: Flow,
+        now: u64,
+        out: &mut Vec<Effect>,
+    ) {
+        let event = content.event;
+        let rule = self.rule_for(flow);
+        let version = match self.machine.decide(event, content.low_water) {
+            Err(rejection) => return refuse(out, client, event, rejection.into()),
+            Ok(Decision::Duplicate { version }) => {
+                self.metrics.duplicates += 1;
+                if flow == Flow::Stamp {
+                    out.push(stamped(client, event, version, self.epoch(), true));
+                }
+                if flow == Flow::Forward && self.protocol == Protocol::OneHopAckClient {
+                    for backup in self.placement.backups() {
+                        out.push(Effect::Send(
+                            Node::Server(backup),
+                            Msg::Reack { event, version },
+                        ));
+                    }
+                }
+                let waiter = Waiter {
+                    client,
+                    event,
+                    duplicate: true,
+                    verify: false,
+                };
+                return self.wait(rule, version, waiter, out);
+            }
+            Ok(Decision::Assign { .. }) => self.machine.last_version() + 1,
+        };
+        if !self.reservations.is_empty() {
+            // Only `version-request` reserves, and it never stamps.
+            return refuse(out, client, event, Refusal::Busy);
+        }
+        let entry = Entry::new(
+            self.header(version, event, content.low_water, 0),
+            &content.key,
+            &content.payload,
+        );
+        let binding = self.binding_of(&entry, &content);
+        self.accept(entry.clone(), now, out);
+        self.note_quorum(version, rule);
+        if !self.standalone() {
+            match flow {
+                Flow::Tagged => self.out_bindings.push(binding),
+                _ => self.out_entries.push(entry),
+            }
+        }
+        if flow == Flow::Stamp {
+            out.push(stamped(client, event, version, self.epoch(), false));
+        }
+        let waiter = Waiter {
+            client,
+            event,
+            duplicate: false,
+            verify: false,
+        };
+        self.wait(rule, version, waiter, out);
+    }
+
+    fn reserve(
+        &mut self,
+        client: u128,
+        event: EventId,
+        low_water: u64,
+        now: u64,
+        out: &mut Vec<Effect>,
+    ) {
+        let epoch = self.epoch();
+        match self.machine.decide(event, low_water) {
+            Err(rejection) => refuse(out, client, event, rejection.into()),
+            Ok(Decision::Duplicate { version }) => {
+                self.metrics.duplicates += 1;
+                out.push(stamped(client, event, version, epoch, true));
+            }
+            Ok(Decision::Assign { .. }) => {
+                if let Some(&version) = self.reserved.get(&event) {
+                    return out.push(stamped(client, event, version, epoch, false));
+                }
+                if self.reservations.len() >= self.settings.unbound_max {
+                    return refuse(out, client, event, Refusal::Busy);
+                }
+                let version = self.next_version;
+                self.next_version += 1;
+                self.reservations.insert(
+                    version,
+                    Reservation {
+                        event,
+                        client,
+                        deadline: now + self.settings.reserve_timeout_ms,
+                        content: None,
+                    },
+                );
+                self.reserved.insert(event, version);
+                out.push(stamped(client, event, version, epoch, false));
+            }
+        }
+    }
+
+    /// `version-request`: the message for a reserved version arrived.
+    fn place_reserved(
+        &mut self,
+        client: u128,
+        version: u64,
+        content: Content,
+        now: u64,
+        out: &mut Vec<Effect>,
+    ) {
+        let event = content.event;
+        if version <= self.machine.last_version() {
+            return match self
+                .machine
+                .dedupe()
+                .lookup(event.client, event.session, event.sequence)
+            {
+                Lookup::Logged(logged) if logged == version => {
+                    let waiter = Waiter {
+                        client,
+                        event,
+                        duplicate: true,
+                        verify: false,
+                    };
+                    self.wait_log(version, waiter, out)
+                }
+                _ => refuse(out, client, event, Refusal::VersionVoid),
+            };
+        }
+        match self.reservations.get_mut(&version) {
+            Some(reservation) if reservation.event == event => {
+                reservation.client = client;
+                reservation.content = Some(content);
+                self.advance_reservations(now, out);
+            }
+            _ => refuse(out, client, event, Refusal::VersionVoid),
+        }
+    }
+
+    /// Logs reserved versions whose messages came, in order, and voids the
+    /// first one if its message is overdue.
+    fn advance_reservations(&mut self, now: u64, out: &mut Vec<Effect>) {
+        loop {
+            let next = self.machine.last_version() + 1;
+            let Some(reservation) = self.reservations.get(&next) else {
+                return;
+            };
+            let ready = reservation.content.is_some();
+            if !ready && reservation.deadline > now {
+                return;
+            }
+            let reservation = self.reservations.remove(&next).expect("present");
+            self.reserved.remove(&reservation.event);
+            let rule = self.rule_for(Flow::Reserve);
+            match reservation.content {
+                Some(content) => {
+                    let entry = Entry::new(
+                        self.header(next, content.event, content.low_water, 0),
+                        &content.key,
+                        &content.payload,
+                    );
+                    let binding = self.binding_of(&entry, &content);
+                    self.accept(entry, now, out);
+                    self.out_bindings.push(binding);
+                    let waiter = Waiter {
+                        client: reservation.client,
+                        event: reservation.event,
+                        duplicate: false,
+                        verify: false,
+                    };
+                    self.wait(rule, next, waiter, out);
+                }
+                None => {
+                    let entry = Entry::void(self.stream, next, self.epoch());
+                    let binding = Binding {
+                        version: next,
+                        epoch: self.epoch(),
+                        event: entry.header.event,
+                        low_water: 0,
+                        flags: entry.header.flags,
+                        crc: 0,
+                    };
+                    self.metrics.voided += 1;
+                    self.accept(entry, now, out);
+                    self.out_bindings.push(binding);
+                }
+            }
+            self.note_quorum(next, rule);
+        }
+    }
+
+    fn note_quorum(&mut self, version: u64, rule: AckRule) {
+        let quorum = Protocol::commit_quorum(rule, self.placement.replicas.len());
+        let current = self.quorum.values().next_back().copied();
+        if current != Some(quorum) {
+            self.quorum.insert(version, quorum);
+        }
+    }
+
+    fn header(&self, version: u64, event: EventId, low_water: u64, flags: u16) -> RecordHeader {
+        RecordHeader {
+            flags,
+            stream: self.stream,
+            version,
+            epoch: self.epoch(),
+            event,
+            low_water: low_water.min(event.sequence),
+        }
+    }
+
+    fn binding_of(&self, entry: &Entry, content: &Content) -> Binding {
+        Binding {
+            version: entry.header.version,
+            epoch: entry.header.epoch,
+            event: entry.header.event,
+            low_water: entry.header.low_water,
+            flags: entry.header.flags,
+            crc: content.crc(),
+        }
+    }
+
+    /// Recomputes how far every log, and a commit quorum of logs, reach.
+    fn update_commit(&mut self, now: u64, out: &mut Vec<Effect>) {
+        if self.standalone() {
+            self.committed = self.logged;
+            self.release(out);
+            return;
+        }
+        let last = self.machine.last_version();
+        let mut reached: Vec<u64> = self
+            .placement
+            .backups()
+            .map(|id| self.peer_logged.get(&id).copied().unwrap_or(0).min(last))
+            .collect();
+        reached.push(self.logged);
+        reached.sort_unstable_by(|a, b| b.cmp(a));
+        self.all_logged = *reached.last().expect("the primary is a replica");
+        let mut committed = self.committed;
+        let segments: Vec<(u64, usize)> = self.quorum.iter().map(|(v, q)| (*v, *q)).collect();
+        for (index, &(start, quorum)) in segments.iter().enumerate() {
+            let end = segments
+                .get(index + 1)
+                .map_or(last, |(next, _)| next - 1)
+                .min(last);
+            if end <= committed {
+                continue;
+            }
+            let reach = reached[quorum.clamp(1, reached.len()) - 1];
+            if reach < start.max(committed + 1) {
+                break;
+            }
+            committed = reach.min(end);
+            if committed < end {
+                break;
+            }
+        }
+        // Drop the quorum segments wholly below the commit point.
+        while self.quorum.len() > 1 {
+            let second = *self.quorum.keys().nth(1).expect("two segments");
+            if second <= committed + 1 {
+                let first = *self.quorum.keys().next().expect("one segment");
+                self.quorum.remove(&first);
+            } else {
+                break;
+            }
+        }
+        if committed > self.committed {
+            self.committed = committed;
+            self.send_commit(now, out);
+        }
+        self.release(out);
+    }
+
+    fn send_commit(&mut self, now: u64, out: &mut Vec<Effect>) {
+        self.commit_sent_at = Some(now);
+        for backup in self.placement.backups() {
+            out.push(Effect::Send(
+                Node::Server(backup),
+                Msg::Commit {
+                    committed: self.committed,
+                    last: self.machine.last_version(),
+                },
+            ));
+        }
+    }
+
+    // --- a replica that is not the primary ---
+
+    /// Client content that waits for the primary's binding.
+    fn hold_content(&mut self, client: u128, content: Content, now: u64, out: &mut Vec<Effect>) {
+        let event = content.event;
+        match self
+            .machine
+            .dedupe()
+            .lookup(event.client, event.session, event.sequence)
+        {
+            Lookup::Logged(version) => {
+                self.metrics.duplicates += 1;
+                let waiter = Waiter {
+                    client,
+                    event,
+                    duplicate: true,
+                    verify: false,
+                };
+                return self.wait_log(version, waiter, out);
+            }
+            Lookup::Retired { low_water } => {
+                let rejection = crate::Rejection::Retired {
+                    sequence: event.sequence,
+                    low_water,
+                };
+                return refuse(out, client, event, rejection.into());
+            }
+            Lookup::New => {}
+        }
+        if self.unbound.len() >= self.settings.unbound_max && !self.unbound.contains_key(&event) {
+            self.metrics.overflow_drops += 1;
+            return refuse(out, client, event, Refusal::Busy);
+        }
+        let crc = content.crc();
+        self.unbound.insert(
+            event,
+            Unbound {
+                content,
+                crc,
+                received: now,
+            },
+        );
+        self.advance(now, out);
+    }
+
+    /// `returns-version`: content with the primary's stamp, from the client.
+    fn place_stamped(
+        &mut self,
+        client: u128,
+        version: u64,
+        epoch: u64,
+        content: Content,
+        now: u64,
+        out: &mut Vec<Effect>,
+    ) {
+        let event = content.event;
+        if let Lookup::Logged(logged) =
+            self.machine
+                .dedupe()
+                .lookup(event.client, event.session, event.sequence)
+        {
+            self.metrics.duplicates += 1;
+            let waiter = Waiter {
+                client,
+                event,
+                duplicate: true,
+                verify: false,
+            };
+            return self.wait_log(logged, waiter, out);
+        }
+        if epoch != self.epoch() || version == 0 {
+            return;
+        }
+        self.primary_last = self.primary_last.max(version);
+        let header = self.header(version, event, content.low_water, 0);
+        self.offer(Entry::new(header, &content.key, &content.payload), now);
+        self.advance(now, out);
+    }
+
+    /// A record from the primary (or stamped by it): logged now if it is
+    /// the next version, held back otherwise.
+    fn offer(&mut self, entry: Entry, _now: u64) {
+        let version = entry.version();
+        if version <= self.machine.last_version() {
+            return;
+        }
+        self.primary_last = self.primary_last.max(version);
+        if self.held.len() >= self.settings.held_max && !self.held.contains_key(&version) {
+            self.metrics.overflow_drops += 1;
+            // Keep the lowest versions: they are the ones the log needs
+            // next. Dropping the newcomer instead would, once the queue is
+            // full of later versions, refuse the very record that lets it
+            // drain; a later version dropped here comes again by repair.
+            match self.held.keys().next_back().copied() {
+                Some(highest) if highest > version => {
+                    self.held.remove(&highest);
+                }
+                _ => return,
+            }
+        }
+        self.held.insert(version, entry);
+    }
+
+    /// Logs every version that can be logged in order.
+    fn advance(&mut self, now: u64, out: &mut Vec<Effect>) {
+        loop {
+            let next = self.machine.last_version() + 1;
+            if let Some(entry) = self.held.remove(&next) {
+                self.bindings.remove(&next);
+                if !entry.is_void() {
+                    self.unbound.remove(&entry.header.event);
+                }
+                self.accept(entry, now, out);
+                continue;
+            }
+            let Some(binding) = self.bindings.get(&next).copied() else {
+                break;
+            };
+            if binding.is_void() {
+                self.bindings.remove(&next);
+                self.accept(Entry::void(self.stream, next, binding.epoch), now, out);
+                continue;
+            }
+            let matches = self
+                .unbound
+                .get(&binding.event)
+                .is_some_and(|held| held.crc == binding.crc);
+            if !matches {
+                break;
+            }
+            let held = self.unbound.remove(&binding.event).expect("matched");
+            self.bindings.remove(&next);
+            let header = RecordHeader {
+                flags: binding.flags,
+                stream: self.stream,
+                version: next,
+                epoch: binding.epoch,
+                event: binding.event,
+                low_water: binding.low_water,
+            };
+            self.accept(
+                Entry::new(header, &held.content.key, &held.content.payload),
+                now,
+                out,
+            );
+        }
+        // Whatever is now below the log's end is stale.
+        let last = self.machine.last_version();
+        self.held = self.held.split_off(&(last + 1));
+        self.bindings = self.bindings.split_off(&(last + 1));
+    }
+
+    fn repair_gap(&mut self, now: u64, out: &mut Vec<Effect>) {
+        let last = self.machine.last_version();
+        let known = self
+            .primary_last
+            .max(self.held.keys().next_back().copied().unwrap_or(0))
+            .max(self.bindings.keys().next_back().copied().unwrap_or(0));
+        if known <= last {
+            self.waiting_since = None;
+            return;
+        }
+        let since = *self.waiting_since.get_or_insert(now);
+        let timeout = self.settings.gap_timeout_ms;
+        let recently_asked = self
+            .need_sent_at
+            .is_some_and(|at| now.saturating_sub(at) < timeout);
+        if now.saturating_sub(since) >= timeout && !recently_asked {
+            self.need_sent_at = Some(now);
+            self.metrics.gap_requests += 1;
+            out.push(Effect::Send(
+                Node::Server(self.placement.primary),
+                Msg::Need {
+                    from: last + 1,
+                    to: known.min(last + self.settings.need_batch),
+                },
+            ));
+        }
+    }
+
+    fn progress(&mut self, now: u64, out: &mut Vec<Effect>) {
+        if !self.is_primary() && self.logged > self.progress_sent {
+            self.send_progress(now, out);
+        }
+    }
+
+    fn send_progress(&mut self, now: u64, out: &mut Vec<Effect>) {
+        self.progress_sent = self.logged;
+        self.progress_sent_at = Some(now);
+        out.push(Effect::Send(
+            Node::Server(self.placement.primary),
+            Msg::Progress {
+                logged: self.logged,
+            },
+        ));
+    }
+
+    // --- both ---
+
+    /// Takes the next version into this server's log.
+    fn accept(&mut self, entry: Entry, _now: u64, out: &mut Vec<Effect>) {
+        let header = entry.header;
+        if !entry.is_void() {
+            let event = header.event;
+            if let Lookup::Logged(other) =
+                self.machine
+                    .dedupe()
+                    .lookup(event.client, event.session, event.sequence)
+            {
+                if other != header.version {
+                    self.metrics.conflicts += 1;
+                }
+            }
+        }
+        self.machine.record(&header);
+        self.next_version = self.next_version.max(header.version + 1);
+        self.waiting_since = None;
+        if !self.is_primary() && !entry.is_void() && self.protocol.replicas_ack_client() {
+            let waiter = Waiter {
+                client: header.event.client,
+                event: header.event,
+                duplicate: false,
+                verify: false,
+            };
+            self.wait_log(header.version, waiter, out);
+        }
+        out.push(Effect::Append(entry));
+    }
+
+    fn wait(&mut self, rule: AckRule, version: u64, waiter: Waiter, out: &mut Vec<Effect>) {
+        match rule {
+            AckRule::PrimaryAfterAll if !self.standalone() => {
+                if version <= self.all_logged {
+                    self.ack(version, waiter, out);
+                } else {
+                    self.after_all.entry(version).or_default().push(waiter);
+                }
+            }
+            _ => self.wait_log(version, waiter, out),
+        }
+    }
+
+    fn wait_log(&mut self, version: u64, waiter: Waiter, out: &mut Vec<Effect>) {
+        if version <= self.logged {
+            self.ack(version, waiter, out);
+        } else {
+            self.after_log.entry(version).or_default().push(waiter);
+        }
+    }
+
+    fn release(&mut self, out: &mut Vec<Effect>) {
+        let later = self.after_log.split_off(&(self.logged + 1));
+        let ready = std::mem::replace(&mut self.after_log, later);
+        for (version, waiters) in ready {
+            for waiter in waiters {
+                self.ack(version, waiter, out);
+            }
+        }
+        let later = self.after_all.split_off(&(self.all_logged + 1));
+        let ready = std::mem::replace(&mut self.after_all, later);
+        for (version, waiters) in ready {
+            for waiter in waiters {
+                self.ack(version, waiter, out);
+            }
+        }
+    }
+
+    fn ack(&mut self, version: u64, waiter: Waiter, out: &mut Vec<Effect>) {
+        let event = waiter.event;
+        if waiter.verify
+            && self
+                .machine
+                .dedupe()
+                .lookup(event.client, event.session, event.sequence)
+                != Lookup::Logged(version)
+        {
+            return;
+        }
+        let hint = (self.protocol == Protocol::Hybrid && self.is_primary()).then_some(self.mode);
+        out.push(Effect::Send(
+            Node::Client(waiter.client),
+            Msg::Ack {
+                event,
+                version,
+                epoch: self.epoch(),
+                duplicate: waiter.duplicate,
+                hint,
+            },
+        ));
+    }
+
+    /// Sends the batched records and bindings, and the new visible point.
+    fn finish(&mut self, _now: u64, out: &mut Vec<Effect>) {
+        if !self.out_entries.is_empty() {
+            let entries = std::mem::take(&mut self.out_entries);
+            for backup in self.placement.backups() {
+                out.push(Effect::Send(
+                    Node::Server(backup),
+                    Msg::Replicate {
+                        entries: entries.clone(),
+                    },
+                ));
+            }
+        }
+        if !self.out_bindings.is_empty() {
+            let bindings = std::mem::take(&mut self.out_bindings);
+            for backup in self.placement.backups() {
+                out.push(Effect::Send(
+                    Node::Server(backup),
+                    Msg::Bind {
+                        bindings: bindings.clone(),
+                    },
+                ));
+            }
+        }
+        let visible = self.logged.min(self.committed);
+        if visible > self.visible {
+            self.visible = visible;
+            out.push(Effect::Visible(visible));
+        }
+    }
+}
+
+fn refuse(out: &mut Vec<Effect>, client: u128, event: EventId, refusal: Refusal) {
+    out.push(Effect::Send(
+        Node::Client(client),
+        Msg::Refused { event, refusal },
+    ));
+}
+
+fn stamped(client: u128, event: EventId, version: u64, epoch: u64, duplicate: bool) -> Effect {
+    Effect::Send(
+        Node::Client(client),
+        Msg::Stamped {
+            event,
+            version,
+            epoch,
+            duplicate,
+        },
+    )
+}

@@ -1,0 +1,436 @@
+//! The wiring between the replication state machines and the network: the
+//! [`Router`] carries what a stream's `Replica` sends to clients and peers,
+//! peer links carry replication messages between servers, and the
+//! conversions between `engine::replication::Msg` and frames live here.
+//!
+//! Each pair of servers uses two TCP connections, one per direction: a
+//! server dials every peer and only writes to that link; what it receives
+//! comes in on the links its peers dialled. A link queue is bounded
+//! (`peer_queue_max`); a message that finds it full, or a link that is
+//! down, is dropped and counted: the protocols repair loss (gap requests,
+//! heartbeats, client retries), so dropping never breaks an invariant.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use engine::replication::{Binding, Content, Entry, HybridMode, Msg, Refusal, ServerId};
+use proto::{ErrorCode, EventId, Frame, PeerMessage, Record, WireBinding};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, watch};
+
+use crate::config::ClusterConfig;
+
+/// What the router hands a client connection.
+#[derive(Debug)]
+pub(crate) enum ClientNote {
+    /// Replication messages for the client, about `stream`.
+    Msgs(u64, Vec<Msg>),
+    /// The stream's log failed: nothing pending on it will be acknowledged.
+    Failed(u64, Arc<str>),
+}
+
+/// Counters of what the router dropped.
+#[derive(Default)]
+pub struct RouterMetrics {
+    pub peer_dropped: AtomicU64,
+    pub client_dropped: AtomicU64,
+    pub peer_sent: AtomicU64,
+}
+
+/// A peer's id, address and the receiving end of its queue.
+type PeerQueue = (ServerId, String, mpsc::Receiver<Vec<u8>>);
+/// One connection of a client: its number and where its notes go.
+type ClientConnection = (u64, mpsc::Sender<ClientNote>);
+
+pub struct Router {
+    pub me: ServerId,
+    peers: HashMap<ServerId, mpsc::Sender<Vec<u8>>>,
+    /// Each peer's queue until its link task takes it.
+    peer_receivers: Mutex<Vec<PeerQueue>>,
+    /// Each connected client's connections: (connection, note sender).
+    clients: Mutex<HashMap<u128, Vec<ClientConnection>>>,
+    next_connection: AtomicU64,
+    pub metrics: RouterMetrics,
+}
+
+impl Router {
+    pub fn new(cluster: &ClusterConfig, queue_max: usize) -> Router {
+        let mut peers = HashMap::new();
+        let mut receivers = Vec::new();
+        for peer in &cluster.peers {
+            let (sender, receiver) = mpsc::channel(queue_max.max(1));
+            peers.insert(peer.id, sender);
+            receivers.push((peer.id, peer.address.clone(), receiver));
+        }
+        Router {
+            me: cluster.me,
+            peers,
+            peer_receivers: Mutex::new(receivers),
+            clients: Mutex::new(HashMap::new()),
+            next_connection: AtomicU64::new(1),
+            metrics: RouterMetrics::default(),
+        }
+    }
+
+    /// Starts one link task per peer (once); each ends when `stop` fires.
+    pub(crate) fn start_links(&self, stop: watch::Receiver<bool>) {
+        let receivers = std::mem::take(&mut *self.peer_receivers.lock().expect("router lock"));
+        for (id, address, receiver) in receivers {
+            tokio::spawn(run_link(self.me, id, address, receiver, stop.clone()));
+        }
+    }
+
+    /// Queues a replication message for a peer.
+    pub(crate) fn send_peer(&self, to: ServerId, stream: u64, msg: Msg) {
+        let Some(link) = self.peers.get(&to) else {
+            return;
+        };
+        let Some(message) = peer_message(msg) else {
+            return;
+        };
+        let frame = Frame::Peer { stream, message }.to_bytes();
+        if link.try_send(frame).is_ok() {
+            self.metrics.peer_sent.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.metrics.peer_dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Registers a client connection; returns its handle for `unregister`.
+    pub(crate) fn register(&self, client: u128, sender: mpsc::Sender<ClientNote>) -> u64 {
+        let id = self.next_connection.fetch_add(1, Ordering::Relaxed);
+        self.clients
+            .lock()
+            .expect("router lock")
+            .entry(client)
+            .or_default()
+            .push((id, sender));
+        id
+    }
+
+    pub(crate) fn unregister(&self, client: u128, connection: u64) {
+        let mut clients = self.clients.lock().expect("router lock");
+        if let Some(list) = clients.get_mut(&client) {
+            list.retain(|(id, _)| *id != connection);
+            if list.is_empty() {
+                clients.remove(&client);
+            }
+        }
+    }
+
+    /// Hands messages to every connection of the client (a client that is
+    /// not connected gets nothing: it will retry).
+    pub(crate) fn send_client(&self, client: u128, stream: u64, msgs: Vec<Msg>) {
+        let clients = self.clients.lock().expect("router lock");
+        let Some(list) = clients.get(&client) else {
+            self.metrics
+                .client_dropped
+                .fetch_add(msgs.len() as u64, Ordering::Relaxed);
+            return;
+        };
+        let count = msgs.len() as u64;
+        let last = list.len() - 1;
+        let mut msgs = Some(msgs);
+        for (index, (_, sender)) in list.iter().enumerate() {
+            let copy = if index == last {
+                msgs.take().expect("kept for the last")
+            } else {
+                msgs.clone().expect("kept for the last")
+            };
+            if sender.try_send(ClientNote::Msgs(stream, copy)).is_err() {
+                self.metrics
+                    .client_dropped
+                    .fetch_add(count, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Tells every client connection that a stream's log failed.
+    pub(crate) fn broadcast_failure(&self, stream: u64, failure: Arc<str>) {
+        let clients = self.clients.lock().expect("router lock");
+        for list in clients.values() {
+            for (_, sender) in list {
+                let _ = sender.try_send(ClientNote::Failed(stream, Arc::clone(&failure)));
+            }
+        }
+    }
+}
+
+/// Keeps a connection to one peer and writes its queue to it, reconnecting
+/// with backoff. Messages queued while the link is down wait in the bounded
+/// queue; the protocols resend what matters.
+async fn run_link(
+    me: ServerId,
+    peer: ServerId,
+    address: String,
+    mut queue: mpsc::Receiver<Vec<u8>>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut delay = Duration::from_millis(10);
+    loop {
+        let connected = tokio::select! {
+            connected = tokio::time::timeout(Duration::from_secs(2), TcpStream::connect(&address)) => connected,
+            _ = stop.wait_for(|s| *s) => return,
+        };
+        let mut socket = match connected {
+            Ok(Ok(socket)) => socket,
+            _ => {
+                tokio::select! {
+                    _ = tokio::time::sleep(delay) => {}
+                    _ = stop.wait_for(|s| *s) => return,
+                }
+                delay = (delay * 2).min(Duration::from_millis(500));
+                continue;
+            }
+        };
+        delay = Duration::from_millis(10);
+        let _ = socket.set_nodelay(true);
+        let hello = Frame::PeerHello {
+            version: proto::PROTOCOL_VERSION,
+            from: me,
+        };
+        if socket.write_all(&hello.to_bytes()).await.is_err() {
+            continue;
+        }
+        let mut batch = Vec::with_capacity(256 * 1024);
+        loop {
+            let first = tokio::select! {
+                first = queue.recv() => first,
+                _ = stop.wait_for(|s| *s) => return,
+            };
+            let Some(first) = first else {
+                return;
+            };
+            batch.clear();
+            batch.extend_from_slice(&first);
+            while batch.len() < 1024 * 1024 {
+                match queue.try_recv() {
+                    Ok(more) => batch.extend_from_slice(&more),
+                    Err(_) => break,
+                }
+            }
+            if socket.write_all(&batch).await.is_err() {
+                // What was in `batch` is lost with the connection; the
+                // protocols repair it.
+                eprintln!("stamplog: link to server {peer} at {address} broke; reconnecting");
+                break;
+            }
+        }
+    }
+}
+
+fn wire_binding(binding: &Binding) -> WireBinding {
+    WireBinding {
+        version: binding.version,
+        epoch: binding.epoch,
+        client: binding.event.client,
+        session: binding.event.session,
+        sequence: binding.event.sequence,
+        low_water: binding.low_water,
+        flags: binding.flags,
+        crc: binding.crc,
+    }
+}
+
+/// A server-to-server `Msg` as a frame body; `None` for client messages.
+fn peer_message(msg: Msg) -> Option<PeerMessage> {
+    Some(match msg {
+        Msg::Replicate { entries } => {
+            let bytes: usize = entries.iter().map(|e| e.bytes.len()).sum();
+            let mut records = Vec::with_capacity(bytes);
+            for entry in &entries {
+                records.extend_from_slice(&entry.bytes);
+            }
+            PeerMessage::Replicate {
+                count: entries.len() as u32,
+                records,
+            }
+        }
+        Msg::Bind { bindings } => PeerMessage::Bind {
+            bindings: bindings.iter().map(wire_binding).collect(),
+        },
+        Msg::Progress { logged } => PeerMessage::Progress { logged },
+        Msg::Commit { committed, last } => PeerMessage::Commit { committed, last },
+        Msg::Need { from, to } => PeerMessage::Need { from, to },
+        Msg::Reack { event, version } => PeerMessage::Reack {
+            client: event.client,
+            session: event.session,
+            sequence: event.sequence,
+            version,
+        },
+        _ => return None,
+    })
+}
+
+/// A peer frame body as a `Msg` (records were checked when decoded).
+pub(crate) fn peer_msg(message: PeerMessage) -> Msg {
+    match message {
+        PeerMessage::Replicate { records, .. } => {
+            let mut entries = Vec::new();
+            let mut offset = 0;
+            while let Ok((record, length)) = Record::decode(&records[offset..]) {
+                entries.push(Entry {
+                    header: record.header,
+                    bytes: Arc::new(records[offset..offset + length].to_vec()),
+                });
+                offset += length;
+            }
+            Msg::Replicate { entries }
+        }
+        PeerMessage::Bind { bindings } => Msg::Bind {
+            bindings: bindings
+                .into_iter()
+                .map(|b| Binding {
+                    version: b.version,
+                    epoch: b.epoch,
+                    event: EventId {
+                        client: b.client,
+                        session: b.session,
+                        sequence: b.sequence,
+                    },
+                    low_water: b.low_water,
+                    flags: b.flags,
+                    crc: b.crc,
+                })
+                .collect(),
+        },
+        PeerMessage::Progress { logged } => Msg::Progress { logged },
+        PeerMessage::Commit { committed, last } => Msg::Commit { committed, last },
+        PeerMessage::Need { from, to } => Msg::Need { from, to },
+        PeerMessage::Reack {
+            client,
+            session,
+            sequence,
+            version,
+        } => Msg::Reack {
+            event: EventId {
+                client,
+                session,
+                sequence,
+            },
+            version,
+        },
+    }
+}
+
+/// The event a client message is about.
+pub(crate) fn event_of(msg: &Msg) -> Option<EventId> {
+    match msg {
+        Msg::Write(content) | Msg::Tagged(content) | Msg::Placed { content, .. } => {
+            Some(content.event)
+        }
+        Msg::Reserve { event, .. } => Some(*event),
+        _ => None,
+    }
+}
+
+/// A client's `Submit` as a `Msg`; `None` for an unknown kind.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn submit_msg(
+    client: u128,
+    kind: u8,
+    version: u64,
+    epoch: u64,
+    session: u64,
+    sequence: u64,
+    low_water: u64,
+    key: Vec<u8>,
+    payload: Vec<u8>,
+) -> Option<Msg> {
+    let event = EventId {
+        client,
+        session,
+        sequence,
+    };
+    let content = || Content {
+        event,
+        low_water,
+        key: Arc::new(key),
+        payload: Arc::new(payload),
+    };
+    Some(match kind {
+        proto::frame::SUBMIT_WRITE => Msg::Write(content()),
+        proto::frame::SUBMIT_TAGGED => Msg::Tagged(content()),
+        proto::frame::SUBMIT_RESERVE => Msg::Reserve { event, low_water },
+        proto::frame::SUBMIT_PLACED => Msg::Placed {
+            version,
+            epoch,
+            content: content(),
+        },
+        _ => return None,
+    })
+}
+
+pub(crate) fn hint_code(hint: Option<HybridMode>) -> u8 {
+    match hint {
+        None => 0,
+        Some(HybridMode::ServerSync) => 1,
+        Some(HybridMode::ClientAsync) => 2,
+    }
+}
+
+pub(crate) fn refusal_code(refusal: &Refusal) -> ErrorCode {
+    match refusal {
+        Refusal::Rejected(engine::Rejection::Retired { .. }) => ErrorCode::SequenceRetired,
+        Refusal::Rejected(engine::Rejection::DedupeFull) | Refusal::Busy => ErrorCode::Busy,
+        Refusal::Rejected(engine::Rejection::ZeroSequence) => ErrorCode::InvalidArgument,
+        Refusal::NotPrimary => ErrorCode::NotPrimary,
+        Refusal::VersionVoid => ErrorCode::VersionVoid,
+        Refusal::Invalid => ErrorCode::InvalidArgument,
+        Refusal::LogFailed => ErrorCode::LogFailed,
+    }
+}
+
+/// A client-bound `Msg` as the frame this server sends.
+pub(crate) fn client_frame(me: ServerId, stream: u64, msg: Msg) -> Option<Frame> {
+    Some(match msg {
+        Msg::Ack {
+            event,
+            version,
+            epoch,
+            duplicate,
+            hint,
+        } => Frame::Acked {
+            stream,
+            server: me,
+            session: event.session,
+            sequence: event.sequence,
+            version,
+            epoch,
+            flags: if duplicate {
+                proto::frame::ACKED_FLAG_DUPLICATE
+            } else {
+                0
+            },
+            hint: hint_code(hint),
+        },
+        Msg::Stamped {
+            event,
+            version,
+            epoch,
+            duplicate,
+        } => Frame::Stamped {
+            stream,
+            session: event.session,
+            sequence: event.sequence,
+            version,
+            epoch,
+            flags: if duplicate {
+                proto::frame::ACKED_FLAG_DUPLICATE
+            } else {
+                0
+            },
+        },
+        Msg::Refused { event, refusal } => Frame::Refused {
+            stream,
+            session: event.session,
+            sequence: event.sequence,
+            code: refusal_code(&refusal),
+            message: refusal.to_string(),
+        },
+        _ => return None,
+    })
+}
