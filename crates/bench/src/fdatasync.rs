@@ -5,12 +5,16 @@
 //! The file grows with every record, as a log segment does, so the disk
 //! pays the same metadata cost for the new length that the log pays.
 //!
-//! `bench patterns` also asks what the disk allows several replicas at
-//! once: [`concurrent_batches`] runs one writer per replica, each syncing
-//! batches of the size the log actually formed.
+//! The log, though, keeps its tail segment preallocated (zeros written and
+//! synced ahead of the records), so most of its syncs carry data only.
+//! [`measure_preallocated`] measures that case: the physical limit the log
+//! actually faces. `bench patterns` reports both, and also asks what the
+//! disk allows several replicas at once: [`concurrent_batches`] runs one
+//! writer per replica, each syncing batches of the size the log formed
+//! into its own preallocated file.
 
 use std::fs::File;
-use std::io::Write;
+use std::io::{Seek, SeekFrom, Write};
 use std::path::Path;
 use std::time::Instant;
 
@@ -44,6 +48,55 @@ pub fn measure(
     Ok(latencies)
 }
 
+/// As [`measure`], but into a file whose blocks were written (zeros) and
+/// synced beforehand, as the log's preallocated tail segment is, so each
+/// fdatasync carries the record and no new file size. The file is removed
+/// afterwards.
+pub fn measure_preallocated(
+    folder: &Path,
+    size: usize,
+    samples: usize,
+    mut on_sample: impl FnMut(),
+) -> anyhow::Result<Vec<f64>> {
+    let path = folder.join(format!("fdatasync-preallocated-{size}.bin"));
+    let mut file = preallocated(&path, size * samples)?;
+    let record: Vec<u8> = (0..size).map(|index| (index % 251) as u8).collect();
+    let mut latencies = Vec::with_capacity(samples);
+    for _ in 0..samples {
+        let started = Instant::now();
+        file.write_all(&record)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        file.sync_data()
+            .with_context(|| format!("cannot fdatasync {}", path.display()))?;
+        latencies.push(started.elapsed().as_secs_f64() * 1e6);
+        on_sample();
+    }
+    drop(file);
+    std::fs::remove_file(&path).with_context(|| format!("cannot remove {}", path.display()))?;
+    Ok(latencies)
+}
+
+/// Creates `path` holding `bytes` zeros, synced with its size, and returns
+/// it positioned at its start, so later writes overwrite allocated blocks.
+fn preallocated(path: &Path, bytes: usize) -> anyhow::Result<File> {
+    const CHUNK: usize = 1024 * 1024;
+    let mut file =
+        File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+    let zeros = vec![0u8; CHUNK.min(bytes.max(1))];
+    let mut left = bytes;
+    while left > 0 {
+        let step = left.min(zeros.len());
+        file.write_all(&zeros[..step])
+            .with_context(|| format!("cannot preallocate {}", path.display()))?;
+        left -= step;
+    }
+    file.sync_all()
+        .with_context(|| format!("cannot sync {}", path.display()))?;
+    file.seek(SeekFrom::Start(0))
+        .with_context(|| format!("cannot seek in {}", path.display()))?;
+    Ok(file)
+}
+
 /// What [`concurrent_batches`] measured.
 #[derive(Clone, Debug)]
 pub struct ConcurrentSyncs {
@@ -53,8 +106,8 @@ pub struct ConcurrentSyncs {
     pub latencies_us: Vec<f64>,
 }
 
-/// Runs `writers` threads at once, each appending `syncs` batches of
-/// `batch_bytes` bytes to its own new file in `folder` with one
+/// Runs `writers` threads at once, each writing `syncs` batches of
+/// `batch_bytes` bytes into its own preallocated file in `folder` with one
 /// `write_all` + `sync_data` per batch: what `writers` replicas' logs ask
 /// of one disk when each syncs batches of that size. The files are
 /// removed afterwards.
@@ -94,8 +147,8 @@ pub fn concurrent_batches(
     })
 }
 
-/// One writer of [`concurrent_batches`]: creates its file, waits for the
-/// others at `start`, then writes and syncs `syncs` batches.
+/// One writer of [`concurrent_batches`]: preallocates its file, waits for
+/// the others at `start`, then writes and syncs `syncs` batches.
 fn write_batches(
     path: &Path,
     batch: &[u8],
@@ -103,7 +156,7 @@ fn write_batches(
     start: &std::sync::Barrier,
     on_sync: &(dyn Fn() + Sync),
 ) -> anyhow::Result<Vec<f64>> {
-    let created = File::create(path).with_context(|| format!("cannot create {}", path.display()));
+    let created = preallocated(path, batch.len() * syncs);
     // Every writer reaches the barrier, even one whose file failed, so
     // the others are not left waiting.
     start.wait();

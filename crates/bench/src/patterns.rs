@@ -18,7 +18,11 @@
 //!   gives the messages/s the disk allows at that batch size;
 //! - one fdatasync's: `--latency-messages` messages sent one at a time to
 //!   a one-hop-ack-client `sync` stream, their ack latency next to a bare
-//!   write + fdatasync of the same size.
+//!   write + fdatasync of the same size. The log writes into a
+//!   preallocated tail segment, so the comparison is a bare fdatasync into
+//!   a preallocated file; the appending one (`bench logging`'s, which
+//!   also commits a new file size each time) is shown beside it. The disk
+//!   limit's writers use preallocated files too.
 //!
 //! The targets (issue 3): at 1 KB, `sync`, R = 3, one-hop-ack-client is the
 //! fastest versioned pattern or within 10% of it and reaches 100,000
@@ -94,7 +98,8 @@ pub struct PatternsArgs {
     pub retry_ms: u64,
     /// Messages sent one at a time (window 1) to a `sync`
     /// one-hop-ack-client stream to measure the ack latency, after 10
-    /// unmeasured ones; as many bare write + fdatasync samples follow.
+    /// unmeasured ones; as many bare write + fdatasync samples follow, into
+    /// a preallocated file and appending.
     #[arg(long, default_value_t = 2000)]
     pub latency_messages: usize,
     /// Payload of the window-1 latency run and of the bare fdatasync.
@@ -166,8 +171,12 @@ pub struct WindowOne {
     pub payload: usize,
     /// Ack latency in microseconds.
     pub ack: Summary,
-    /// Bare write + fdatasync of `payload` bytes, in microseconds.
+    /// Bare write + fdatasync of `payload` bytes into a preallocated file,
+    /// as the log writes, in microseconds: the ratios' denominator.
     pub fdatasync: Summary,
+    /// The same, appending to a growing file (each sync also commits the
+    /// new size), as `bench logging` measures it.
+    pub fdatasync_appending: Summary,
     pub ack_samples: Vec<f64>,
     pub fdatasync_samples: Vec<f64>,
 }
@@ -252,7 +261,13 @@ pub fn run(args: PatternsArgs) -> anyhow::Result<PatternsFigures> {
     cluster.stop()?;
     drop(runtime);
     bar.set_message("bare fdatasync");
-    let fdatasync_samples = fdatasync::measure(
+    let fdatasync_samples = fdatasync::measure_preallocated(
+        data.path(),
+        args.latency_payload,
+        args.latency_messages,
+        || bar.inc(1),
+    )?;
+    let appending_samples = fdatasync::measure(
         data.path(),
         args.latency_payload,
         args.latency_messages,
@@ -269,6 +284,7 @@ pub fn run(args: PatternsArgs) -> anyhow::Result<PatternsFigures> {
             payload: args.latency_payload,
             ack: Summary::of(&ack_samples),
             fdatasync: Summary::of(&fdatasync_samples),
+            fdatasync_appending: Summary::of(&appending_samples),
             ack_samples,
             fdatasync_samples,
         },
@@ -308,7 +324,7 @@ fn planned_steps(args: &PatternsArgs) -> u64 {
     } else {
         0
     };
-    (cells * args.messages + disk + 2 * args.latency_messages + LATENCY_WARMUP) as u64
+    (cells * args.messages + disk + 3 * args.latency_messages + LATENCY_WARMUP) as u64
 }
 
 fn publisher_config(args: &PatternsArgs, window: usize) -> PublisherConfig {
@@ -717,14 +733,20 @@ pub fn limits_table(figures: &PatternsFigures) -> Table {
         None,
     );
     row(
-        format!("bare write + fdatasync p50 µs ({size})"),
+        format!("bare write + fdatasync p50 µs ({size}, preallocated)"),
         fixed(one.fdatasync.p50, 0),
         "-",
         None,
     );
     row(
-        format!("bare write + fdatasync p99 µs ({size})"),
+        format!("bare write + fdatasync p99 µs ({size}, preallocated)"),
         fixed(one.fdatasync.p99, 0),
+        "-",
+        None,
+    );
+    row(
+        format!("bare write + fdatasync p50 µs ({size}, appending)"),
+        fixed(one.fdatasync_appending.p50, 0),
         "-",
         None,
     );
@@ -784,7 +806,8 @@ fn write_report(args: &PatternsArgs, figures: &PatternsFigures) -> anyhow::Resul
         "window_one": {
             "payload_bytes": figures.window_one.payload,
             "ack_latency_us": figures.window_one.ack.to_json(),
-            "fdatasync_us": figures.window_one.fdatasync.to_json(),
+            "fdatasync_preallocated_us": figures.window_one.fdatasync.to_json(),
+            "fdatasync_appending_us": figures.window_one.fdatasync_appending.to_json(),
             "median_ratio": figures.window_one.median_ratio(),
             "p99_over_fdatasync_median": figures.window_one.p99_ratio(),
         },
@@ -866,7 +889,7 @@ fn latency_chart(figures: &PatternsFigures) -> Chart {
         density(&one.ack_samples, DENSITY_BINS),
     ));
     chart.add(Series::new(
-        "write + fdatasync",
+        "write + fdatasync, preallocated file",
         density(&one.fdatasync_samples, DENSITY_BINS),
     ));
     chart
