@@ -7,15 +7,15 @@
 //!
 //! The log, though, keeps its tail segment preallocated (zeros written and
 //! synced ahead of the records), so most of its syncs carry data only.
-//! [`measure_preallocated`] measures that case: the physical limit the log
-//! actually faces. `bench patterns` reports both, and also asks what the
+//! [`SyncProbe::preallocated`] measures that case: the physical limit the
+//! log actually faces. `bench patterns` reports both, and also asks what the
 //! disk allows several replicas at once: [`concurrent_batches`] runs one
 //! writer per replica, each syncing batches of the size the log formed
 //! into its own preallocated file.
 
 use std::fs::File;
 use std::io::{Seek, SeekFrom, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::Context;
@@ -29,51 +29,110 @@ pub fn measure(
     samples: usize,
     mut on_sample: impl FnMut(),
 ) -> anyhow::Result<Vec<f64>> {
-    let path = folder.join(format!("fdatasync-{size}.bin"));
-    let mut file =
-        File::create(&path).with_context(|| format!("cannot create {}", path.display()))?;
-    let record: Vec<u8> = (0..size).map(|index| (index % 251) as u8).collect();
+    let mut probe = SyncProbe::appending(folder, size)?;
     let mut latencies = Vec::with_capacity(samples);
     for _ in 0..samples {
-        let started = Instant::now();
-        file.write_all(&record)
-            .with_context(|| format!("cannot write {}", path.display()))?;
-        file.sync_data()
-            .with_context(|| format!("cannot fdatasync {}", path.display()))?;
-        latencies.push(started.elapsed().as_secs_f64() * 1e6);
+        latencies.push(probe.sample()?);
         on_sample();
     }
-    drop(file);
-    std::fs::remove_file(&path).with_context(|| format!("cannot remove {}", path.display()))?;
+    probe.finish()?;
     Ok(latencies)
 }
 
-/// As [`measure`], but into a file whose blocks were written (zeros) and
-/// synced beforehand, as the log's preallocated tail segment is, so each
-/// fdatasync carries the record and no new file size. The file is removed
-/// afterwards.
-pub fn measure_preallocated(
-    folder: &Path,
-    size: usize,
-    samples: usize,
-    mut on_sample: impl FnMut(),
-) -> anyhow::Result<Vec<f64>> {
-    let path = folder.join(format!("fdatasync-preallocated-{size}.bin"));
-    let mut file = preallocated(&path, size * samples)?;
-    let record: Vec<u8> = (0..size).map(|index| (index % 251) as u8).collect();
-    let mut latencies = Vec::with_capacity(samples);
-    for _ in 0..samples {
-        let started = Instant::now();
-        file.write_all(&record)
-            .with_context(|| format!("cannot write {}", path.display()))?;
-        file.sync_data()
-            .with_context(|| format!("cannot fdatasync {}", path.display()))?;
-        latencies.push(started.elapsed().as_secs_f64() * 1e6);
-        on_sample();
+/// A file that takes one record per sample with `write_all` +
+/// `sync_data`, so an experiment can interleave bare syncs with its own
+/// work and both see the disk in the same state (these machines' disks
+/// drift by a factor of ten within a minute).
+pub struct SyncProbe {
+    path: PathBuf,
+    file: File,
+    record: Vec<u8>,
+}
+
+impl SyncProbe {
+    /// Appends to a new file in `folder`, which grows with every record.
+    pub fn appending(folder: &Path, size: usize) -> anyhow::Result<SyncProbe> {
+        let path = folder.join(format!("fdatasync-appending-{size}.bin"));
+        let file =
+            File::create(&path).with_context(|| format!("cannot create {}", path.display()))?;
+        Ok(SyncProbe::new(path, file, size))
     }
-    drop(file);
-    std::fs::remove_file(&path).with_context(|| format!("cannot remove {}", path.display()))?;
-    Ok(latencies)
+
+    /// Overwrites a new file in `folder` whose blocks for `samples` records
+    /// were written (zeros) and synced beforehand, as the log's
+    /// preallocated tail segment is, so each fdatasync carries the record
+    /// and no new file size.
+    pub fn preallocated(folder: &Path, size: usize, samples: usize) -> anyhow::Result<SyncProbe> {
+        SyncProbe::preallocated_named(folder, &format!("preallocated-{size}"), size, samples)
+    }
+
+    /// As [`SyncProbe::preallocated`], in a file named after `name`, so
+    /// several probes can share a folder.
+    pub fn preallocated_named(
+        folder: &Path,
+        name: &str,
+        size: usize,
+        samples: usize,
+    ) -> anyhow::Result<SyncProbe> {
+        let path = folder.join(format!("fdatasync-{name}.bin"));
+        let file = preallocated(&path, size * samples)?;
+        Ok(SyncProbe::new(path, file, size))
+    }
+
+    fn new(path: PathBuf, file: File, size: usize) -> SyncProbe {
+        let record = (0..size).map(|index| (index % 251) as u8).collect();
+        SyncProbe { path, file, record }
+    }
+
+    /// Writes and syncs one record; returns the time taken in microseconds.
+    pub fn sample(&mut self) -> anyhow::Result<f64> {
+        let started = Instant::now();
+        self.file
+            .write_all(&self.record)
+            .with_context(|| format!("cannot write {}", self.path.display()))?;
+        self.file
+            .sync_data()
+            .with_context(|| format!("cannot fdatasync {}", self.path.display()))?;
+        Ok(started.elapsed().as_secs_f64() * 1e6)
+    }
+
+    /// Closes and removes the file.
+    pub fn finish(self) -> anyhow::Result<()> {
+        drop(self.file);
+        std::fs::remove_file(&self.path)
+            .with_context(|| format!("cannot remove {}", self.path.display()))
+    }
+}
+
+/// Samples every probe at once, one thread each, released together by a
+/// barrier: what R replicas' logs on one disk pay when each syncs the same
+/// record at the same moment. Returns the time from the first start to
+/// the last finish, in microseconds.
+pub fn sample_together(probes: &mut [SyncProbe]) -> anyhow::Result<f64> {
+    let start = std::sync::Barrier::new(probes.len());
+    let spans = std::thread::scope(|scope| {
+        let handles: Vec<_> = probes
+            .iter_mut()
+            .map(|probe| {
+                let start = &start;
+                scope.spawn(move || {
+                    start.wait();
+                    let began = Instant::now();
+                    probe.sample().map(|_| (began, Instant::now()))
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|handle| handle.join().expect("a sync probe panicked"))
+            .collect::<anyhow::Result<Vec<_>>>()
+    })?;
+    let first = spans.iter().map(|(began, _)| *began).min();
+    let last = spans.iter().map(|(_, ended)| *ended).max();
+    match (first, last) {
+        (Some(first), Some(last)) => Ok((last - first).as_secs_f64() * 1e6),
+        _ => Ok(0.0),
+    }
 }
 
 /// Creates `path` holding `bytes` zeros, synced with its size, and returns

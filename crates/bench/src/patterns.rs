@@ -18,7 +18,9 @@
 //!   gives the messages/s the disk allows at that batch size;
 //! - one fdatasync's: `--latency-messages` messages sent one at a time to
 //!   a one-hop-ack-client `sync` stream, their ack latency next to a bare
-//!   write + fdatasync of the same size. The log writes into a
+//!   write + fdatasync of the same size taken between two messages (the
+//!   disks here drift tenfold within a minute, so the two are
+//!   interleaved rather than run one after the other). The log writes into a
 //!   preallocated tail segment, so the comparison is a bare fdatasync into
 //!   a preallocated file; the appending one (`bench logging`'s, which
 //!   also commits a new file size each time) is shown beside it. The disk
@@ -40,7 +42,7 @@ use report::plot::{Chart, Series};
 use report::stats::{density, Summary};
 use report::Table;
 
-use crate::fdatasync;
+use crate::fdatasync::{self, SyncProbe};
 use crate::output::{self, Output, OutputArgs};
 use crate::progress;
 use crate::replication::{
@@ -98,8 +100,8 @@ pub struct PatternsArgs {
     pub retry_ms: u64,
     /// Messages sent one at a time (window 1) to a `sync`
     /// one-hop-ack-client stream to measure the ack latency, after 10
-    /// unmeasured ones; as many bare write + fdatasync samples follow, into
-    /// a preallocated file and appending.
+    /// unmeasured ones; after each, one bare write + fdatasync into a
+    /// preallocated file, one appending to a file, and three at once.
     #[arg(long, default_value_t = 2000)]
     pub latency_messages: usize,
     /// Payload of the window-1 latency run and of the bare fdatasync.
@@ -177,8 +179,13 @@ pub struct WindowOne {
     /// The same, appending to a growing file (each sync also commits the
     /// new size), as `bench logging` measures it.
     pub fdatasync_appending: Summary,
+    /// Three bare write + fdatasync at once, one per replica, each into its
+    /// own preallocated file: the time until all three are done, which is
+    /// what R = 3 on one disk pays at the least.
+    pub fdatasync_replicas: Summary,
     pub ack_samples: Vec<f64>,
     pub fdatasync_samples: Vec<f64>,
+    pub fdatasync_replicas_samples: Vec<f64>,
 }
 
 impl WindowOne {
@@ -256,23 +263,10 @@ pub fn run(args: PatternsArgs) -> anyhow::Result<PatternsFigures> {
     let cluster = runtime.block_on(Cluster::connect(process))?;
     let cells = runtime.block_on(measure_cells(&cluster, &args, &bar))?;
     let disk = disk_limit(&args, &cells, headline_payload, data.path(), &bar)?;
-    bar.set_message("window-1 latency");
-    let ack_samples = runtime.block_on(window_one_latency(&cluster, &args, &bar))?;
+    bar.set_message("window-1 latency and bare fdatasync");
+    let samples = runtime.block_on(window_one_latency(&cluster, &args, data.path(), &bar))?;
     cluster.stop()?;
     drop(runtime);
-    bar.set_message("bare fdatasync");
-    let fdatasync_samples = fdatasync::measure_preallocated(
-        data.path(),
-        args.latency_payload,
-        args.latency_messages,
-        || bar.inc(1),
-    )?;
-    let appending_samples = fdatasync::measure(
-        data.path(),
-        args.latency_payload,
-        args.latency_messages,
-        || bar.inc(1),
-    )?;
     bar.finish_and_clear();
     let figures = PatternsFigures {
         messages: args.messages,
@@ -282,11 +276,13 @@ pub fn run(args: PatternsArgs) -> anyhow::Result<PatternsFigures> {
         disk,
         window_one: WindowOne {
             payload: args.latency_payload,
-            ack: Summary::of(&ack_samples),
-            fdatasync: Summary::of(&fdatasync_samples),
-            fdatasync_appending: Summary::of(&appending_samples),
-            ack_samples,
-            fdatasync_samples,
+            ack: Summary::of(&samples.ack),
+            fdatasync: Summary::of(&samples.preallocated),
+            fdatasync_appending: Summary::of(&samples.appending),
+            fdatasync_replicas: Summary::of(&samples.replicas),
+            ack_samples: samples.ack,
+            fdatasync_samples: samples.preallocated,
+            fdatasync_replicas_samples: samples.replicas,
         },
     };
     write_report(&args, &figures)?;
@@ -324,7 +320,7 @@ fn planned_steps(args: &PatternsArgs) -> u64 {
     } else {
         0
     };
-    (cells * args.messages + disk + 3 * args.latency_messages + LATENCY_WARMUP) as u64
+    (cells * args.messages + disk + 4 * args.latency_messages + LATENCY_WARMUP) as u64
 }
 
 fn publisher_config(args: &PatternsArgs, window: usize) -> PublisherConfig {
@@ -460,13 +456,25 @@ fn disk_limit(
     }))
 }
 
-/// Ack latency of messages sent one at a time to a fresh `sync`
-/// one-hop-ack-client stream, in microseconds.
+/// The window-1 samples, in microseconds.
+struct WindowOneSamples {
+    ack: Vec<f64>,
+    preallocated: Vec<f64>,
+    appending: Vec<f64>,
+    replicas: Vec<f64>,
+}
+
+/// Sends messages one at a time to a fresh `sync` one-hop-ack-client
+/// stream, and after each ack one bare write + fdatasync into a
+/// preallocated file, one appending, and three at once (one per replica):
+/// interleaved, so the messages and the bare syncs see the disk in the
+/// same state, and nothing is in flight during a bare sync.
 async fn window_one_latency(
     cluster: &Cluster,
     args: &PatternsArgs,
+    folder: &Path,
     bar: &ProgressBar,
-) -> anyhow::Result<Vec<f64>> {
+) -> anyhow::Result<WindowOneSamples> {
     let info = cluster
         .create(
             "patterns-window-one",
@@ -480,10 +488,60 @@ async fn window_one_latency(
         .context("cannot connect the window-1 publisher")?;
     let payload = payload_of(args.latency_payload);
     publish_one_at_a_time(&publisher, &payload, LATENCY_WARMUP, bar).await?;
-    let samples = publish_one_at_a_time(&publisher, &payload, args.latency_messages, bar).await?;
+    let size = args.latency_payload;
+    let mut preallocated = SyncProbe::preallocated(folder, size, args.latency_messages)?;
+    let mut appending = SyncProbe::appending(folder, size)?;
+    let mut together = (0..REPLICAS)
+        .map(|replica| {
+            let name = format!("replica-{replica}-{size}");
+            SyncProbe::preallocated_named(folder, &name, size, args.latency_messages)
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let mut samples = WindowOneSamples {
+        ack: Vec::with_capacity(args.latency_messages),
+        preallocated: Vec::with_capacity(args.latency_messages),
+        appending: Vec::with_capacity(args.latency_messages),
+        replicas: Vec::with_capacity(args.latency_messages),
+    };
+    for _ in 0..args.latency_messages {
+        samples
+            .ack
+            .extend(publish_one_at_a_time(&publisher, &payload, 1, bar).await?);
+        let (probe, latency) = sample_off_runtime(preallocated).await?;
+        preallocated = probe;
+        samples.preallocated.push(latency);
+        let (probe, latency) = sample_off_runtime(appending).await?;
+        appending = probe;
+        samples.appending.push(latency);
+        let (probes, latency) = tokio::task::spawn_blocking(move || {
+            let latency = fdatasync::sample_together(&mut together);
+            latency.map(|latency| (together, latency))
+        })
+        .await
+        .context("the concurrent bare fdatasyncs panicked")??;
+        together = probes;
+        samples.replicas.push(latency);
+        bar.inc(3);
+    }
     drop(publisher);
     cluster.delete(&info).await?;
+    preallocated.finish()?;
+    appending.finish()?;
+    for probe in together {
+        probe.finish()?;
+    }
     Ok(samples)
+}
+
+/// One bare sync on a blocking thread, so no runtime worker waits on the
+/// disk.
+async fn sample_off_runtime(mut probe: SyncProbe) -> anyhow::Result<(SyncProbe, f64)> {
+    tokio::task::spawn_blocking(move || {
+        let latency = probe.sample();
+        latency.map(|latency| (probe, latency))
+    })
+    .await
+    .context("a bare fdatasync panicked")?
 }
 
 /// Seed 001's table for one durability: seconds per payload and pattern.
@@ -655,7 +713,7 @@ pub fn limits_table(figures: &PatternsFigures) -> Table {
             let ratio = rate / fastest.messages_per_second;
             row(
                 "one-hop-ack-client / fastest versioned".into(),
-                fixed(ratio, 2),
+                fixed(ratio, 3),
                 ">= 0.90",
                 Some(ratio >= 0.90),
             );
@@ -750,12 +808,24 @@ pub fn limits_table(figures: &PatternsFigures) -> Table {
         "-",
         None,
     );
+    row(
+        format!("{REPLICAS} bare write + fdatasync at once, p50 µs ({size})"),
+        fixed(one.fdatasync_replicas.p50, 0),
+        "-",
+        None,
+    );
     let median = one.median_ratio();
     row(
         "ack p50 / fdatasync p50".into(),
         fixed(median, 2),
         "<= 2 (issue 3; brief: 1.5)",
         Some(median <= 2.0),
+    );
+    row(
+        format!("ack p50 / {REPLICAS} fdatasync at once p50"),
+        fixed(one.ack.p50 / one.fdatasync_replicas.p50, 2),
+        "-",
+        None,
     );
     let tail = one.p99_ratio();
     row(
@@ -808,6 +878,7 @@ fn write_report(args: &PatternsArgs, figures: &PatternsFigures) -> anyhow::Resul
             "ack_latency_us": figures.window_one.ack.to_json(),
             "fdatasync_preallocated_us": figures.window_one.fdatasync.to_json(),
             "fdatasync_appending_us": figures.window_one.fdatasync_appending.to_json(),
+            "fdatasync_replicas_at_once_us": figures.window_one.fdatasync_replicas.to_json(),
             "median_ratio": figures.window_one.median_ratio(),
             "p99_over_fdatasync_median": figures.window_one.p99_ratio(),
         },
@@ -891,6 +962,10 @@ fn latency_chart(figures: &PatternsFigures) -> Chart {
     chart.add(Series::new(
         "write + fdatasync, preallocated file",
         density(&one.fdatasync_samples, DENSITY_BINS),
+    ));
+    chart.add(Series::new(
+        format!("{REPLICAS} write + fdatasync at once"),
+        density(&one.fdatasync_replicas_samples, DENSITY_BINS),
     ));
     chart
 }

@@ -79,9 +79,15 @@ impl DedupeTable {
         if low_water <= state.low_water {
             return;
         }
-        let kept = state.versions.split_off(&low_water);
-        self.entries -= state.versions.len();
-        state.versions = kept;
+        // Usually one entry or none goes: pop from the front rather than
+        // split the tree.
+        while let Some(entry) = state.versions.first_entry() {
+            if *entry.key() >= low_water {
+                break;
+            }
+            entry.remove();
+            self.entries -= 1;
+        }
         state.low_water = low_water;
     }
 

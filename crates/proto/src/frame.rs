@@ -182,6 +182,7 @@ pub enum PeerMessage {
     },
     Progress {
         logged: u64,
+        last: u64,
     },
     Commit {
         committed: u64,
@@ -191,6 +192,8 @@ pub enum PeerMessage {
         from: u64,
         to: u64,
     },
+    /// Primary to replica: report your log's progress and tail now.
+    Probe,
     Reack {
         client: u128,
         session: u64,
@@ -441,9 +444,10 @@ fn put_peer_message(out: &mut Vec<u8>, message: &PeerMessage) {
                 out.extend_from_slice(&b.crc.to_le_bytes());
             }
         }
-        PeerMessage::Progress { logged } => {
+        PeerMessage::Progress { logged, last } => {
             out.push(3);
             out.extend_from_slice(&logged.to_le_bytes());
+            out.extend_from_slice(&last.to_le_bytes());
         }
         PeerMessage::Commit { committed, last } => {
             out.push(4);
@@ -455,6 +459,7 @@ fn put_peer_message(out: &mut Vec<u8>, message: &PeerMessage) {
             out.extend_from_slice(&from.to_le_bytes());
             out.extend_from_slice(&to.to_le_bytes());
         }
+        PeerMessage::Probe => out.push(7),
         PeerMessage::Reack {
             client,
             session,
@@ -548,6 +553,7 @@ impl Reader<'_> {
             }
             3 => PeerMessage::Progress {
                 logged: self.u64()?,
+                last: self.u64()?,
             },
             4 => PeerMessage::Commit {
                 committed: self.u64()?,
@@ -557,6 +563,7 @@ impl Reader<'_> {
                 from: self.u64()?,
                 to: self.u64()?,
             },
+            7 => PeerMessage::Probe,
             6 => PeerMessage::Reack {
                 client: self.u128()?,
                 session: self.u64()?,
@@ -1334,7 +1341,7 @@ mod tests {
             },
             Frame::Peer {
                 stream: 5,
-                message: PeerMessage::Progress { logged: 7 },
+                message: PeerMessage::Progress { logged: 7, last: 8 },
             },
             Frame::Peer {
                 stream: 5,
@@ -1346,6 +1353,10 @@ mod tests {
             Frame::Peer {
                 stream: 5,
                 message: PeerMessage::Need { from: 3, to: 8 },
+            },
+            Frame::Peer {
+                stream: 5,
+                message: PeerMessage::Probe,
             },
             Frame::Peer {
                 stream: 5,

@@ -291,6 +291,12 @@ async fn handshake(
     .map_err(|_| bad("no hello within the handshake timeout".to_string()))?
     .map_err(bad)?;
     let (version, opener) = match first {
+        Frame::Hello { client: 0, .. } => {
+            return Err((
+                ErrorCode::InvalidArgument,
+                "client id 0 is reserved (void records); choose another".into(),
+            ))
+        }
         Frame::Hello {
             version, client, ..
         } => (version, Opener::Client(client)),
@@ -910,12 +916,16 @@ impl Connection {
         let from = from.max(1);
         let max_records = (max_records as u64).min((visible + 1).saturating_sub(from)) as usize;
         let reply = match stream.log.read(from, max_records, max_bytes, &mut records) {
-            Ok(count) => Frame::Records {
-                request,
-                next: from.max(1) + count as u64,
-                count: count as u32,
-                records,
-            },
+            Ok(count) => {
+                // Void versions hold no message: readers never see them.
+                let (records, kept) = subscription::strip_voids(records, count as u32);
+                Frame::Records {
+                    request,
+                    next: from + count as u64,
+                    count: kept,
+                    records,
+                }
+            }
             Err(error) => Frame::Error {
                 request,
                 code: subscription::read_error_code(&error),

@@ -88,10 +88,14 @@ impl Router {
         let Some(link) = self.peers.get(&to) else {
             return;
         };
-        let Some(message) = peer_message(msg) else {
-            return;
+        let frame = match msg {
+            // The records go straight into the frame: one copy.
+            Msg::Replicate { entries } => replicate_frame(stream, &entries),
+            other => match peer_message(other) {
+                Some(message) => Frame::Peer { stream, message }.to_bytes(),
+                None => return,
+            },
         };
-        let frame = Frame::Peer { stream, message }.to_bytes();
         if link.try_send(frame).is_ok() {
             self.metrics.peer_sent.fetch_add(1, Ordering::Relaxed);
         } else {
@@ -222,6 +226,27 @@ async fn run_link(
     }
 }
 
+/// A `Peer` frame carrying `Replicate` of `entries`, laid out as
+/// `Frame::encode` would lay it out.
+fn replicate_frame(stream: u64, entries: &[Entry]) -> Vec<u8> {
+    let records: usize = entries.iter().map(|e| e.bytes.len()).sum();
+    let mut frame = Vec::with_capacity(proto::FRAME_HEADER_LEN + 8 + 1 + 4 + records);
+    Frame::Peer {
+        stream,
+        message: PeerMessage::Replicate {
+            count: entries.len() as u32,
+            records: Vec::new(),
+        },
+    }
+    .encode(&mut frame);
+    for entry in entries {
+        frame.extend_from_slice(&entry.bytes);
+    }
+    let body = (frame.len() - proto::FRAME_HEADER_LEN) as u32;
+    frame[..4].copy_from_slice(&body.to_le_bytes());
+    frame
+}
+
 fn wire_binding(binding: &Binding) -> WireBinding {
     WireBinding {
         version: binding.version,
@@ -252,9 +277,10 @@ fn peer_message(msg: Msg) -> Option<PeerMessage> {
         Msg::Bind { bindings } => PeerMessage::Bind {
             bindings: bindings.iter().map(wire_binding).collect(),
         },
-        Msg::Progress { logged } => PeerMessage::Progress { logged },
+        Msg::Progress { logged, last } => PeerMessage::Progress { logged, last },
         Msg::Commit { committed, last } => PeerMessage::Commit { committed, last },
         Msg::Need { from, to } => PeerMessage::Need { from, to },
+        Msg::Probe => PeerMessage::Probe,
         Msg::Reack { event, version } => PeerMessage::Reack {
             client: event.client,
             session: event.session,
@@ -271,7 +297,8 @@ pub(crate) fn peer_msg(message: PeerMessage) -> Msg {
         PeerMessage::Replicate { records, .. } => {
             let mut entries = Vec::new();
             let mut offset = 0;
-            while let Ok((record, length)) = Record::decode(&records[offset..]) {
+            // The frame decoder verified every record's checksum.
+            while let Ok((record, length)) = Record::decode_verified(&records[offset..]) {
                 entries.push(Entry {
                     header: record.header,
                     bytes: Arc::new(records[offset..offset + length].to_vec()),
@@ -297,9 +324,10 @@ pub(crate) fn peer_msg(message: PeerMessage) -> Msg {
                 })
                 .collect(),
         },
-        PeerMessage::Progress { logged } => Msg::Progress { logged },
+        PeerMessage::Progress { logged, last } => Msg::Progress { logged, last },
         PeerMessage::Commit { committed, last } => Msg::Commit { committed, last },
         PeerMessage::Need { from, to } => Msg::Need { from, to },
+        PeerMessage::Probe => Msg::Probe,
         PeerMessage::Reack {
             client,
             session,
@@ -433,4 +461,49 @@ pub(crate) fn client_frame(me: ServerId, stream: u64, msg: Msg) -> Option<Frame>
         },
         _ => return None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proto::RecordHeader;
+
+    #[test]
+    fn a_replicate_frame_is_what_frame_encode_makes() {
+        let entries: Vec<Entry> = (1..=3u64)
+            .map(|version| {
+                let header = RecordHeader {
+                    flags: 0,
+                    stream: 9,
+                    version,
+                    epoch: 1,
+                    event: EventId {
+                        client: 5,
+                        session: 1,
+                        sequence: version,
+                    },
+                    low_water: 1,
+                };
+                Entry::new(header, b"key", &[version as u8; 100])
+            })
+            .collect();
+        let records: Vec<u8> = entries
+            .iter()
+            .flat_map(|e| e.bytes.iter().copied())
+            .collect();
+        let expected = Frame::Peer {
+            stream: 9,
+            message: PeerMessage::Replicate { count: 3, records },
+        }
+        .to_bytes();
+        assert_eq!(replicate_frame(9, &entries), expected);
+        let (decoded, _) = Frame::decode(&expected, 1 << 20).unwrap().unwrap();
+        let Frame::Peer { message, .. } = decoded else {
+            panic!("not a peer frame");
+        };
+        let Msg::Replicate { entries: back } = peer_msg(message) else {
+            panic!("not replicate");
+        };
+        assert_eq!(back, entries);
+    }
 }

@@ -18,6 +18,26 @@ use crate::stream::Stream;
 /// Records pushed in one `Deliver` frame at most.
 const DELIVER_RECORDS_MAX: u32 = 1024;
 
+/// Removes void records (versions that hold no message) from a batch read
+/// from the log: readers never see them. Returns the kept bytes and count.
+pub(crate) fn strip_voids(records: Vec<u8>, count: u32) -> (Vec<u8>, u32) {
+    let voids = proto::frame::iter_records(&records)
+        .filter(|r| r.header.flags & proto::FLAG_VOID != 0)
+        .count() as u32;
+    if voids == 0 {
+        return (records, count);
+    }
+    let mut kept = Vec::with_capacity(records.len());
+    let mut offset = 0;
+    while let Ok((record, length)) = proto::Record::decode_verified(&records[offset..]) {
+        if record.header.flags & proto::FLAG_VOID == 0 {
+            kept.extend_from_slice(&records[offset..offset + length]);
+        }
+        offset += length;
+    }
+    (kept, count - voids)
+}
+
 pub(crate) fn read_error_code(error: &ReadError) -> ErrorCode {
     match error {
         ReadError::Unavailable { .. } => ErrorCode::VersionUnavailable,
@@ -81,8 +101,9 @@ pub(crate) async fn run(
                 return;
             }
         };
-        if count < granted {
-            credits.add_permits((granted - count) as usize);
+        let (records, delivered) = strip_voids(records, count);
+        if delivered < granted {
+            credits.add_permits((granted - delivered) as usize);
         }
         if count == 0 {
             // The log failed before reaching `next`: nothing more will come.
@@ -100,9 +121,13 @@ pub(crate) async fn run(
             continue;
         }
         next += u64::from(count);
+        if delivered == 0 {
+            // Only void versions: nothing to push.
+            continue;
+        }
         let frame = Frame::Deliver {
             subscription: id,
-            count,
+            count: delivered,
             records,
         };
         if !outgoing.send_read(&frame, budget).await {

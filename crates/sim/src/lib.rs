@@ -62,7 +62,7 @@
 //!
 //! ```text
 //! STAMPLOG_SIM_SEED=<seed> STAMPLOG_SIM_PROTOCOL=<name> \
-//!     cargo test -p sim --test seeds replay -- --nocapture
+//!     cargo test -p sim --test it seeds::replay -- --nocapture
 //! ```
 //!
 //! prints the config, the outcome and the trace of that run

@@ -771,9 +771,10 @@ fn fingerprint(msg: &Msg) -> [u64; 3] {
             bindings.first().map_or(0, |b| b.version),
             bindings.len() as u64,
         ],
-        Msg::Progress { logged } => [10, *logged, 0],
+        Msg::Progress { logged, last } => [10, *logged, *last],
         Msg::Commit { committed, last } => [11, *committed, *last],
         Msg::Need { from, to } => [12, *from, *to],
+        Msg::Probe => [14, 0, 0],
         Msg::Reack { event, version } => [13, event.sequence, *version],
     }
 }
@@ -828,9 +829,10 @@ fn describe(msg: &Msg) -> String {
                 bindings.len()
             )
         ),
-        Msg::Progress { logged } => format!("progress {logged}"),
+        Msg::Progress { logged, last } => format!("progress {logged} {last}"),
         Msg::Commit { committed, last } => format!("commit {committed} last {last}"),
         Msg::Need { from, to } => format!("need {from}..={to}"),
+        Msg::Probe => "probe".to_string(),
         Msg::Reack { event, version } => format!("reack {} @{version}", show(event)),
     }
 }

@@ -62,6 +62,8 @@ fn patterns_with_tiny_parameters_completes_every_cell_and_writes_its_files() {
     assert_eq!(one.ack.count, 50);
     assert_eq!(one.fdatasync.count, 50);
     assert_eq!(one.fdatasync_appending.count, 50);
+    assert_eq!(one.fdatasync_replicas.count, 50);
+    assert!(one.fdatasync_replicas.p50 > 0.0);
     assert!(one.ack.p50 > 0.0 && one.fdatasync.p50 > 0.0);
     assert!(one.median_ratio().is_finite() && one.median_ratio() > 0.0);
 

@@ -186,9 +186,11 @@ pub enum Msg {
     Bind {
         bindings: Vec<Binding>,
     },
-    /// Replica to primary: my log holds every version up to `logged`.
+    /// Replica to primary: my log holds every version up to `logged`, and
+    /// its newest version (taken, maybe not yet logged) is `last`.
     Progress {
         logged: u64,
+        last: u64,
     },
     /// Primary to replica: versions up to `committed` are committed, and
     /// the primary has assigned up to `last`.
@@ -201,6 +203,9 @@ pub enum Msg {
         from: u64,
         to: u64,
     },
+    /// Primary to replica: report your log at once (a primary that starts
+    /// learns the replicas' tails before it stamps anything).
+    Probe,
     /// Primary to replica: ack this event again when your log has it (the
     /// client retried and may have lost your first ack).
     Reack {

@@ -237,7 +237,12 @@ impl Producer {
                     let pending = &self.pending[&event.sequence];
                     self.dispatch(pending, false, out);
                 }
-                Refusal::NotPrimary | Refusal::Busy => {}
+                // Passing conditions: the retry timer sends again. A full
+                // dedupe table empties as earlier messages complete and
+                // the low-water mark passes them.
+                Refusal::NotPrimary
+                | Refusal::Busy
+                | Refusal::Rejected(crate::Rejection::DedupeFull) => {}
                 Refusal::Rejected(_) | Refusal::Invalid | Refusal::LogFailed => {
                     self.pending.remove(&event.sequence);
                     self.completed.push(Completion {

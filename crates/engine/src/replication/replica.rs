@@ -131,6 +131,48 @@ struct Waiter {
     verify: bool,
 }
 
+/// Acknowledgements waiting for a version. New messages arrive in version
+/// order and go to the back of a queue (no allocation per message); the
+/// rare waiter for an older version (a duplicate) goes to a map.
+#[derive(Debug, Default)]
+struct Waiters {
+    ordered: std::collections::VecDeque<(u64, Waiter)>,
+    late: BTreeMap<u64, Vec<Waiter>>,
+}
+
+impl Waiters {
+    fn push(&mut self, version: u64, waiter: Waiter) {
+        match self.ordered.back() {
+            Some((last, _)) if *last > version => {
+                self.late.entry(version).or_default().push(waiter)
+            }
+            _ => self.ordered.push_back((version, waiter)),
+        }
+    }
+
+    /// Removes and returns every waiter for a version up to `through`.
+    fn take_through(&mut self, through: u64) -> Vec<(u64, Waiter)> {
+        let mut ready = Vec::new();
+        while let Some((version, _)) = self.ordered.front() {
+            if *version > through {
+                break;
+            }
+            ready.push(self.ordered.pop_front().expect("present"));
+        }
+        if self
+            .late
+            .first_key_value()
+            .is_some_and(|(v, _)| *v <= through)
+        {
+            let later = self.late.split_off(&(through + 1));
+            for (version, waiters) in std::mem::replace(&mut self.late, later) {
+                ready.extend(waiters.into_iter().map(|w| (version, w)));
+            }
+        }
+        ready
+    }
+}
+
 #[derive(Debug)]
 struct Reservation {
     event: EventId,
@@ -178,11 +220,21 @@ pub struct Replica {
     primary_last: u64,
     waiting_since: Option<u64>,
     need_sent_at: Option<u64>,
+    /// The last version the outstanding `Need` asked for.
+    need_to: Option<u64>,
+    /// A primary that has just started: each replica's reported newest
+    /// version, until every replica has reported and this log holds the
+    /// longest of them. Records may have reached a replica and not this
+    /// log (a crash before the write), and their versions must not be
+    /// handed out again.
+    rejoining: Option<BTreeMap<ServerId, u64>>,
+    /// Client messages that arrived while rejoining, taken afterwards.
+    rejoin_queue: Vec<(u128, Msg)>,
     progress_sent: u64,
     progress_sent_at: Option<u64>,
     // Acknowledgements waiting for the log (or, at the primary, for all).
-    after_log: BTreeMap<u64, Vec<Waiter>>,
-    after_all: BTreeMap<u64, Vec<Waiter>>,
+    after_log: Waiters,
+    after_all: Waiters,
     metrics: ReplicaMetrics,
 }
 
@@ -224,10 +276,13 @@ impl Replica {
             primary_last: 0,
             waiting_since: None,
             need_sent_at: None,
+            need_to: None,
+            rejoining: None,
+            rejoin_queue: Vec::new(),
             progress_sent: 0,
             progress_sent_at: None,
-            after_log: BTreeMap::new(),
-            after_all: BTreeMap::new(),
+            after_log: Waiters::default(),
+            after_all: Waiters::default(),
             metrics: ReplicaMetrics::default(),
         }
     }
@@ -246,6 +301,10 @@ impl Replica {
             // A replica set of one commits what its own log holds; a larger
             // one waits for its replicas' progress reports.
             self.update_commit(now, out);
+            if !self.standalone() && self.placement.replicas.len() > 1 {
+                self.rejoining = Some(BTreeMap::new());
+                self.probe(out);
+            }
         }
         self.progress(now, out);
         self.finish(now, out);
@@ -314,8 +373,19 @@ impl Replica {
         self.held.len() + self.unbound.len() + self.reservations.len() + self.bindings.len()
     }
 
+    /// Whether a started primary is still learning its replicas' tails.
+    pub fn is_rejoining(&self) -> bool {
+        self.rejoining.is_some()
+    }
+
     /// A message from a client.
     pub fn on_client(&mut self, client: u128, msg: Msg, now: u64, out: &mut Vec<Effect>) {
+        if self.rejoining.is_some() {
+            if self.rejoin_queue.len() < self.settings.unbound_max {
+                self.rejoin_queue.push((client, msg));
+            }
+            return;
+        }
         match msg {
             Msg::Write(content) => {
                 if !self.is_primary() {
@@ -368,11 +438,22 @@ impl Replica {
     /// A message from another server.
     pub fn on_peer(&mut self, from: ServerId, msg: Msg, now: u64, out: &mut Vec<Effect>) {
         match msg {
-            Msg::Replicate { entries } if !self.is_primary() && from == self.placement.primary => {
+            Msg::Replicate { entries }
+                if (!self.is_primary() && from == self.placement.primary)
+                    || (self.rejoining.is_some() && self.placement.replicas.contains(&from)) =>
+            {
                 for entry in entries {
                     self.offer(entry, now);
                 }
                 self.advance(now, out);
+                self.continue_repair(now, out);
+                if self.rejoining.is_some() {
+                    let last = self.machine.last_version();
+                    if self.need_to.is_some_and(|to| last >= to) {
+                        self.need_to = None;
+                    }
+                    self.continue_rejoin(now, out);
+                }
             }
             Msg::Bind { bindings } if !self.is_primary() && from == self.placement.primary => {
                 for binding in bindings {
@@ -399,14 +480,23 @@ impl Replica {
                     out,
                 );
             }
-            Msg::Progress { logged }
+            Msg::Progress { logged, last }
                 if self.is_primary() && self.placement.replicas.contains(&from) =>
             {
                 let known = self.peer_logged.entry(from).or_insert(0);
                 *known = (*known).max(logged);
+                if let Some(tails) = &mut self.rejoining {
+                    tails.insert(from, last);
+                    self.continue_rejoin(now, out);
+                }
                 self.update_commit(now, out);
             }
-            Msg::Need { from: first, to } if self.is_primary() => {
+            Msg::Probe if !self.is_primary() && from == self.placement.primary => {
+                self.send_progress(now, out);
+            }
+            Msg::Need { from: first, to }
+                if self.is_primary() || from == self.placement.primary =>
+            {
                 let last = self.machine.last_version();
                 if first <= last && self.placement.replicas.contains(&from) {
                     out.push(Effect::Serve {
@@ -440,6 +530,20 @@ impl Replica {
     /// Time passes: voids, gap repair, heartbeats, expiry.
     pub fn on_tick(&mut self, now: u64, out: &mut Vec<Effect>) {
         if self.is_primary() {
+            if self.rejoining.is_some() {
+                // Probes or answers may be lost: ask again.
+                let due = self
+                    .commit_sent_at
+                    .is_none_or(|at| now.saturating_sub(at) >= self.settings.heartbeat_ms);
+                if due {
+                    self.commit_sent_at = Some(now);
+                    self.probe(out);
+                    self.need_to = None;
+                    self.continue_rejoin(now, out);
+                }
+                self.finish(now, out);
+                return;
+            }
             self.advance_reservations(now, out);
             if self.protocol == Protocol::Hybrid {
                 let window = self.settings.active_window_ms;
@@ -530,15 +634,20 @@ impl Replica {
             &content.key,
             &content.payload,
         );
-        let binding = self.binding_of(&entry, &content);
-        self.accept(entry.clone(), now, out);
-        self.note_quorum(version, rule);
-        if !self.standalone() {
-            match flow {
-                Flow::Tagged => self.out_bindings.push(binding),
-                _ => self.out_entries.push(entry),
-            }
+        if self.standalone() || flow == Flow::Stamp {
+            // `returns-version`: the client carries the stamped message to
+            // the other replicas itself (gap repair covers a client that
+            // dies first).
+            self.accept(entry, now, out);
+        } else if flow == Flow::Tagged {
+            let binding = self.binding_of(&entry, &content);
+            self.accept(entry, now, out);
+            self.out_bindings.push(binding);
+        } else {
+            self.accept(entry.clone(), now, out);
+            self.out_entries.push(entry);
         }
+        self.note_quorum(version, rule);
         if flow == Flow::Stamp {
             out.push(stamped(client, event, version, self.epoch(), false));
         }
@@ -775,6 +884,57 @@ impl Replica {
         }
     }
 
+    fn probe(&mut self, out: &mut Vec<Effect>) {
+        let waiting: Vec<ServerId> = self
+            .placement
+            .backups()
+            .filter(|id| {
+                self.rejoining
+                    .as_ref()
+                    .is_some_and(|tails| !tails.contains_key(id))
+            })
+            .collect();
+        for backup in waiting {
+            out.push(Effect::Send(Node::Server(backup), Msg::Probe));
+        }
+    }
+
+    /// Once every replica reported its tail, fetches what this log lacks
+    /// from the longest; then the primary starts stamping.
+    fn continue_rejoin(&mut self, now: u64, out: &mut Vec<Effect>) {
+        let Some(tails) = &self.rejoining else {
+            return;
+        };
+        if self.placement.backups().any(|id| !tails.contains_key(&id)) {
+            return;
+        }
+        let last = self.machine.last_version();
+        let (longest, target) = tails
+            .iter()
+            .map(|(id, tail)| (*id, *tail))
+            .max_by_key(|(_, tail)| *tail)
+            .expect("a replica set of two or more");
+        if target > last {
+            if self.need_to.is_none() {
+                let to = target.min(last + self.settings.need_batch);
+                self.need_to = Some(to);
+                self.metrics.gap_requests += 1;
+                out.push(Effect::Send(
+                    Node::Server(longest),
+                    Msg::Need { from: last + 1, to },
+                ));
+            }
+            return;
+        }
+        self.rejoining = None;
+        self.need_to = None;
+        self.next_version = self.next_version.max(last + 1);
+        self.update_commit(now, out);
+        for (client, msg) in std::mem::take(&mut self.rejoin_queue) {
+            self.on_client(client, msg, now, out);
+        }
+    }
+
     // --- a replica that is not the primary ---
 
     /// Client content that waits for the primary's binding.
@@ -943,15 +1103,42 @@ impl Replica {
             .need_sent_at
             .is_some_and(|at| now.saturating_sub(at) < timeout);
         if now.saturating_sub(since) >= timeout && !recently_asked {
-            self.need_sent_at = Some(now);
-            self.metrics.gap_requests += 1;
-            out.push(Effect::Send(
-                Node::Server(self.placement.primary),
-                Msg::Need {
-                    from: last + 1,
-                    to: known.min(last + self.settings.need_batch),
-                },
-            ));
+            self.send_need(last, known, now, out);
+        }
+    }
+
+    fn send_need(&mut self, last: u64, known: u64, now: u64, out: &mut Vec<Effect>) {
+        let to = known.min(last + self.settings.need_batch);
+        self.need_sent_at = Some(now);
+        self.need_to = Some(to);
+        self.metrics.gap_requests += 1;
+        out.push(Effect::Send(
+            Node::Server(self.placement.primary),
+            Msg::Need { from: last + 1, to },
+        ));
+    }
+
+    /// A repair batch arrived whole: ask for the next one at once rather
+    /// than after another gap timeout, so a replica far behind catches up
+    /// at the speed of the link.
+    fn continue_repair(&mut self, now: u64, out: &mut Vec<Effect>) {
+        if self.is_primary() {
+            return;
+        }
+        let last = self.machine.last_version();
+        let Some(to) = self.need_to else {
+            return;
+        };
+        if last < to {
+            return;
+        }
+        self.need_to = None;
+        let known = self
+            .primary_last
+            .max(self.held.keys().next_back().copied().unwrap_or(0))
+            .max(self.bindings.keys().next_back().copied().unwrap_or(0));
+        if known > last {
+            self.send_need(last, known, now, out);
         }
     }
 
@@ -968,6 +1155,7 @@ impl Replica {
             Node::Server(self.placement.primary),
             Msg::Progress {
                 logged: self.logged,
+                last: self.machine.last_version(),
             },
         ));
     }
@@ -1010,7 +1198,7 @@ impl Replica {
                 if version <= self.all_logged {
                     self.ack(version, waiter, out);
                 } else {
-                    self.after_all.entry(version).or_default().push(waiter);
+                    self.after_all.push(version, waiter);
                 }
             }
             _ => self.wait_log(version, waiter, out),
@@ -1021,24 +1209,16 @@ impl Replica {
         if version <= self.logged {
             self.ack(version, waiter, out);
         } else {
-            self.after_log.entry(version).or_default().push(waiter);
+            self.after_log.push(version, waiter);
         }
     }
 
     fn release(&mut self, out: &mut Vec<Effect>) {
-        let later = self.after_log.split_off(&(self.logged + 1));
-        let ready = std::mem::replace(&mut self.after_log, later);
-        for (version, waiters) in ready {
-            for waiter in waiters {
-                self.ack(version, waiter, out);
-            }
+        for (version, waiter) in self.after_log.take_through(self.logged) {
+            self.ack(version, waiter, out);
         }
-        let later = self.after_all.split_off(&(self.all_logged + 1));
-        let ready = std::mem::replace(&mut self.after_all, later);
-        for (version, waiters) in ready {
-            for waiter in waiters {
-                self.ack(version, waiter, out);
-            }
+        for (version, waiter) in self.after_all.take_through(self.all_logged) {
+            self.ack(version, waiter, out);
         }
     }
 

@@ -34,7 +34,7 @@ fn replay_command(protocol: Protocol, seed: u64, servers: u32) -> String {
         format!("STAMPLOG_SIM_SERVERS={servers} ")
     };
     format!(
-        "STAMPLOG_SIM_SEED={seed} STAMPLOG_SIM_PROTOCOL={protocol} {servers}cargo test -p sim --test seeds replay -- --nocapture"
+        "STAMPLOG_SIM_SEED={seed} STAMPLOG_SIM_PROTOCOL={protocol} {servers}cargo test -p sim --test it seeds::replay -- --nocapture"
     )
 }
 
