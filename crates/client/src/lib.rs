@@ -205,22 +205,15 @@ impl Client {
         }
     }
 
+    /// Creates a stream with the default protocol (`one-hop-ack-client`)
+    /// and replica count (3, or the cluster's size if smaller).
     pub async fn create_stream(
         &self,
         name: &str,
         durability: DurabilityConfig,
     ) -> Result<StreamInfo, ClientError> {
-        let name = name.to_string();
-        expect_info(
-            self.request(|request| Frame::CreateStream {
-                request,
-                name,
-                durability,
-                protocol: 0,
-                replicas: 0,
-            })
-            .await?,
-        )
+        self.create_stream_with(name, durability, Protocol::OneHopAckClient, 0)
+            .await
     }
 
     /// Creates a stream with a chosen protocol and replica count (0: the

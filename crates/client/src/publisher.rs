@@ -368,25 +368,13 @@ impl Task {
                         .expect("refusals lock")
                         .remove(&event.sequence);
                     Err(ClientError::Server {
-                        code: refusal_code(&refusal),
+                        code: refusal.code(),
                         message: said.unwrap_or_else(|| refusal.to_string()),
                     })
                 }
             };
             let _ = reply.send(result);
         }
-    }
-}
-
-fn refusal_code(refusal: &Refusal) -> ErrorCode {
-    match refusal {
-        Refusal::Rejected(engine::Rejection::Retired { .. }) => ErrorCode::SequenceRetired,
-        Refusal::Rejected(engine::Rejection::ZeroSequence) => ErrorCode::InvalidArgument,
-        Refusal::Rejected(engine::Rejection::DedupeFull) | Refusal::Busy => ErrorCode::Busy,
-        Refusal::NotPrimary => ErrorCode::NotPrimary,
-        Refusal::VersionVoid => ErrorCode::VersionVoid,
-        Refusal::Invalid => ErrorCode::InvalidArgument,
-        Refusal::LogFailed => ErrorCode::LogFailed,
     }
 }
 

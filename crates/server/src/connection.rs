@@ -443,7 +443,7 @@ fn legacy_answer(legacy: &LegacyAppends, stream: u64, msg: &Msg) -> Option<Frame
         },
         Msg::Refused { refusal, .. } => Frame::Error {
             request: append.request,
-            code: replication::refusal_code(refusal),
+            code: refusal.code(),
             message: refusal.to_string(),
         },
         _ => unreachable!("matched above"),

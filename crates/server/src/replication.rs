@@ -15,8 +15,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use engine::replication::{Binding, Content, Entry, HybridMode, Msg, Refusal, ServerId};
-use proto::{ErrorCode, EventId, Frame, PeerMessage, Record, WireBinding};
+use engine::replication::{Binding, Content, Entry, HybridMode, Msg, ServerId};
+use proto::{EventId, Frame, PeerMessage, Record, WireBinding};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch};
@@ -400,18 +400,6 @@ pub(crate) fn hint_code(hint: Option<HybridMode>) -> u8 {
     }
 }
 
-pub(crate) fn refusal_code(refusal: &Refusal) -> ErrorCode {
-    match refusal {
-        Refusal::Rejected(engine::Rejection::Retired { .. }) => ErrorCode::SequenceRetired,
-        Refusal::Rejected(engine::Rejection::DedupeFull) | Refusal::Busy => ErrorCode::Busy,
-        Refusal::Rejected(engine::Rejection::ZeroSequence) => ErrorCode::InvalidArgument,
-        Refusal::NotPrimary => ErrorCode::NotPrimary,
-        Refusal::VersionVoid => ErrorCode::VersionVoid,
-        Refusal::Invalid => ErrorCode::InvalidArgument,
-        Refusal::LogFailed => ErrorCode::LogFailed,
-    }
-}
-
 /// A client-bound `Msg` as the frame this server sends.
 pub(crate) fn client_frame(me: ServerId, stream: u64, msg: Msg) -> Option<Frame> {
     Some(match msg {
@@ -456,7 +444,7 @@ pub(crate) fn client_frame(me: ServerId, stream: u64, msg: Msg) -> Option<Frame>
             stream,
             session: event.session,
             sequence: event.sequence,
-            code: refusal_code(&refusal),
+            code: refusal.code(),
             message: refusal.to_string(),
         },
         _ => return None,

@@ -165,6 +165,18 @@ impl ServerState {
             .map_or_else(String::new, |peer| peer.address.clone())
     }
 
+    /// The replica set as clients reach it.
+    fn addresses(&self, placement: &Placement) -> Vec<ReplicaAddress> {
+        placement
+            .replicas
+            .iter()
+            .map(|&id| ReplicaAddress {
+                id,
+                address: self.address_of(id),
+            })
+            .collect()
+    }
+
     /// How clients see a stream: its state here and its placement.
     pub fn stream_info(&self, stream: &Stream) -> StreamInfo {
         StreamInfo {
@@ -177,15 +189,7 @@ impl ServerState {
             protocol: stream.protocol.code(),
             epoch: stream.placement.epoch,
             primary: stream.placement.primary,
-            replicas: stream
-                .placement
-                .replicas
-                .iter()
-                .map(|&id| ReplicaAddress {
-                    id,
-                    address: self.address_of(id),
-                })
-                .collect(),
+            replicas: self.addresses(&stream.placement),
         }
     }
 
@@ -246,14 +250,7 @@ impl ServerState {
             protocol: protocol.code(),
             epoch: placement.epoch,
             primary: placement.primary,
-            replicas: placement
-                .replicas
-                .iter()
-                .map(|&id| ReplicaAddress {
-                    id,
-                    address: self.address_of(id),
-                })
-                .collect(),
+            replicas: self.addresses(&placement),
         };
         for replica in &info.replicas {
             if replica.id == self.config.cluster.me {

@@ -133,6 +133,23 @@ pub enum Refusal {
     LogFailed,
 }
 
+impl Refusal {
+    /// The error code that carries this refusal on the wire.
+    pub fn code(&self) -> proto::ErrorCode {
+        use proto::ErrorCode;
+        match self {
+            Refusal::Rejected(crate::Rejection::Retired { .. }) => ErrorCode::SequenceRetired,
+            Refusal::Rejected(crate::Rejection::DedupeFull) | Refusal::Busy => ErrorCode::Busy,
+            Refusal::Rejected(crate::Rejection::ZeroSequence) | Refusal::Invalid => {
+                ErrorCode::InvalidArgument
+            }
+            Refusal::NotPrimary => ErrorCode::NotPrimary,
+            Refusal::VersionVoid => ErrorCode::VersionVoid,
+            Refusal::LogFailed => ErrorCode::LogFailed,
+        }
+    }
+}
+
 /// A message between clients and servers, or between servers.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Msg {

@@ -1087,12 +1087,17 @@ impl Replica {
         self.bindings = self.bindings.split_off(&(last + 1));
     }
 
+    /// The newest version this replica knows exists: from the primary's
+    /// heartbeat, a held record or a binding.
+    fn known_last(&self) -> u64 {
+        self.primary_last
+            .max(self.held.keys().next_back().copied().unwrap_or(0))
+            .max(self.bindings.keys().next_back().copied().unwrap_or(0))
+    }
+
     fn repair_gap(&mut self, now: u64, out: &mut Vec<Effect>) {
         let last = self.machine.last_version();
-        let known = self
-            .primary_last
-            .max(self.held.keys().next_back().copied().unwrap_or(0))
-            .max(self.bindings.keys().next_back().copied().unwrap_or(0));
+        let known = self.known_last();
         if known <= last {
             self.waiting_since = None;
             return;
@@ -1133,10 +1138,7 @@ impl Replica {
             return;
         }
         self.need_to = None;
-        let known = self
-            .primary_last
-            .max(self.held.keys().next_back().copied().unwrap_or(0))
-            .max(self.bindings.keys().next_back().copied().unwrap_or(0));
+        let known = self.known_last();
         if known > last {
             self.send_need(last, known, now, out);
         }
