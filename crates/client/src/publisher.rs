@@ -329,9 +329,7 @@ impl Task {
         let mut frames: HashMap<ServerId, Vec<u8>> = HashMap::new();
         for (node, msg) in out.drain(..) {
             let Node::Server(server) = node else { continue };
-            if let Some(frame) = submit_frame(self.stream, msg) {
-                frame.encode(frames.entry(server).or_default());
-            }
+            encode_submit(frames.entry(server).or_default(), self.stream, &msg);
         }
         for (server, bytes) in frames {
             if let Some(link) = self.links.get(&server) {
@@ -378,40 +376,68 @@ impl Task {
     }
 }
 
-/// A client-to-server `Msg` as a `Submit` frame.
-fn submit_frame(stream: u64, msg: Msg) -> Option<Frame> {
-    let frame = |kind: u8, version: u64, epoch: u64, content: Content| Frame::Submit {
-        stream,
-        kind,
-        version,
-        epoch,
-        session: content.event.session,
-        sequence: content.event.sequence,
-        low_water: content.low_water,
-        key: content.key.to_vec(),
-        payload: content.payload.to_vec(),
+/// Appends a client-to-server `Msg` as a `Submit` frame, encoded straight
+/// from the shared key and payload.
+fn encode_submit(out: &mut Vec<u8>, stream: u64, msg: &Msg) {
+    let empty = Content {
+        event: EventId {
+            client: 0,
+            session: 0,
+            sequence: 0,
+        },
+        low_water: 0,
+        key: Arc::default(),
+        payload: Arc::default(),
     };
-    Some(match msg {
-        Msg::Write(content) => frame(proto::frame::SUBMIT_WRITE, 0, 0, content),
-        Msg::Tagged(content) => frame(proto::frame::SUBMIT_TAGGED, 0, 0, content),
+    let (kind, version, epoch, content, event, low_water) = match msg {
+        Msg::Write(content) => (
+            proto::frame::SUBMIT_WRITE,
+            0,
+            0,
+            content,
+            content.event,
+            content.low_water,
+        ),
+        Msg::Tagged(content) => (
+            proto::frame::SUBMIT_TAGGED,
+            0,
+            0,
+            content,
+            content.event,
+            content.low_water,
+        ),
         Msg::Placed {
             version,
             epoch,
             content,
-        } => frame(proto::frame::SUBMIT_PLACED, version, epoch, content),
-        Msg::Reserve { event, low_water } => Frame::Submit {
-            stream,
-            kind: proto::frame::SUBMIT_RESERVE,
-            version: 0,
-            epoch: 0,
-            session: event.session,
-            sequence: event.sequence,
-            low_water,
-            key: Vec::new(),
-            payload: Vec::new(),
-        },
-        _ => return None,
-    })
+        } => (
+            proto::frame::SUBMIT_PLACED,
+            *version,
+            *epoch,
+            content,
+            content.event,
+            content.low_water,
+        ),
+        Msg::Reserve { event, low_water } => (
+            proto::frame::SUBMIT_RESERVE,
+            0,
+            0,
+            &empty,
+            *event,
+            *low_water,
+        ),
+        _ => return,
+    };
+    proto::frame::SubmitFields {
+        stream,
+        kind,
+        version,
+        epoch,
+        session: event.session,
+        sequence: event.sequence,
+        low_water,
+    }
+    .encode(out, &content.key, &content.payload);
 }
 
 /// A server's answer frame as a `Msg` for the producer.

@@ -595,7 +595,7 @@ impl Replica {
         client: u128,
         content: Content,
         flow: Flow,
-        now: u64,
+        _now: u64,
         out: &mut Vec<Effect>,
     ) {
         let event = content.event;
@@ -638,13 +638,13 @@ impl Replica {
             // `returns-version`: the client carries the stamped message to
             // the other replicas itself (gap repair covers a client that
             // dies first).
-            self.accept(entry, now, out);
+            self.accept(entry, true, out);
         } else if flow == Flow::Tagged {
             let binding = self.binding_of(&entry, &content);
-            self.accept(entry, now, out);
+            self.accept(entry, true, out);
             self.out_bindings.push(binding);
         } else {
-            self.accept(entry.clone(), now, out);
+            self.accept(entry.clone(), true, out);
             self.out_entries.push(entry);
         }
         self.note_quorum(version, rule);
@@ -760,7 +760,7 @@ impl Replica {
                         &content.payload,
                     );
                     let binding = self.binding_of(&entry, &content);
-                    self.accept(entry, now, out);
+                    self.accept(entry, true, out);
                     self.out_bindings.push(binding);
                     let waiter = Waiter {
                         client: reservation.client,
@@ -781,7 +781,7 @@ impl Replica {
                         crc: 0,
                     };
                     self.metrics.voided += 1;
-                    self.accept(entry, now, out);
+                    self.accept(entry, true, out);
                     self.out_bindings.push(binding);
                 }
             }
@@ -1039,7 +1039,7 @@ impl Replica {
     }
 
     /// Logs every version that can be logged in order.
-    fn advance(&mut self, now: u64, out: &mut Vec<Effect>) {
+    fn advance(&mut self, _now: u64, out: &mut Vec<Effect>) {
         loop {
             let next = self.machine.last_version() + 1;
             if let Some(entry) = self.held.remove(&next) {
@@ -1047,7 +1047,8 @@ impl Replica {
                 if !entry.is_void() {
                     self.unbound.remove(&entry.header.event);
                 }
-                self.accept(entry, now, out);
+                let client_acks = self.protocol != Protocol::Hybrid;
+                self.accept(entry, client_acks, out);
                 continue;
             }
             let Some(binding) = self.bindings.get(&next).copied() else {
@@ -1055,7 +1056,7 @@ impl Replica {
             };
             if binding.is_void() {
                 self.bindings.remove(&next);
-                self.accept(Entry::void(self.stream, next, binding.epoch), now, out);
+                self.accept(Entry::void(self.stream, next, binding.epoch), true, out);
                 continue;
             }
             let matches = self
@@ -1077,7 +1078,7 @@ impl Replica {
             };
             self.accept(
                 Entry::new(header, &held.content.key, &held.content.payload),
-                now,
+                true,
                 out,
             );
         }
@@ -1165,7 +1166,10 @@ impl Replica {
     // --- both ---
 
     /// Takes the next version into this server's log.
-    fn accept(&mut self, entry: Entry, _now: u64, out: &mut Vec<Effect>) {
+    /// `client_acks`: whether a replica other than the primary acks the
+    /// record's client (by the protocol's rule; a `hybrid` replica acks only
+    /// what came by binding, the client-async flow).
+    fn accept(&mut self, entry: Entry, client_acks: bool, out: &mut Vec<Effect>) {
         let header = entry.header;
         if !entry.is_void() {
             let event = header.event;
@@ -1182,7 +1186,11 @@ impl Replica {
         self.machine.record(&header);
         self.next_version = self.next_version.max(header.version + 1);
         self.waiting_since = None;
-        if !self.is_primary() && !entry.is_void() && self.protocol.replicas_ack_client() {
+        if client_acks
+            && !self.is_primary()
+            && !entry.is_void()
+            && self.protocol.replicas_ack_client()
+        {
             let waiter = Waiter {
                 client: header.event.client,
                 event: header.event,
