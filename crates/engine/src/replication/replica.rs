@@ -1306,3 +1306,101 @@ fn stamped(client: u128, event: EventId, version: u64, epoch: u64, duplicate: bo
         },
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    fn placement() -> Placement {
+        Placement {
+            replicas: vec![1, 2, 3],
+            primary: 1,
+            epoch: 1,
+        }
+    }
+
+    fn write(client: u128, sequence: u64) -> Msg {
+        Msg::Write(Content {
+            event: EventId {
+                client,
+                session: 1,
+                sequence,
+            },
+            low_water: 1,
+            key: Arc::new(Vec::new()),
+            payload: Arc::new(vec![sequence as u8; 8]),
+        })
+    }
+
+    fn appended(out: &[Effect]) -> Vec<Entry> {
+        out.iter()
+            .filter_map(|effect| match effect {
+                Effect::Append(entry) => Some(entry.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// A primary killed before its log wrote records it had already
+    /// forwarded comes back shorter than its replicas. It must fetch those
+    /// records before it stamps, or it would put new messages under their
+    /// versions.
+    #[test]
+    fn a_restarted_primary_takes_back_what_its_replicas_hold_before_stamping() {
+        let protocol = Protocol::OneHopAckClient;
+        let settings = ReplicaSettings::default();
+        let mut first = Replica::new(7, 1, placement(), protocol, settings);
+        let mut out = Vec::new();
+        first.start(0, &mut out);
+        for id in [2, 3] {
+            first.on_peer(id, Msg::Progress { logged: 0, last: 0 }, 1, &mut out);
+        }
+        out.clear();
+        for sequence in 1..=3 {
+            first.on_client(42, write(42, sequence), 2, &mut out);
+        }
+        let stamped = appended(&out);
+        assert_eq!(stamped.len(), 3);
+
+        // The new process's log kept only version 1.
+        let mut restarted = Replica::new(7, 1, placement(), protocol, settings);
+        restarted.recovered(&stamped[0].header);
+        let mut out = Vec::new();
+        restarted.start(10, &mut out);
+        assert!(restarted.is_rejoining());
+        let probes = out
+            .iter()
+            .filter(|e| matches!(e, Effect::Send(Node::Server(_), Msg::Probe)))
+            .count();
+        assert_eq!(probes, 2);
+        out.clear();
+        // A new message waits: no version is handed out yet.
+        restarted.on_client(43, write(43, 1), 11, &mut out);
+        assert!(appended(&out).is_empty());
+        restarted.on_peer(2, Msg::Progress { logged: 3, last: 3 }, 12, &mut out);
+        restarted.on_peer(3, Msg::Progress { logged: 2, last: 2 }, 12, &mut out);
+        let need = out.iter().find_map(|e| match e {
+            Effect::Send(Node::Server(to), Msg::Need { from, to: last }) => {
+                Some((*to, *from, *last))
+            }
+            _ => None,
+        });
+        assert_eq!(need, Some((2, 2, 3)), "asks the longest replica for 2..=3");
+        out.clear();
+        let entries = stamped[1..].to_vec();
+        restarted.on_peer(2, Msg::Replicate { entries }, 13, &mut out);
+        assert!(!restarted.is_rejoining());
+        let taken = appended(&out);
+        assert_eq!(
+            taken.len(),
+            3,
+            "versions 2 and 3 back, then the waiting message"
+        );
+        assert_eq!(taken[0], stamped[1]);
+        assert_eq!(taken[1], stamped[2]);
+        assert_eq!(taken[2].version(), 4);
+        assert_eq!(taken[2].header.event.client, 43);
+    }
+}
