@@ -8,10 +8,11 @@ mod server_config;
 
 use clap::{Parser, Subcommand};
 
-/// stamplog: a durably logged message service. Every acknowledged message
-/// has one version, is on disk before its acknowledgement (durability
-/// `sync`), and is read back in order, exactly once, while clients retry and
-/// servers restart.
+/// stamplog: a replicated, durably logged message service. Every
+/// acknowledged message has one version shared by every replica, is on disk
+/// before its acknowledgement (durability `sync`), and is read back in
+/// order, exactly once, while clients retry and servers restart. Each
+/// stream chooses its replication protocol (docs/protocols.md).
 #[derive(Parser, Debug)]
 #[command(name = "stamplog", version)]
 struct Cli {
@@ -36,9 +37,11 @@ enum Command {
     Status(commands::StatusArgs),
     /// Create, list or delete streams.
     Streams(commands::StreamsArgs),
-    /// Start a local server in a temporary folder, send a workload, kill
-    /// the server with SIGKILL midway and restart it, read everything back,
-    /// and count lost and duplicated messages (both must be 0).
+    /// Start three local server processes in a temporary folder, send a
+    /// workload to a stream replicated on all three, kill the primary with
+    /// SIGKILL midway and restart it, read every replica back, and let the
+    /// history checker count lost, duplicated and divergent messages (all
+    /// must be 0).
     Demo(demo::DemoArgs),
     /// Judge clients' histories against a stream's log in each replica's
     /// data folder: lost, duplicated, conflicting, gaps, reordered,
