@@ -270,14 +270,6 @@ impl Stream {
         self.visible.subscribe()
     }
 
-    pub fn is_primary(&self) -> bool {
-        self.lock().replica.is_primary()
-    }
-
-    pub fn epoch(&self) -> u64 {
-        self.placement.epoch
-    }
-
     /// The state machine's view, for status.
     pub fn replication_status(&self) -> serde_json::Value {
         let core = self.lock();

@@ -307,7 +307,7 @@ impl Replica {
             }
         }
         self.progress(now, out);
-        self.finish(now, out);
+        self.finish(out);
     }
 
     pub fn protocol(&self) -> Protocol {
@@ -396,12 +396,12 @@ impl Replica {
                     Protocol::Hybrid => Flow::Forward,
                     other => other.flow(self.mode),
                 };
-                self.stamp(client, content, flow, now, out);
+                self.stamp(client, content, flow, out);
             }
             Msg::Tagged(content) => {
                 if self.is_primary() {
                     self.note_active(client, now);
-                    self.stamp(client, content, Flow::Tagged, now, out);
+                    self.stamp(client, content, Flow::Tagged, out);
                 } else {
                     self.hold_content(client, content, now, out);
                 }
@@ -423,7 +423,7 @@ impl Replica {
                         self.place_reserved(client, version, content, now, out);
                     }
                 } else if self.protocol.flow(self.mode) == Flow::Stamp {
-                    self.place_stamped(client, version, epoch, content, now, out);
+                    self.place_stamped(client, version, epoch, content, out);
                 } else {
                     self.hold_content(client, content, now, out);
                 }
@@ -432,7 +432,7 @@ impl Replica {
             // accepted from clients.
             _ => {}
         }
-        self.finish(now, out);
+        self.finish(out);
     }
 
     /// A message from another server.
@@ -443,9 +443,9 @@ impl Replica {
                     || (self.rejoining.is_some() && self.placement.replicas.contains(&from)) =>
             {
                 for entry in entries {
-                    self.offer(entry, now);
+                    self.offer(entry);
                 }
-                self.advance(now, out);
+                self.advance(out);
                 self.continue_repair(now, out);
                 if self.rejoining.is_some() {
                     let last = self.machine.last_version();
@@ -462,7 +462,7 @@ impl Replica {
                         self.bindings.insert(binding.version, binding);
                     }
                 }
-                self.advance(now, out);
+                self.advance(out);
             }
             Msg::Commit { committed, last } if from == self.placement.primary => {
                 self.committed = self.committed.max(committed);
@@ -508,7 +508,7 @@ impl Replica {
             }
             _ => {}
         }
-        self.finish(now, out);
+        self.finish(out);
     }
 
     /// The log now holds every version up to `through`.
@@ -524,7 +524,7 @@ impl Replica {
         } else {
             self.progress(now, out);
         }
-        self.finish(now, out);
+        self.finish(out);
     }
 
     /// Time passes: voids, gap repair, heartbeats, expiry.
@@ -541,7 +541,7 @@ impl Replica {
                     self.need_to = None;
                     self.continue_rejoin(now, out);
                 }
-                self.finish(now, out);
+                self.finish(out);
                 return;
             }
             self.advance_reservations(now, out);
@@ -569,7 +569,7 @@ impl Replica {
                 self.send_progress(now, out);
             }
         }
-        self.finish(now, out);
+        self.finish(out);
     }
 
     // --- the primary ---
@@ -590,14 +590,7 @@ impl Replica {
     }
 
     /// Assigns the next version to a new message, or answers a duplicate.
-    fn stamp(
-        &mut self,
-        client: u128,
-        content: Content,
-        flow: Flow,
-        _now: u64,
-        out: &mut Vec<Effect>,
-    ) {
+    fn stamp(&mut self, client: u128, content: Content, flow: Flow, out: &mut Vec<Effect>) {
         let event = content.event;
         let rule = self.rule_for(flow);
         let version = match self.machine.decide(event, content.low_water) {
@@ -977,7 +970,7 @@ impl Replica {
                 received: now,
             },
         );
-        self.advance(now, out);
+        self.advance(out);
     }
 
     /// `returns-version`: content with the primary's stamp, from the client.
@@ -987,7 +980,6 @@ impl Replica {
         version: u64,
         epoch: u64,
         content: Content,
-        now: u64,
         out: &mut Vec<Effect>,
     ) {
         let event = content.event;
@@ -1010,13 +1002,13 @@ impl Replica {
         }
         self.primary_last = self.primary_last.max(version);
         let header = self.header(version, event, content.low_water, 0);
-        self.offer(Entry::new(header, &content.key, &content.payload), now);
-        self.advance(now, out);
+        self.offer(Entry::new(header, &content.key, &content.payload));
+        self.advance(out);
     }
 
     /// A record from the primary (or stamped by it): logged now if it is
     /// the next version, held back otherwise.
-    fn offer(&mut self, entry: Entry, _now: u64) {
+    fn offer(&mut self, entry: Entry) {
         let version = entry.version();
         if version <= self.machine.last_version() {
             return;
@@ -1039,7 +1031,7 @@ impl Replica {
     }
 
     /// Logs every version that can be logged in order.
-    fn advance(&mut self, _now: u64, out: &mut Vec<Effect>) {
+    fn advance(&mut self, out: &mut Vec<Effect>) {
         loop {
             let next = self.machine.last_version() + 1;
             if let Some(entry) = self.held.remove(&next) {
@@ -1257,7 +1249,7 @@ impl Replica {
     }
 
     /// Sends the batched records and bindings, and the new visible point.
-    fn finish(&mut self, _now: u64, out: &mut Vec<Effect>) {
+    fn finish(&mut self, out: &mut Vec<Effect>) {
         if !self.out_entries.is_empty() {
             let entries = std::mem::take(&mut self.out_entries);
             for backup in self.placement.backups() {
