@@ -13,10 +13,12 @@
 //! | [`memory`] | F16 limits | the server's resident memory while a slow reader lags behind a fast writer |
 //! | [`patterns`] | 001, the table of seconds per million messages | the six message patterns at R = 3 per payload and durability, against the disk's limit and one fdatasync |
 //! | [`duplication`] | 002, Table II | aggregate write throughput against clients for the four duplication protocols, the hybrid and no duplication |
+//! | [`failover`] | F7 | time until writes are acknowledged again after a SIGKILL of the primary (or of random servers, the kill loop), with the history checker's counts |
 
 pub mod compute;
 pub mod discard;
 pub mod duplication;
+pub mod failover;
 pub mod fdatasync;
 pub mod harness;
 pub mod logging;
@@ -31,6 +33,7 @@ pub mod throughput;
 pub mod units;
 
 pub use duplication::DuplicationArgs;
+pub use failover::FailoverArgs;
 pub use logging::LoggingArgs;
 pub use memory::MemoryArgs;
 pub use paged::PagedArgs;
@@ -63,6 +66,10 @@ pub enum BenchCommand {
     /// server-async, server-sync, client-async, client-sync, hybrid and no
     /// duplication (four servers run as a child `stamplog cluster`, R = 2).
     Duplication(DuplicationArgs),
+    /// F7: separate server processes; SIGKILL the primary (or random
+    /// servers) under a steady write load, report the time until writes
+    /// are acknowledged again (p50, max) and the history checker's counts.
+    Failover(FailoverArgs),
 }
 
 /// Runs one experiment: progress bar on stderr, table on stdout, files in
@@ -75,5 +82,6 @@ pub fn run(command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Memory(args) => memory::run(args).map(drop),
         BenchCommand::Patterns(args) => patterns::run(args).map(drop),
         BenchCommand::Duplication(args) => duplication::run(args).map(drop),
+        BenchCommand::Failover(args) => failover::run(args).map(drop),
     }
 }

@@ -333,6 +333,114 @@ pub fn memory_usage(pid: u32) -> anyhow::Result<MemoryUsage> {
     })
 }
 
+/// A multi-server cluster of separate `stamplog server` processes on
+/// loopback ports chosen up front, so every server is told every other's
+/// address and a killed server starts again on its own port and data.
+pub struct ProcessCluster {
+    binary: PathBuf,
+    data: PathBuf,
+    pub addresses: Vec<SocketAddr>,
+    servers: Vec<Option<ServerProcess>>,
+    starts: Vec<u32>,
+    extra: Vec<String>,
+}
+
+impl ProcessCluster {
+    /// Starts `count` servers with ids 1..=count, data in
+    /// `<data>/server-<id>`, stderr in `<data>/server-<id>-start-<k>.log`,
+    /// each with `extra` arguments after its `--id` and `--peer`s.
+    pub fn start(
+        binary: &Path,
+        data: &Path,
+        count: u32,
+        extra: &[String],
+    ) -> anyhow::Result<ProcessCluster> {
+        // Free ports: bound, noted and released; the servers bind them a
+        // moment later.
+        let mut addresses = Vec::new();
+        let mut probes = Vec::new();
+        for _ in 0..count {
+            let probe =
+                std::net::TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
+            addresses.push(probe.local_addr()?);
+            probes.push(probe);
+        }
+        drop(probes);
+        let mut cluster = ProcessCluster {
+            binary: binary.to_path_buf(),
+            data: data.to_path_buf(),
+            servers: (0..count).map(|_| None).collect(),
+            starts: vec![0; count as usize],
+            addresses,
+            extra: extra.to_vec(),
+        };
+        for id in 1..=count {
+            cluster.start_server(id)?;
+        }
+        Ok(cluster)
+    }
+
+    pub fn data(&self) -> &Path {
+        &self.data
+    }
+
+    /// Starts server `id` (again), on its own port and data.
+    pub fn start_server(&mut self, id: u32) -> anyhow::Result<()> {
+        let index = id as usize - 1;
+        self.starts[index] += 1;
+        let log = self
+            .data
+            .join(format!("server-{id}-start-{}.log", self.starts[index]));
+        let mut extra = vec!["--id".to_string(), id.to_string()];
+        for (other, address) in self.addresses.iter().enumerate() {
+            if other != index {
+                extra.push("--peer".into());
+                extra.push(format!("{}={address}", other + 1));
+            }
+        }
+        extra.extend(self.extra.iter().cloned());
+        let process = ServerProcess::spawn_with(
+            &self.binary,
+            &self.data.join(format!("server-{id}")),
+            &self.addresses[index].to_string(),
+            &log,
+            &extra,
+        )?;
+        self.servers[index] = Some(process);
+        Ok(())
+    }
+
+    /// Kills server `id` with SIGKILL (when it runs).
+    pub fn kill(&mut self, id: u32) -> anyhow::Result<()> {
+        if let Some(server) = self.servers[id as usize - 1].take() {
+            server.kill()?;
+        }
+        Ok(())
+    }
+
+    pub fn is_running(&self, id: u32) -> bool {
+        self.servers[id as usize - 1].is_some()
+    }
+
+    /// The process id of server `id` (0 when it is down).
+    pub fn pid(&self, id: u32) -> u32 {
+        self.servers[id as usize - 1]
+            .as_ref()
+            .map_or(0, ServerProcess::id)
+    }
+
+    pub fn address(&self, id: u32) -> SocketAddr {
+        self.addresses[id as usize - 1]
+    }
+
+    /// Ids of the servers that run.
+    pub fn running(&self) -> Vec<u32> {
+        (1..=self.servers.len() as u32)
+            .filter(|id| self.is_running(*id))
+            .collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

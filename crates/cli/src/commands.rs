@@ -115,6 +115,10 @@ pub struct TailArgs {
 pub struct StatusArgs {
     #[command(flatten)]
     pub address: ServerAddress,
+    /// Print the whole status document as JSON (every counter) instead of
+    /// the summary.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(clap::Args, Debug)]
@@ -265,7 +269,11 @@ pub fn status(args: StatusArgs) -> anyhow::Result<()> {
     runtime()?.block_on(async {
         let client = connect(&args.address).await?;
         let json: serde_json::Value = serde_json::from_str(&client.status().await?)?;
-        println!("{}", serde_json::to_string_pretty(&json)?);
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&json)?);
+        } else {
+            print_status(&json);
+        }
         Ok(())
     })
 }
@@ -343,4 +351,115 @@ pub fn streams(args: StreamsArgs) -> anyhow::Result<()> {
         }
         Ok(())
     })
+}
+
+/// The status summary: this server, the cluster's view (members, lead
+/// member, control-plane leader), every stream's placement, the latest
+/// transitions, and this server's replicas.
+fn print_status(json: &serde_json::Value) {
+    let text = |value: &serde_json::Value| match value {
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Null => "-".to_string(),
+        other => other.to_string(),
+    };
+    println!(
+        "server {} at {}, up {:.0} s, {} connections",
+        text(&json["member"]),
+        text(&json["address"]),
+        json["uptime_seconds"].as_f64().unwrap_or(0.0),
+        text(&json["connections"])
+    );
+    let cluster = &json["cluster"];
+    if cluster.is_null() {
+        println!("a cluster of one (no control plane)");
+    } else {
+        println!(
+            "view {}; this process joined in view {}; lead member: server {}; control-plane leader: server {}",
+            text(&cluster["view"]),
+            text(&cluster["incarnation"]),
+            text(&cluster["lead_member"]),
+            text(&cluster["leader"])
+        );
+        let mut members = report::Table::new(
+            "members",
+            &[
+                "id",
+                "member (address/join view)",
+                "join view",
+                "roles",
+                "admin only",
+            ],
+        );
+        for member in cluster["members"].as_array().into_iter().flatten() {
+            let roles: Vec<String> = member["roles"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(text)
+                .collect();
+            members.row(vec![
+                text(&member["id"]),
+                text(&member["member"]),
+                text(&member["join_view"]),
+                roles.join(","),
+                text(&member["admin_only"]),
+            ]);
+        }
+        members.print();
+        let mut placements = report::Table::new(
+            "placement",
+            &[
+                "stream", "protocol", "primary", "epoch", "replicas", "in sync", "state",
+            ],
+        );
+        for stream in cluster["streams"].as_array().into_iter().flatten() {
+            placements.row(vec![
+                text(&stream["name"]),
+                text(&stream["protocol"]),
+                text(&stream["primary"]),
+                text(&stream["epoch"]),
+                text(&stream["replicas"]),
+                text(&stream["in_sync"]),
+                text(&stream["availability"]),
+            ]);
+        }
+        placements.print();
+        let transitions = cluster["transitions"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        println!("latest transitions:");
+        for transition in transitions.iter().rev().take(12).rev() {
+            println!(
+                "  view {}: {}",
+                text(&transition["view"]),
+                text(&transition["what"])
+            );
+        }
+    }
+    let mut local = report::Table::new(
+        "replicas on this server",
+        &[
+            "stream",
+            "epoch",
+            "primary",
+            "logged",
+            "committed",
+            "visible",
+            "rejoining",
+        ],
+    );
+    for stream in json["streams"].as_array().into_iter().flatten() {
+        let replication = &stream["replication"];
+        local.row(vec![
+            text(&stream["name"]),
+            text(&replication["epoch"]),
+            text(&replication["primary"]),
+            text(&replication["logged_version"]),
+            text(&replication["committed_version"]),
+            text(&replication["visible_version"]),
+            text(&replication["rejoining"]),
+        ]);
+    }
+    local.print();
 }

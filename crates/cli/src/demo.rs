@@ -1,9 +1,12 @@
 //! `stamplog demo`: the whole promise in one run. A local cluster of three
 //! server processes in a temporary folder takes a workload on a stream
 //! replicated to all three with the default protocol (`one-hop-ack-client`);
-//! midway a server (the primary first) is killed with SIGKILL and started
-//! again on the same port; the client resends what was not acknowledged;
-//! then every replica is read back and the history checker judges them.
+//! midway a server (the primary first) is killed with SIGKILL: the control
+//! plane removes it from the view, a replica holding every acknowledged
+//! version becomes primary in a new epoch, and the client resends what was
+//! not acknowledged there. The killed server is started again on its port
+//! and rejoins as a new member; then every replica is read back and the
+//! history checker judges them.
 
 use std::time::{Duration, Instant};
 
@@ -11,7 +14,8 @@ use anyhow::Context;
 use client::{Client, ClientConfig, DurabilityConfig, Protocol, Publisher, PublisherConfig};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use bench::process::ServerProcess;
+use bench::failover::{placement, read_back};
+use bench::process::ProcessCluster;
 
 #[derive(clap::Args, Debug)]
 pub struct DemoArgs {
@@ -93,14 +97,14 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
         (1..=9).contains(&args.servers),
         "--servers must be between 1 and 9"
     );
-    let cluster = Cluster::start(data, args.servers)?;
-    for (index, server) in cluster.servers.iter().enumerate() {
+    let binary = std::env::current_exe().context("finding the stamplog binary")?;
+    let cluster = ProcessCluster::start(&binary, data, args.servers, &[])?;
+    for id in 1..=args.servers {
         println!(
-            "server {} started: pid {}, {} (data in {})",
-            index + 1,
-            server.as_ref().map_or(0, |s| s.id()),
-            cluster.addresses[index],
-            data.join(format!("server-{}", index + 1)).display()
+            "server {id} started: pid {}, {} (data in {})",
+            cluster.pid(id),
+            cluster.address(id),
+            data.join(format!("server-{id}")).display()
         );
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -117,76 +121,31 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The demo's server processes, on ports chosen up front so that every
-/// server can be told every other's address.
-struct Cluster {
-    data: std::path::PathBuf,
-    addresses: Vec<std::net::SocketAddr>,
-    servers: Vec<Option<ServerProcess>>,
-    starts: Vec<u32>,
-}
-
-impl Cluster {
-    fn start(data: &std::path::Path, count: u32) -> anyhow::Result<Cluster> {
-        // Free ports: bound, noted and released; the servers bind them a
-        // moment later.
-        let mut addresses = Vec::new();
-        for _ in 0..count {
-            let probe =
-                std::net::TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
-            addresses.push(probe.local_addr()?);
+async fn drive(args: &DemoArgs, mut cluster: ProcessCluster) -> anyhow::Result<DemoOutcome> {
+    // The servers form the cluster (elect a control-plane leader, join)
+    // within a few seconds of starting.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let stream = loop {
+        let attempt = async {
+            let client = Client::connect(ClientConfig::new(cluster.address(1).to_string())).await?;
+            client
+                .create_stream_with(
+                    "demo",
+                    DurabilityConfig::Sync,
+                    Protocol::OneHopAckClient,
+                    args.servers.min(3) as u8,
+                )
+                .await
         }
-        let mut cluster = Cluster {
-            data: data.to_path_buf(),
-            servers: (0..count).map(|_| None).collect(),
-            starts: vec![0; count as usize],
-            addresses,
-        };
-        for id in 1..=count {
-            cluster.start_server(id)?;
-        }
-        Ok(cluster)
-    }
-
-    /// Starts `stamplog server` (this very binary) as member `id`.
-    fn start_server(&mut self, id: u32) -> anyhow::Result<()> {
-        let binary = std::env::current_exe().context("finding the stamplog binary")?;
-        let index = id as usize - 1;
-        self.starts[index] += 1;
-        let log = self
-            .data
-            .join(format!("server-{id}-start-{}.log", self.starts[index]));
-        let mut extra = vec!["--id".to_string(), id.to_string()];
-        for (other, address) in self.addresses.iter().enumerate() {
-            if other != index {
-                extra.push("--peer".into());
-                extra.push(format!("{}={address}", other + 1));
+        .await;
+        match attempt {
+            Ok(stream) => break stream,
+            Err(error) if Instant::now() > deadline => {
+                return Err(error).context("creating the demo stream")
             }
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
         }
-        let process = ServerProcess::spawn_with(
-            &binary,
-            &self.data.join(format!("server-{id}")),
-            &self.addresses[index].to_string(),
-            &log,
-            &extra,
-        )?;
-        self.servers[index] = Some(process);
-        Ok(())
-    }
-
-    fn kill(&mut self, id: u32) -> anyhow::Result<()> {
-        if let Some(server) = self.servers[id as usize - 1].take() {
-            server.kill()?;
-        }
-        Ok(())
-    }
-}
-
-async fn drive(args: &DemoArgs, mut cluster: Cluster) -> anyhow::Result<DemoOutcome> {
-    let client = Client::connect(ClientConfig::new(cluster.addresses[0].to_string())).await?;
-    let stream = client
-        .create_stream_with("demo", DurabilityConfig::Sync, Protocol::OneHopAckClient, 0)
-        .await?;
+    };
     let replicas: Vec<u32> = stream.replicas.iter().map(|r| r.id).collect();
     println!(
         "stream demo: protocol one-hop-ack-client, durability sync, primary server {}, replicas {replicas:?}",
@@ -229,6 +188,10 @@ async fn drive(args: &DemoArgs, mut cluster: Cluster) -> anyhow::Result<DemoOutc
     victims.sort_by_key(|id| *id != stream.primary);
     let mut outcome = DemoOutcome::default();
     let mut history = checker::ClientHistory::default();
+    let mut down: Option<(u32, Instant)> = None;
+    let mut restart_after = 0;
+    let mut acked_at_kill = 0;
+    let mut kills_done = 0;
     while let Some((sent, submitted, pending)) = answers.recv().await {
         history.sent.push(sent);
         let published = pending
@@ -245,88 +208,87 @@ async fn drive(args: &DemoArgs, mut cluster: Cluster) -> anyhow::Result<DemoOutc
         outcome.duplicate_answers += u64::from(published.duplicate);
         outcome.acknowledged += 1;
         progress.inc(1);
-        if kill_points.contains(&outcome.acknowledged) {
-            let victim = victims[outcome.restarts as usize % victims.len()];
-            let role = if victim == stream.primary {
+        if let Some((victim, killed_at)) = down {
+            // Writes are acknowledged again: the failover is done; the
+            // killed server comes back as a new member.
+            if outcome.acknowledged >= restart_after {
+                let now = placement(&cluster, "demo").await?;
+                progress.suspend(|| {
+                    println!(
+                        "  primary is now server {} in epoch {}; {} acks since the kill ({:.0} ms)",
+                        now.primary,
+                        now.epoch,
+                        outcome.acknowledged - acked_at_kill,
+                        killed_at.elapsed().as_secs_f64() * 1e3
+                    )
+                });
+                // Starting waits for the child's first line: off the async
+                // workers' duty, on this one.
+                tokio::task::block_in_place(|| cluster.start_server(victim))?;
+                progress.suspend(|| {
+                    println!(
+                        "  server {victim} restarted: pid {}, {}; it rejoins as a new member and catches up",
+                        cluster.pid(victim),
+                        cluster.address(victim)
+                    )
+                });
+                outcome.restarts += 1;
+                down = None;
+            }
+        }
+        // A kill point passed while a server was down waits for its
+        // restart.
+        let due = kill_points
+            .get(kills_done)
+            .is_some_and(|point| outcome.acknowledged >= *point);
+        if down.is_none() && due {
+            kills_done += 1;
+            let current = placement(&cluster, "demo").await?;
+            let next = victims[outcome.restarts as usize % victims.len()];
+            // The primary first (whichever server it is now), then others.
+            let victim = if outcome.restarts == 0 {
+                current.primary
+            } else {
+                next
+            };
+            let role = if victim == current.primary {
                 "the primary"
             } else {
                 "a replica"
             };
             progress.suspend(|| {
                 println!(
-                    "killing server {victim} ({role}) with SIGKILL after {} acknowledgements",
-                    outcome.acknowledged
+                    "killing server {victim} ({role}) with SIGKILL in epoch {} after {} acknowledgements",
+                    current.epoch, outcome.acknowledged
                 )
             });
             cluster.kill(victim)?;
-            // Starting waits for the child's first line: off the async
-            // workers' duty, on this one.
-            tokio::task::block_in_place(|| cluster.start_server(victim))?;
-            progress.suspend(|| {
-                println!(
-                    "server {victim} restarted: pid {}, {}",
-                    cluster.servers[victim as usize - 1]
-                        .as_ref()
-                        .map_or(0, |s| s.id()),
-                    cluster.addresses[victim as usize - 1]
-                )
-            });
-            outcome.restarts += 1;
+            down = Some((victim, Instant::now()));
+            acked_at_kill = outcome.acknowledged;
+            restart_after = outcome.acknowledged + args.window as u64 + 1;
         }
     }
     sender.await??;
     outcome.seconds = started.elapsed().as_secs_f64();
     outcome.sent = args.messages;
     progress.finish_and_clear();
-    outcome.report = check(&cluster, &stream, &history).await?;
+    if let Some((victim, _)) = down {
+        tokio::task::block_in_place(|| cluster.start_server(victim))?;
+        outcome.restarts += 1;
+    }
+    let last = placement(&cluster, "demo").await?;
+    let replicas: Vec<(u32, String)> = last
+        .replicas
+        .iter()
+        .map(|r| (r.id, r.address.clone()))
+        .collect();
+    outcome.report = read_back(&replicas, &last, std::slice::from_ref(&history)).await?;
     if let Some(path) = &args.history {
         std::fs::write(path, history.to_lines())
             .with_context(|| format!("writing the history to {}", path.display()))?;
     }
     drop(cluster);
     Ok(outcome)
-}
-
-/// Reads the whole committed stream back from every replica and hands
-/// the logs, with the client's history, to the history checker.
-async fn check(
-    cluster: &Cluster,
-    stream: &proto::StreamInfo,
-    history: &checker::ClientHistory,
-) -> anyhow::Result<checker::Report> {
-    let mut logs = Vec::new();
-    let acknowledged = history.acked.iter().map(|a| a.version).max().unwrap_or(0);
-    for replica in &stream.replicas {
-        let address = cluster.addresses[replica.id as usize - 1];
-        let client = Client::connect(ClientConfig::new(address.to_string())).await?;
-        // A replica that was just restarted catches up first.
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let committed = loop {
-            let committed = client.open_stream("demo").await?.committed_version;
-            if committed >= acknowledged || Instant::now() > deadline {
-                break committed;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        };
-        let mut log = checker::ReplicaLog {
-            replica: format!("server-{}", replica.id),
-            records: Vec::with_capacity(committed as usize),
-        };
-        let mut subscription = client.subscribe(stream.id, 1).await?;
-        while log.records.last().map_or(0, |r| r.version) < committed {
-            let record = tokio::time::timeout(Duration::from_secs(30), subscription.next())
-                .await
-                .context("reading back timed out")?
-                .context("the subscription ended early")??;
-            log.records.push(checker::Logged {
-                version: record.version,
-                event: record.event,
-                digest: checker::digest(&record.key, &record.payload),
-            });
-        }
-        logs.push(log);
-    }
-    Ok(checker::check(std::slice::from_ref(history), &logs, None))
 }
 
 fn progress_bar(total: u64, quiet: bool) -> ProgressBar {

@@ -57,6 +57,22 @@ pub struct ServerArgs {
     /// a cluster of one]
     #[arg(long = "peer", value_name = "ID=HOST:PORT")]
     pub peers: Vec<String>,
+    /// A role this server offers (a stream may require roles); repeat for
+    /// each. The file's form is `roles = ["east", "ssd"]`. [default: none]
+    #[arg(long = "role", value_name = "NAME")]
+    pub roles: Vec<String>,
+    /// The server holds no replicas and is never the lead member (it
+    /// still votes in the control plane). [default: false]
+    #[arg(long)]
+    pub admin_only: bool,
+    /// Milliseconds between a member's heartbeats to the control plane's
+    /// leader. [default: 100]
+    #[arg(long)]
+    pub heartbeat_ms: Option<u64>,
+    /// A member not heard from for this many milliseconds is removed by a
+    /// new view (and its streams fail over). [default: 700]
+    #[arg(long)]
+    pub suspect_ms: Option<u64>,
 }
 
 /// A peer as the TOML file gives it.
@@ -102,6 +118,10 @@ struct ServerFile {
     memory_retain_bytes: Option<usize>,
     id: Option<u32>,
     peers: Option<Vec<PeerEntry>>,
+    roles: Option<Vec<String>>,
+    admin_only: Option<bool>,
+    heartbeat_ms: Option<u64>,
+    suspect_ms: Option<u64>,
 }
 
 /// Resolves flags over the file over the defaults.
@@ -158,6 +178,26 @@ pub fn resolve(args: &ServerArgs) -> anyhow::Result<(String, server::ServerConfi
             .map(|text| parse_peer(text))
             .collect::<anyhow::Result<_>>()?
     };
+    config.cluster.roles = if args.roles.is_empty() {
+        file.roles.unwrap_or_default()
+    } else {
+        args.roles.clone()
+    };
+    if let Some(role) = config
+        .cluster
+        .roles
+        .iter()
+        .find(|role| role.is_empty() || role.len() > 64)
+    {
+        anyhow::bail!("role {role:?}: a role name has 1 to 64 characters");
+    }
+    config.cluster.admin_only = args.admin_only || file.admin_only.unwrap_or(false);
+    if let Some(milliseconds) = args.heartbeat_ms.or(file.heartbeat_ms) {
+        config.cluster.heartbeat_interval = Duration::from_millis(milliseconds);
+    }
+    if let Some(milliseconds) = args.suspect_ms.or(file.suspect_ms) {
+        config.cluster.suspect_timeout = Duration::from_millis(milliseconds);
+    }
     if let Some(problem) = config.cluster.problem() {
         anyhow::bail!("cluster settings: {problem}");
     }

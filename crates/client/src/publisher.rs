@@ -9,9 +9,15 @@
 //! message that had landed is answered with its original version and the
 //! `duplicate` flag. A broken connection is re-established in the
 //! background; the retry covers what it lost.
+//!
+//! Failover: when the link to the primary is down, or a server answers
+//! `NotPrimary`, or messages time out, the publisher asks the servers it
+//! knows for the stream's placement every [`REFRESH_INTERVAL`]; a newer
+//! epoch moves every message not done to the new primary at once, with
+//! the same event ids.
 
-use std::collections::HashMap;
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use engine::replication::{
@@ -24,6 +30,12 @@ use tokio::sync::{mpsc, oneshot, Semaphore};
 
 use crate::driver;
 use crate::{ClientConfig, ClientError};
+
+/// How often a publisher that suspects a failover asks for the placement.
+pub const REFRESH_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Which replica links are up, by server.
+type LinkStates = Arc<Mutex<HashMap<ServerId, bool>>>;
 
 /// What a replicated send returns once its protocol's ack rule is met.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -132,6 +144,7 @@ impl Publisher {
         let client_id = config.client_id.unwrap_or_else(proto::random_u128);
         let (incoming, incoming_receiver) = mpsc::channel(1024);
         let refusals: Refusals = Arc::default();
+        let link_states: LinkStates = Arc::default();
         let mut links = HashMap::new();
         for replica in &info.replicas {
             let mut link_config = ClientConfig::new(replica.address.clone());
@@ -144,13 +157,26 @@ impl Publisher {
                 replica.id,
                 link_config,
                 client_id,
-                connection,
+                Some(connection),
                 outgoing_receiver,
                 incoming.clone(),
                 Arc::clone(&refusals),
+                Arc::clone(&link_states),
             ));
             links.insert(replica.id, outgoing);
         }
+        let addresses: Arc<Mutex<Vec<String>>> = Arc::new(Mutex::new(
+            info.replicas.iter().map(|r| r.address.clone()).collect(),
+        ));
+        let (refresh, refresh_receiver) = mpsc::channel(1);
+        let (infos, infos_receiver) = mpsc::channel(4);
+        tokio::spawn(run_refresher(
+            info.name.clone(),
+            Arc::clone(&addresses),
+            config.connect_timeout,
+            refresh_receiver,
+            infos,
+        ));
         let producer = Producer::new(
             client_id,
             config.session,
@@ -168,13 +194,22 @@ impl Publisher {
             stream: info.id,
             producer,
             links,
+            incoming: incoming.clone(),
+            link_states,
+            addresses,
+            refresh,
+            suspect: false,
+            refreshed_at: None,
+            window_size: config.window.max(1),
+            connect_timeout: config.connect_timeout,
+            client_id,
             waiting: HashMap::new(),
             window: Arc::clone(&window),
             started: Instant::now(),
             mode: Arc::clone(&mode),
             refusals,
         };
-        tokio::spawn(task.run(command_receiver, incoming_receiver));
+        tokio::spawn(task.run(command_receiver, incoming_receiver, infos_receiver));
         Ok(Publisher {
             queue: std::sync::Mutex::new(Queue {
                 next_sequence: 1,
@@ -243,6 +278,18 @@ struct Task {
     stream: u64,
     producer: Producer,
     links: HashMap<ServerId, mpsc::Sender<Vec<u8>>>,
+    /// For links opened after a failover.
+    incoming: mpsc::Sender<Vec<(ServerId, Msg)>>,
+    link_states: LinkStates,
+    /// Every server address seen, for placement requests.
+    addresses: Arc<Mutex<Vec<String>>>,
+    refresh: mpsc::Sender<()>,
+    /// A failover may be under way: ask for the placement.
+    suspect: bool,
+    refreshed_at: Option<Instant>,
+    window_size: usize,
+    connect_timeout: Duration,
+    client_id: u128,
     waiting: HashMap<u64, oneshot::Sender<Result<Published, ClientError>>>,
     window: Arc<Semaphore>,
     started: Instant,
@@ -263,6 +310,7 @@ impl Task {
         mut self,
         mut commands: mpsc::UnboundedReceiver<Command>,
         mut incoming: mpsc::Receiver<Vec<(ServerId, Msg)>>,
+        mut infos: mpsc::Receiver<StreamInfo>,
     ) {
         let mut tick = tokio::time::interval(Duration::from_millis(10));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -281,12 +329,21 @@ impl Task {
                     let Some(batch) = batch else { return };
                     let now = self.now();
                     for (from, msg) in batch {
+                        self.note(&msg);
                         self.producer.on_message(from, msg, now, &mut out);
                     }
                 }
+                Some(info) = infos.recv() => {
+                    let now = self.now();
+                    self.adopt(info, now, &mut out);
+                }
                 _ = tick.tick() => {
                     let now = self.now();
+                    let before = out.len();
                     self.producer.on_tick(now, &mut out);
+                    // Resends mean answers are missing.
+                    self.suspect |= out.len() > before;
+                    self.ask_placement();
                 }
             }
             // Take whatever else is waiting before writing, so one write
@@ -300,6 +357,7 @@ impl Task {
             }
             while let Ok(batch) = incoming.try_recv() {
                 for (from, msg) in batch {
+                    self.note(&msg);
                     self.producer.on_message(from, msg, now, &mut out);
                 }
             }
@@ -309,6 +367,88 @@ impl Task {
                 return;
             }
         }
+    }
+
+    /// A `NotPrimary` answer means the placement this producer knows is
+    /// stale.
+    fn note(&mut self, msg: &Msg) {
+        if let Msg::Refused {
+            refusal: Refusal::NotPrimary,
+            ..
+        } = msg
+        {
+            self.suspect = true;
+        }
+    }
+
+    /// Asks for the placement while a failover may be under way.
+    fn ask_placement(&mut self) {
+        let primary = self.producer.placement().primary;
+        let primary_down = !self
+            .link_states
+            .lock()
+            .expect("link states lock")
+            .get(&primary)
+            .copied()
+            .unwrap_or(false);
+        if !(self.suspect || primary_down) {
+            return;
+        }
+        if self
+            .refreshed_at
+            .is_some_and(|at| at.elapsed() < REFRESH_INTERVAL)
+        {
+            return;
+        }
+        self.refreshed_at = Some(Instant::now());
+        let _ = self.refresh.try_send(());
+    }
+
+    /// A placement from a server: a newer epoch (or a changed replica set)
+    /// moves the messages not done there.
+    fn adopt(&mut self, info: StreamInfo, now: u64, out: &mut Vec<(Node, Msg)>) {
+        let current = self.producer.placement();
+        if info.id != self.stream || info.epoch < current.epoch || info.primary == 0 {
+            return;
+        }
+        let placement = Placement {
+            replicas: info.replicas.iter().map(|r| r.id).collect(),
+            primary: info.primary,
+            epoch: info.epoch,
+        };
+        if &placement == current {
+            self.suspect = false;
+            return;
+        }
+        {
+            let mut addresses = self.addresses.lock().expect("addresses lock");
+            for replica in &info.replicas {
+                if !addresses.contains(&replica.address) {
+                    addresses.push(replica.address.clone());
+                }
+            }
+        }
+        for replica in &info.replicas {
+            if self.links.contains_key(&replica.id) {
+                continue;
+            }
+            let mut link_config = ClientConfig::new(replica.address.clone());
+            link_config.connect_timeout = self.connect_timeout;
+            let (outgoing, outgoing_receiver) = mpsc::channel(self.window_size * 2 + 64);
+            tokio::spawn(run_link(
+                replica.id,
+                link_config,
+                self.client_id,
+                None,
+                outgoing_receiver,
+                self.incoming.clone(),
+                Arc::clone(&self.refusals),
+                Arc::clone(&self.link_states),
+            ));
+            self.links.insert(replica.id, outgoing);
+        }
+        self.suspect = false;
+        self.producer.reconfigure(placement, now, out);
     }
 
     fn take(&mut self, command: Command, now: u64, out: &mut Vec<(Node, Msg)>) {
@@ -475,19 +615,57 @@ fn answer_msg(client: u128, frame: Frame) -> Option<(ServerId, Msg)> {
     })
 }
 
+/// Asks the known servers, one after another, for the stream's placement
+/// whenever the publisher wants it.
+async fn run_refresher(
+    name: String,
+    addresses: Arc<Mutex<Vec<String>>>,
+    timeout: Duration,
+    mut requests: mpsc::Receiver<()>,
+    infos: mpsc::Sender<StreamInfo>,
+) {
+    while requests.recv().await.is_some() {
+        let known = addresses.lock().expect("addresses lock").clone();
+        let mut asked = HashSet::new();
+        for address in known {
+            if !asked.insert(address.clone()) {
+                continue;
+            }
+            let mut config = ClientConfig::new(address);
+            config.connect_timeout = timeout.min(Duration::from_secs(1));
+            let answer = tokio::time::timeout(Duration::from_secs(1), async {
+                let client = crate::Client::connect(config).await?;
+                client.open_stream(&name).await
+            })
+            .await;
+            if let Ok(Ok(info)) = answer {
+                if infos.send(info).await.is_err() {
+                    return;
+                }
+                break;
+            }
+        }
+    }
+}
+
 /// Keeps one connection to one replica: writes what the producer sends,
 /// reads answers and hands them over in batches, reconnects when broken.
+#[allow(clippy::too_many_arguments)]
 async fn run_link(
     server: ServerId,
     config: ClientConfig,
     client: u128,
-    first: driver::Connection,
+    first: Option<driver::Connection>,
     mut outgoing: mpsc::Receiver<Vec<u8>>,
     incoming: mpsc::Sender<Vec<(ServerId, Msg)>>,
     refusals: Refusals,
+    states: LinkStates,
 ) {
-    let mut connection = Some(first);
+    let mut connection = first;
     let mut delay = config.reconnect_delay_min;
+    let set_up = |up: bool| {
+        states.lock().expect("link states lock").insert(server, up);
+    };
     loop {
         let current = match connection.take() {
             Some(current) => current,
@@ -497,6 +675,7 @@ async fn run_link(
                     current
                 }
                 Err(_) => {
+                    set_up(false);
                     if incoming.is_closed() {
                         return;
                     }
@@ -506,6 +685,7 @@ async fn run_link(
                 }
             },
         };
+        set_up(true);
         let driver::Connection {
             mut reader,
             mut writer,
@@ -571,6 +751,7 @@ async fn run_link(
                 }
             }
         }
+        set_up(false);
     }
 }
 

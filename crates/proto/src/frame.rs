@@ -12,6 +12,8 @@ pub const PROTOCOL_VERSION: u16 = 1;
 pub const HELLO_MAGIC: [u8; 4] = *b"STLG";
 /// The four bytes that open a server's `PeerHello`.
 pub const PEER_MAGIC: [u8; 4] = *b"STLP";
+/// The four bytes that open a server's `ControlHello`.
+pub const CONTROL_MAGIC: [u8; 4] = *b"STLC";
 /// `Submit` kinds: the replication message a client sends.
 pub const SUBMIT_WRITE: u8 = 1;
 pub const SUBMIT_TAGGED: u8 = 2;
@@ -45,6 +47,7 @@ mod kind {
     pub const CREATE_REPLICA: u8 = 0x0D;
     pub const PEER_HELLO: u8 = 0x0E;
     pub const PEER: u8 = 0x0F;
+    pub const CONTROL_HELLO: u8 = 0x10;
     pub const HELLO_OK: u8 = 0x81;
     pub const STREAM_INFO: u8 = 0x82;
     pub const STREAM_LIST: u8 = 0x83;
@@ -237,8 +240,17 @@ pub enum Frame {
         key: Vec<u8>,
         payload: Vec<u8>,
     },
-    /// The first frame of a server's connection to a peer.
+    /// The first frame of a server's connection to a peer. `incarnation`
+    /// is the view in which the sending process joined; a receiver refuses
+    /// an incarnation that is no longer a member (shunning).
     PeerHello {
+        version: u16,
+        from: u32,
+        incarnation: u64,
+    },
+    /// The first frame of a control-plane connection (Raft and membership
+    /// requests, whose encoding belongs to the control crate).
+    ControlHello {
         version: u16,
         from: u32,
     },
@@ -699,11 +711,22 @@ impl Frame {
                 fields.put_body(out, key, payload);
                 kind::SUBMIT
             }
-            Frame::PeerHello { version, from } => {
+            Frame::PeerHello {
+                version,
+                from,
+                incarnation,
+            } => {
                 out.extend_from_slice(&PEER_MAGIC);
                 out.extend_from_slice(&version.to_le_bytes());
                 out.extend_from_slice(&from.to_le_bytes());
+                out.extend_from_slice(&incarnation.to_le_bytes());
                 kind::PEER_HELLO
+            }
+            Frame::ControlHello { version, from } => {
+                out.extend_from_slice(&CONTROL_MAGIC);
+                out.extend_from_slice(&version.to_le_bytes());
+                out.extend_from_slice(&from.to_le_bytes());
+                kind::CONTROL_HELLO
             }
             Frame::Peer { stream, message } => {
                 out.extend_from_slice(&stream.to_le_bytes());
@@ -1024,9 +1047,24 @@ impl Frame {
                         Some(Frame::PeerHello {
                             version: reader.u16()?,
                             from: reader.u32()?,
+                            incarnation: reader.u64()?,
                         })
                     })(),
                     "peer-hello",
+                )
+            }
+            kind::CONTROL_HELLO => {
+                if reader.take(4) != Some(&CONTROL_MAGIC[..]) {
+                    return Err(FrameError::BadMagic);
+                }
+                (
+                    (|| {
+                        Some(Frame::ControlHello {
+                            version: reader.u16()?,
+                            from: reader.u32()?,
+                        })
+                    })(),
+                    "control-hello",
                 )
             }
             kind::PEER => (
@@ -1355,6 +1393,11 @@ mod tests {
             Frame::PeerHello {
                 version: PROTOCOL_VERSION,
                 from: 2,
+                incarnation: 7,
+            },
+            Frame::ControlHello {
+                version: PROTOCOL_VERSION,
+                from: 3,
             },
             Frame::Peer {
                 stream: 5,
@@ -1681,6 +1724,14 @@ impl FrameBuffer {
     /// Bytes received and not yet cut into frames.
     pub fn buffered(&self) -> usize {
         self.bytes.len() - self.start
+    }
+    /// Takes the bytes received and not yet cut into frames (a connection
+    /// handed to another protocol after its first frame).
+    pub fn take_rest(&mut self) -> Vec<u8> {
+        let rest = self.bytes.split_off(self.start);
+        self.bytes.clear();
+        self.start = 0;
+        rest
     }
 }
 

@@ -15,12 +15,21 @@ pub struct Peer {
     pub address: String,
 }
 
-/// The static cluster: this server's id and every other server.
+/// The cluster: this server's id, every other server, and how membership
+/// is watched. A cluster of more than one server runs the control plane.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ClusterConfig {
     pub me: ServerId,
     /// The other servers (this one excluded).
     pub peers: Vec<Peer>,
+    /// Role names this server offers (a stream may require roles).
+    pub roles: Vec<String>,
+    /// Holds no replicas and is never the lead member.
+    pub admin_only: bool,
+    /// How often every member tells the control plane's leader it is alive.
+    pub heartbeat_interval: Duration,
+    /// A member not heard from for this long is removed by a new view.
+    pub suspect_timeout: Duration,
 }
 
 impl Default for ClusterConfig {
@@ -29,6 +38,10 @@ impl Default for ClusterConfig {
         ClusterConfig {
             me: 1,
             peers: Vec::new(),
+            roles: Vec::new(),
+            admin_only: false,
+            heartbeat_interval: Duration::from_millis(100),
+            suspect_timeout: Duration::from_millis(700),
         }
     }
 }
@@ -42,8 +55,20 @@ impl ClusterConfig {
         ids
     }
 
+    /// Whether the cluster has more than one server (and so a control
+    /// plane).
+    pub fn is_multi(&self) -> bool {
+        !self.peers.is_empty()
+    }
+
     /// Why the configuration cannot work, if it cannot.
     pub fn problem(&self) -> Option<String> {
+        if self.heartbeat_interval.is_zero() || self.suspect_timeout <= self.heartbeat_interval {
+            return Some(format!(
+                "suspect_timeout ({:?}) must exceed heartbeat_interval ({:?}), which must be above zero",
+                self.suspect_timeout, self.heartbeat_interval
+            ));
+        }
         if self.me == 0 {
             return Some("server ids start at 1".into());
         }

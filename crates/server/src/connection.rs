@@ -48,6 +48,8 @@ type LegacyAppends = Arc<Mutex<HashMap<(u64, u64, u64), LegacyAppend>>>;
 enum Opener {
     Client(u128),
     Peer(ServerId),
+    /// A control-plane connection from this server.
+    Control,
 }
 
 /// A frame waiting for the socket, with the read budget it holds (returned
@@ -124,6 +126,20 @@ pub(crate) async fn serve(
     };
     let client = match shaken {
         Ok(Opener::Client(client)) => client,
+        Ok(Opener::Control) => {
+            let Some(control) = server.control.get().cloned() else {
+                return;
+            };
+            let Ok(socket) = reader.reunite(writer) else {
+                return;
+            };
+            let rest = buffer.take_rest();
+            tokio::select! {
+                _ = control.serve_with(socket, rest) => {}
+                _ = stop.wait_for(|stopping| *stopping) => {}
+            }
+            return;
+        }
         Ok(Opener::Peer(from)) => {
             drop(writer);
             tokio::select! {
@@ -300,7 +316,11 @@ async fn handshake(
         Frame::Hello {
             version, client, ..
         } => (version, Opener::Client(client)),
-        Frame::PeerHello { version, from } => {
+        Frame::PeerHello {
+            version,
+            from,
+            incarnation,
+        } => {
             let known = server
                 .config
                 .cluster
@@ -310,7 +330,32 @@ async fn handshake(
             if !known {
                 return Err(bad(format!("server {from} is not in this cluster")));
             }
+            // Shunning: a process that has left the view (its server has
+            // joined again since, as a newer member) is not heard.
+            if let Some(state) = server.control_state() {
+                let current = state.members.get(&from).map(|m| m.join_view);
+                if incarnation == 0 || current.is_some_and(|view| incarnation < view) {
+                    return Err(bad(format!(
+                        "server {from} joined in view {incarnation} is no longer a member"
+                    )));
+                }
+            }
             (version, Opener::Peer(from))
+        }
+        Frame::ControlHello { version, from } => {
+            let known = server
+                .config
+                .cluster
+                .peers
+                .iter()
+                .any(|peer| peer.id == from)
+                || from == server.config.cluster.me;
+            if !known || server.control.get().is_none() {
+                return Err(bad(format!(
+                    "server {from} is not in this cluster, or this server runs no control plane"
+                )));
+            }
+            (version, Opener::Control)
         }
         _ => return Err(bad("the first frame must be a hello".into())),
     };
@@ -320,7 +365,7 @@ async fn handshake(
         );
         return Err((ErrorCode::UnsupportedVersion, message));
     }
-    if let Opener::Peer(_) = opener {
+    if let Opener::Peer(_) | Opener::Control = opener {
         return Ok(opener);
     }
     let reply = Frame::HelloOk {
@@ -627,9 +672,8 @@ impl Connection {
                 .await
             }
             Frame::DeleteStream { request, name } => {
-                let server = Arc::clone(&self.server);
-                let result = tokio::task::spawn_blocking(move || server.delete_stream(&name)).await;
-                let reply = match result.expect("delete_stream does not panic") {
+                let result = self.server.delete_replicated(&name).await;
+                let reply = match result {
                     Ok(()) => Frame::Ok { request },
                     Err(error) => Frame::Error {
                         request,
@@ -638,6 +682,12 @@ impl Connection {
                     },
                 };
                 self.outgoing.send(&reply).await
+            }
+            Frame::OpenStream { request, name } if !self.server.is_ready() => {
+                let message = format!(
+                    "this server is joining the cluster; {name:?} is not open here yet: retry"
+                );
+                self.outgoing.error(request, ErrorCode::Busy, message).await
             }
             Frame::OpenStream { request, name } => match self.server.stream_by_name(&name) {
                 Some(stream) => {
@@ -748,13 +798,13 @@ impl Connection {
         // ack rule the primary's answer meets.
         let rule = stream.protocol.ack_rule(HybridMode::ServerSync);
         let primary_answers = matches!(rule, AckRule::PrimaryAfterAll | AckRule::PrimaryOnly)
-            || stream.placement.replicas.len() == 1;
+            || stream.placement().replicas.len() == 1;
         if !primary_answers || stream.protocol == Protocol::Unversioned {
             let message = format!(
                 "stream {:?} uses {} over {} replicas; send with Submit (the client library's replicated producer)",
                 stream.name,
                 stream.protocol,
-                stream.placement.replicas.len()
+                stream.placement().replicas.len()
             );
             return self
                 .outgoing
@@ -833,11 +883,21 @@ impl Connection {
                 .await;
         }
         let Some(stream) = self.server.stream_by_id(stream_id) else {
-            let message = format!("no stream with id {stream_id}");
-            return self
-                .outgoing
-                .send(&refuse(ErrorCode::UnknownStream, message))
-                .await;
+            // A replica this server opens or creates in a moment (it is
+            // joining, or the control plane just placed the stream here)
+            // is worth a retry; any other id is not.
+            let (code, message) = if self.server.expects_stream(stream_id) {
+                (
+                    ErrorCode::Busy,
+                    format!("stream {stream_id} is not open on this server yet; retry"),
+                )
+            } else {
+                (
+                    ErrorCode::UnknownStream,
+                    format!("no stream with id {stream_id}"),
+                )
+            };
+            return self.outgoing.send(&refuse(code, message)).await;
         };
         let Some(msg) = replication::submit_msg(
             self.client,

@@ -19,6 +19,7 @@
 mod config;
 mod connection;
 mod local;
+mod membership;
 mod replication;
 mod state;
 mod stream;
@@ -54,9 +55,19 @@ pub async fn run(
     if let Ok(address) = listener.local_addr() {
         server.set_address(address.to_string());
     }
-    server.router.start_links(stop.subscribe());
-    for stream in server.streams() {
-        stream.start_tasks(server.config.tick_interval, stop.subscribe());
+    let mut membership = None;
+    if server.config.cluster.is_multi() {
+        // Peer links start once this process has joined (its links name
+        // its incarnation), and its streams open then.
+        membership = Some(tokio::spawn(membership::run(
+            Arc::clone(&server),
+            stop.subscribe(),
+        )));
+    } else {
+        server.router.start_links(stop.subscribe());
+        for stream in server.streams() {
+            stream.start_tasks(server.config.tick_interval, stop.subscribe());
+        }
     }
     tokio::pin!(shutdown);
     loop {
@@ -79,4 +90,7 @@ pub async fn run(
     }
     let _ = stop.send(true);
     while connections.join_next().await.is_some() {}
+    if let Some(membership) = membership {
+        let _ = membership.await;
+    }
 }

@@ -81,6 +81,7 @@ impl LocalCluster {
                         address: address.to_string(),
                     })
                     .collect(),
+                ..ClusterConfig::default()
             };
             configure(&mut config);
             let state = ServerState::open(config).map_err(|e: OpenError| e.to_string())?;
@@ -96,6 +97,18 @@ impl LocalCluster {
                 stop: Some(stop),
                 task: Some(task),
             });
+        }
+        for server in &servers {
+            let ready = tokio::time::timeout(
+                std::time::Duration::from_secs(30),
+                server.state.wait_ready(),
+            );
+            if ready.await.is_err() {
+                return Err(format!(
+                    "server {} did not join the cluster within 30 s",
+                    server.id
+                ));
+            }
         }
         Ok(LocalCluster { servers })
     }

@@ -32,6 +32,24 @@ pub(crate) enum ClientNote {
     Failed(u64, Arc<str>),
 }
 
+/// What a stream tells the control plane (see `membership`).
+#[derive(Debug)]
+pub(crate) enum ControlEvent {
+    /// The stream's new primary will stamp from `first_version`.
+    EpochStarted {
+        stream: String,
+        epoch: u64,
+        first_version: u64,
+        members: Vec<ServerId>,
+    },
+    /// A replica caught up with the primary of `epoch`.
+    InSync {
+        stream: String,
+        epoch: u64,
+        server: ServerId,
+    },
+}
+
 /// Counters of what the router dropped.
 #[derive(Default)]
 pub struct RouterMetrics {
@@ -54,6 +72,13 @@ pub struct Router {
     clients: Mutex<HashMap<u128, Vec<ClientConnection>>>,
     next_connection: AtomicU64,
     pub metrics: RouterMetrics,
+    /// The view in which this process joined the cluster (0 before it
+    /// has): links announce it in `PeerHello`.
+    incarnation: Arc<AtomicU64>,
+    /// Stream events for the control plane; at most a few per placement
+    /// change, so the queue needs no bound of its own.
+    events: mpsc::UnboundedSender<ControlEvent>,
+    events_receiver: Mutex<Option<mpsc::UnboundedReceiver<ControlEvent>>>,
 }
 
 impl Router {
@@ -65,6 +90,7 @@ impl Router {
             peers.insert(peer.id, sender);
             receivers.push((peer.id, peer.address.clone(), receiver));
         }
+        let (events, events_receiver) = mpsc::unbounded_channel();
         Router {
             me: cluster.me,
             peers,
@@ -72,14 +98,42 @@ impl Router {
             clients: Mutex::new(HashMap::new()),
             next_connection: AtomicU64::new(1),
             metrics: RouterMetrics::default(),
+            incarnation: Arc::new(AtomicU64::new(0)),
+            events,
+            events_receiver: Mutex::new(Some(events_receiver)),
         }
+    }
+
+    pub(crate) fn set_incarnation(&self, view: u64) {
+        self.incarnation.store(view, Ordering::Release);
+    }
+
+    pub fn incarnation(&self) -> u64 {
+        self.incarnation.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn control_event(&self, event: ControlEvent) {
+        let _ = self.events.send(event);
+    }
+
+    /// The receiving end of the control events (once).
+    pub(crate) fn take_events(&self) -> Option<mpsc::UnboundedReceiver<ControlEvent>> {
+        self.events_receiver.lock().expect("router lock").take()
     }
 
     /// Starts one link task per peer (once); each ends when `stop` fires.
     pub(crate) fn start_links(&self, stop: watch::Receiver<bool>) {
         let receivers = std::mem::take(&mut *self.peer_receivers.lock().expect("router lock"));
         for (id, address, receiver) in receivers {
-            tokio::spawn(run_link(self.me, id, address, receiver, stop.clone()));
+            let incarnation = Arc::clone(&self.incarnation);
+            tokio::spawn(run_link(
+                self.me,
+                incarnation,
+                id,
+                address,
+                receiver,
+                stop.clone(),
+            ));
         }
     }
 
@@ -168,6 +222,7 @@ impl Router {
 /// queue; the protocols resend what matters.
 async fn run_link(
     me: ServerId,
+    incarnation: Arc<AtomicU64>,
     peer: ServerId,
     address: String,
     mut queue: mpsc::Receiver<Vec<u8>>,
@@ -195,6 +250,7 @@ async fn run_link(
         let hello = Frame::PeerHello {
             version: proto::PROTOCOL_VERSION,
             from: me,
+            incarnation: incarnation.load(Ordering::Acquire),
         };
         if socket.write_all(&hello.to_bytes()).await.is_err() {
             continue;

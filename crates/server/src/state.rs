@@ -3,7 +3,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Instant;
 
 use engine::replication::{Placement, Protocol, ServerId};
@@ -73,6 +73,14 @@ pub struct ServerState {
     address: RwLock<String>,
     /// Fires when the server shuts down; background tasks watch it.
     pub(crate) stop: watch::Sender<bool>,
+    /// The control plane (a cluster of more than one server).
+    pub(crate) control: OnceLock<control::Control>,
+    /// Streams found on disk that wait for this server to join the view
+    /// (a multi-server cluster opens them only then, placed as the
+    /// control plane says).
+    pub(crate) pending: Mutex<Vec<(StreamMeta, PathBuf)>>,
+    /// True once this server has joined and opened its streams.
+    pub(crate) ready: watch::Sender<bool>,
 }
 
 impl ServerState {
@@ -92,6 +100,7 @@ impl ServerState {
             .create_dir_all(&streams_folder)
             .map_err(data_error)?;
         let mut registry = Registry::default();
+        let mut pending = Vec::new();
         let mut names = storage.list(&streams_folder).map_err(data_error)?;
         names.sort();
         for name in names {
@@ -119,8 +128,13 @@ impl ServerState {
             if meta.durability != "memory" && !storage.exists(&folder.join("log")) {
                 return Err(stream_error("its log folder is missing".into()));
             }
+            if config.cluster.is_multi() {
+                pending.push((meta, folder));
+                continue;
+            }
             let stream = Arc::new(
-                Stream::open(&meta, &folder, &config, Arc::clone(&router)).map_err(stream_error)?,
+                Stream::open(&meta, &folder, &config, Arc::clone(&router), None)
+                    .map_err(stream_error)?,
             );
             if registry.by_id.contains_key(&stream.id) {
                 return Err(stream_error(format!(
@@ -131,7 +145,11 @@ impl ServerState {
             registry.by_id.insert(stream.id, Arc::clone(&stream));
             registry.by_name.insert(stream.name.clone(), stream);
         }
+        let ready = watch::channel(!config.cluster.is_multi()).0;
         Ok(Arc::new(ServerState {
+            control: OnceLock::new(),
+            pending: Mutex::new(pending),
+            ready,
             id: proto::random_u128(),
             started: Instant::now(),
             connection_slots: Arc::new(Semaphore::new(config.connections_max)),
@@ -152,10 +170,56 @@ impl ServerState {
         *self.address.write().expect("address lock") = address;
     }
 
+    /// Waits until this server has joined the cluster and opened its
+    /// streams (at once for a single server).
+    pub async fn wait_ready(&self) {
+        let mut ready = self.ready.subscribe();
+        let _ = ready.wait_for(|ready| *ready).await;
+    }
+
+    pub fn is_ready(&self) -> bool {
+        *self.ready.borrow()
+    }
+
+    /// Whether a stream this server does not hold is about to be opened
+    /// or created here: it is joining, or the control plane places it here.
+    pub fn expects_stream(&self, id: u64) -> bool {
+        if !self.is_ready() {
+            return true;
+        }
+        if self
+            .pending
+            .lock()
+            .expect("pending lock")
+            .iter()
+            .any(|(meta, _)| meta.id == id)
+        {
+            return true;
+        }
+        let me = self.config.cluster.me;
+        self.control_state().is_some_and(|state| {
+            state
+                .streams
+                .values()
+                .any(|placed| placed.id == id && placed.replicas.contains(&me))
+        })
+    }
+
+    /// The control plane's applied state, when there is a control plane.
+    pub fn control_state(&self) -> Option<Arc<control::ControlState>> {
+        self.control.get().map(|c| Arc::clone(&c.state().borrow()))
+    }
+
     /// The client address of a server of the cluster.
     fn address_of(&self, id: ServerId) -> String {
         if id == self.config.cluster.me {
             return self.address();
+        }
+        if let Some(member) = self
+            .control_state()
+            .and_then(|state| state.members.get(&id).cloned())
+        {
+            return member.address;
         }
         self.config
             .cluster
@@ -179,6 +243,7 @@ impl ServerState {
 
     /// How clients see a stream: its state here and its placement.
     pub fn stream_info(&self, stream: &Stream) -> StreamInfo {
+        let placement = stream.placement();
         StreamInfo {
             id: stream.id,
             name: stream.name.clone(),
@@ -187,9 +252,9 @@ impl ServerState {
             last_version: stream.log.last_version(),
             committed_version: stream.visible_version(),
             protocol: stream.protocol.code(),
-            epoch: stream.placement.epoch,
-            primary: stream.placement.primary,
-            replicas: self.addresses(&stream.placement),
+            epoch: placement.epoch,
+            primary: placement.primary,
+            replicas: self.addresses(&placement),
         }
     }
 
@@ -230,6 +295,15 @@ impl ServerState {
         use proto::ErrorCode;
         if let Some(problem) = stream_name_error(name) {
             return Err(StreamError::new(ErrorCode::InvalidArgument, problem));
+        }
+        if self.config.cluster.is_multi() {
+            return match self.control.get() {
+                Some(control) if self.is_ready() => {
+                    self.create_through_control(control, name, durability, protocol, replicas)
+                        .await
+                }
+                _ => Err(joining()),
+            };
         }
         let placement = self
             .place(name, replicas)
@@ -276,6 +350,93 @@ impl ServerState {
         Ok(info)
     }
 
+    /// A multi-server cluster: the control plane places the stream (an
+    /// entry of its log); then each live replica creates its files, and
+    /// one that cannot be reached now creates them when it sees the entry.
+    async fn create_through_control(
+        self: &Arc<Self>,
+        control: &control::Control,
+        name: &str,
+        durability: DurabilityConfig,
+        protocol: Protocol,
+        replicas: usize,
+    ) -> Result<StreamInfo, StreamError> {
+        use proto::ErrorCode;
+        let (mode, pages, page_size) = match durability {
+            DurabilityConfig::Memory => ("memory", 0, 0),
+            DurabilityConfig::Sync => ("sync", 0, 0),
+            DurabilityConfig::Paged { pages, page_size } => ("paged", pages, page_size),
+        };
+        let command = control::Command::CreateStream {
+            name: name.to_string(),
+            config: control::StreamConfig {
+                protocol: protocol.name().to_string(),
+                durability: mode.to_string(),
+                pages,
+                page_size,
+                replicas,
+                requirement: None,
+            },
+        };
+        let placed = match control.propose(command).await {
+            Ok(control::Response::Stream(placed)) => placed,
+            Ok(control::Response::Refused(why)) => {
+                let code = if why.contains("exists") {
+                    ErrorCode::StreamExists
+                } else {
+                    ErrorCode::InvalidArgument
+                };
+                return Err(StreamError::new(code, why));
+            }
+            Ok(other) => {
+                return Err(StreamError::new(
+                    ErrorCode::Internal,
+                    format!("the control plane answered {other:?}"),
+                ))
+            }
+            Err(error) => {
+                return Err(StreamError::new(
+                    ErrorCode::Internal,
+                    format!("the control plane could not place {name:?}: {error}"),
+                ))
+            }
+        };
+        let state = control.state().borrow().clone();
+        let placement = crate::membership::data_placement(&placed, &state).placement;
+        let info = StreamInfo {
+            id: placed.id,
+            name: name.to_string(),
+            durability,
+            first_version: 1,
+            last_version: 0,
+            committed_version: 0,
+            protocol: protocol.code(),
+            epoch: placement.epoch,
+            primary: placement.primary,
+            replicas: self.addresses(&placement),
+        };
+        for replica in &info.replicas {
+            let created = if replica.id == self.config.cluster.me {
+                let server = Arc::clone(self);
+                let local = info.clone();
+                tokio::task::spawn_blocking(move || server.create_replica(&local))
+                    .await
+                    .expect("create_replica does not panic")
+                    .map(|_| ())
+                    .map_err(|e| e.message)
+            } else {
+                remote_create(&replica.address, &info, self.config.handshake_timeout).await
+            };
+            if let Err(problem) = created {
+                eprintln!(
+                    "stamplog: replica of {name:?} on server {} not created yet ({problem}); it will be when the server sees the placement",
+                    replica.id
+                );
+            }
+        }
+        Ok(info)
+    }
+
     /// Creates this server's replica of a stream described by `info`;
     /// blocking disk work, call from `spawn_blocking`.
     pub fn create_replica(self: &Arc<Self>, info: &StreamInfo) -> Result<StreamInfo, StreamError> {
@@ -283,6 +444,28 @@ impl ServerState {
         let invalid = |problem: String| StreamError::new(ErrorCode::InvalidArgument, problem);
         let protocol = Protocol::from_code(info.protocol)
             .ok_or_else(|| invalid(format!("unknown protocol code {}", info.protocol)))?;
+        // The same stream may be in creation here already (a multi-server
+        // cluster creates a replica both on request and when this server
+        // sees the placement): wait for it.
+        let deadline = Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            if let Some(existing) = self.stream_by_name(&info.name) {
+                if existing.id == info.id {
+                    return Ok(self.stream_info(&existing));
+                }
+                break;
+            }
+            let busy = self
+                .streams
+                .read()
+                .expect("registry lock poisoned")
+                .busy_names
+                .contains(&info.name);
+            if !busy || Instant::now() > deadline {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
         let placement = Placement {
             replicas: info.replicas.iter().map(|r| r.id).collect(),
             primary: info.primary,
@@ -300,6 +483,56 @@ impl ServerState {
         let stream =
             self.create_stream_with(&info.name, info.id, info.durability, protocol, &placement)?;
         Ok(self.stream_info(&stream))
+    }
+
+    /// Registers a stream opened from disk and starts its tasks.
+    pub(crate) fn insert_opened(&self, stream: Arc<Stream>) {
+        let mut registry = self.streams.write().expect("registry lock poisoned");
+        registry.by_id.insert(stream.id, Arc::clone(&stream));
+        registry
+            .by_name
+            .insert(stream.name.clone(), Arc::clone(&stream));
+        drop(registry);
+        stream.start_tasks(self.config.tick_interval, self.stop.subscribe());
+    }
+
+    /// A placed stream as clients see it (before this server holds it).
+    pub(crate) fn info_for(
+        &self,
+        placed: &control::StreamPlacement,
+        placement: &Placement,
+    ) -> StreamInfo {
+        let durability = StreamMeta {
+            format: 1,
+            id: placed.id,
+            name: placed.name.clone(),
+            durability: placed.config.durability.clone(),
+            pages: placed.config.pages,
+            page_size: placed.config.page_size,
+            protocol: placed.config.protocol.clone(),
+            replicas: Vec::new(),
+            primary: 0,
+            epoch: placed.epoch,
+        }
+        .durability()
+        .unwrap_or(DurabilityConfig::Sync);
+        let protocol = placed
+            .config
+            .protocol
+            .parse::<Protocol>()
+            .unwrap_or(Protocol::OneHopAckClient);
+        StreamInfo {
+            id: placed.id,
+            name: placed.name.clone(),
+            durability,
+            first_version: 1,
+            last_version: 0,
+            committed_version: 0,
+            protocol: protocol.code(),
+            epoch: placement.epoch,
+            primary: placement.primary,
+            replicas: self.addresses(placement),
+        }
     }
 
     pub fn stream_by_id(&self, id: u64) -> Option<Arc<Stream>> {
@@ -398,12 +631,11 @@ impl ServerState {
         // The new folder's entry, then its `log/` entry, are made durable
         // before anything in them is acknowledged.
         storage.sync_dir(&streams_folder).map_err(internal)?;
-        let stream = Stream::open(meta, &folder, &self.config, Arc::clone(&self.router)).map_err(
-            |reason| {
+        let stream = Stream::open(meta, &folder, &self.config, Arc::clone(&self.router), None)
+            .map_err(|reason| {
                 let _ = storage.remove_dir_all(&folder);
                 StreamError::new(ErrorCode::InvalidArgument, reason)
-            },
-        )?;
+            })?;
         storage.sync_dir(&folder).map_err(internal)?;
         // The meta file is written last and atomically: a crash before it
         // leaves a folder that recovery skips, never a half-made stream.
@@ -411,6 +643,39 @@ impl ServerState {
         wal::storage::write_atomically(storage, &folder.join(META_FILE), &bytes)
             .map_err(internal)?;
         Ok(stream)
+    }
+
+    /// Deletes a stream: on a multi-server cluster through the control
+    /// plane (every replica then deletes its files), else here.
+    pub async fn delete_replicated(self: &Arc<Self>, name: &str) -> Result<(), StreamError> {
+        use proto::ErrorCode;
+        if self.config.cluster.is_multi() {
+            let Some(control) = self.control.get().filter(|_| self.is_ready()) else {
+                return Err(joining());
+            };
+            let command = control::Command::DeleteStream {
+                name: name.to_string(),
+            };
+            return match control.propose(command).await {
+                Ok(control::Response::Done) => Ok(()),
+                Ok(control::Response::Refused(why)) => {
+                    Err(StreamError::new(ErrorCode::UnknownStream, why))
+                }
+                Ok(other) => Err(StreamError::new(
+                    ErrorCode::Internal,
+                    format!("the control plane answered {other:?}"),
+                )),
+                Err(error) => Err(StreamError::new(
+                    ErrorCode::Internal,
+                    format!("the control plane could not delete {name:?}: {error}"),
+                )),
+            };
+        }
+        let server = Arc::clone(self);
+        let name = name.to_string();
+        tokio::task::spawn_blocking(move || server.delete_stream(&name))
+            .await
+            .expect("delete_stream does not panic")
     }
 
     /// Deletes a stream and its files; blocking disk work.
@@ -511,8 +776,58 @@ impl ServerState {
             "uptime_seconds": self.started.elapsed().as_secs_f64(),
             "connections": self.config.connections_max - self.connection_slots.available_permits(),
             "streams": streams,
+            "cluster": self.cluster_json(),
         })
     }
+
+    /// The control plane's view for `status`: view, members, lead
+    /// member, leader, placements and the latest transitions.
+    fn cluster_json(&self) -> serde_json::Value {
+        let Some(control) = self.control.get() else {
+            return serde_json::Value::Null;
+        };
+        let state = Arc::clone(&control.state().borrow());
+        serde_json::json!({
+            "view": state.view,
+            "incarnation": self.router.incarnation(),
+            "leader": control.leader(),
+            "lead_member": state.lead_member().map(|m| m.id),
+            "members": state.members.values().map(|m| serde_json::json!({
+                "id": m.id,
+                "address": m.address,
+                "join_view": m.join_view,
+                "member": control::state::member_name(m),
+                "roles": m.roles,
+                "admin_only": m.admin_only,
+            })).collect::<Vec<_>>(),
+            "streams": state.streams.values().map(|p| serde_json::json!({
+                "name": p.name,
+                "protocol": p.config.protocol,
+                "replicas": p.replicas,
+                "in_sync": p.in_sync,
+                "primary": p.primary,
+                "epoch": p.epoch,
+                "availability": control::state::describe(&p.availability),
+                "epochs": p.epochs.iter().map(|r| serde_json::json!({
+                    "epoch": r.epoch,
+                    "first_version": r.first_version,
+                    "members": r.members,
+                })).collect::<Vec<_>>(),
+            })).collect::<Vec<_>>(),
+            "transitions": state.transitions.iter().map(|t| serde_json::json!({
+                "view": t.view,
+                "what": t.what,
+            })).collect::<Vec<_>>(),
+        })
+    }
+}
+
+/// A multi-server cluster's server that has not joined yet.
+fn joining() -> StreamError {
+    StreamError::new(
+        proto::ErrorCode::Busy,
+        "this server is joining the cluster; retry in a moment",
+    )
 }
 
 pub fn durability_name(durability: DurabilityConfig) -> String {

@@ -14,7 +14,7 @@ use tokio::sync::watch;
 use wal::{AppendError, Durability, Log, LogConfig, LogError};
 
 use crate::config::ServerConfig;
-use crate::replication::Router;
+use crate::replication::{ControlEvent, Router};
 
 /// The file in a stream's folder that describes it.
 pub const META_FILE: &str = "stream.json";
@@ -163,7 +163,6 @@ pub struct Stream {
     pub name: String,
     pub durability: DurabilityConfig,
     pub protocol: Protocol,
-    pub placement: Placement,
     pub folder: PathBuf,
     pub log: Log,
     core: Mutex<Core>,
@@ -191,16 +190,19 @@ pub fn log_config(durability: DurabilityConfig, config: &ServerConfig) -> LogCon
 }
 
 impl Stream {
-    /// Opens (and recovers) the stream described by `meta` in `folder`.
+    /// Opens (and recovers) the stream described by `meta` in `folder`,
+    /// placed as `placement` says (the control plane's word) or else as
+    /// its meta file says.
     pub fn open(
         meta: &StreamMeta,
         folder: &Path,
         config: &ServerConfig,
         router: Arc<Router>,
+        placement: Option<Placement>,
     ) -> Result<Stream, String> {
         let durability = meta.durability()?;
         let protocol = meta.protocol()?;
-        let placement = meta.placement(config.cluster.me);
+        let placement = placement.unwrap_or_else(|| meta.placement(config.cluster.me));
         if !placement.replicas.contains(&config.cluster.me) {
             return Err(format!(
                 "this server ({}) is not in the stream's replica set {:?}",
@@ -223,13 +225,7 @@ impl Stream {
         }
         let mut settings = config.replication;
         settings.dedupe = engine::DedupeLimits::default();
-        let mut replica = Replica::new(
-            meta.id,
-            config.cluster.me,
-            placement.clone(),
-            protocol,
-            settings,
-        );
+        let mut replica = Replica::new(meta.id, config.cluster.me, placement, protocol, settings);
         let log = Log::open(
             config.storage.clone(),
             &folder.join("log"),
@@ -244,7 +240,6 @@ impl Stream {
             name: meta.name.clone(),
             durability,
             protocol,
-            placement,
             folder: folder.to_path_buf(),
             log,
             core: Mutex::new(Core {
@@ -270,16 +265,45 @@ impl Stream {
         self.visible.subscribe()
     }
 
+    /// Where the stream lives now (the replicas are the live ones).
+    pub fn placement(&self) -> Placement {
+        self.lock().replica.placement().clone()
+    }
+
+    /// The control plane moved the stream: see `Replica::reconfigure`.
+    pub fn reconfigure(&self, placement: Placement, in_sync: &[ServerId], consider: &[ServerId]) {
+        self.drive(|replica, now, out| replica.reconfigure(placement, in_sync, consider, now, out));
+    }
+
+    /// The control plane recorded the epoch this primary announced.
+    pub fn epoch_recorded(&self, epoch: u64) {
+        self.drive(|replica, now, out| replica.epoch_recorded(epoch, now, out));
+    }
+
+    /// Whether a new primary waits for its epoch to be recorded (or for
+    /// its replicas' tails).
+    pub fn is_rejoining(&self) -> bool {
+        self.lock().replica.is_rejoining()
+    }
+
+    /// Backups counting toward acknowledgements.
+    pub fn counting(&self) -> Vec<ServerId> {
+        self.lock().replica.counting().collect()
+    }
+
     /// The state machine's view, for status.
     pub fn replication_status(&self) -> serde_json::Value {
         let core = self.lock();
         let replica = &core.replica;
         let metrics = replica.metrics();
+        let placement = replica.placement();
         serde_json::json!({
             "protocol": self.protocol.name(),
-            "primary": self.placement.primary,
-            "replicas": self.placement.replicas,
-            "epoch": self.placement.epoch,
+            "primary": placement.primary,
+            "replicas": placement.replicas,
+            "epoch": placement.epoch,
+            "counting": replica.counting().collect::<Vec<_>>(),
+            "rejoining": replica.is_rejoining(),
             "is_primary": replica.is_primary(),
             "last_version": replica.last_version(),
             "logged_version": replica.logged(),
@@ -417,6 +441,21 @@ impl Stream {
                     Effect::Visible(version) => {
                         self.visible.send_replace(version);
                     }
+                    Effect::EpochStarted {
+                        epoch,
+                        first_version,
+                        members,
+                    } => self.router.control_event(ControlEvent::EpochStarted {
+                        stream: self.name.clone(),
+                        epoch,
+                        first_version,
+                        members,
+                    }),
+                    Effect::InSync(server) => self.router.control_event(ControlEvent::InSync {
+                        stream: self.name.clone(),
+                        epoch: core.replica.epoch(),
+                        server,
+                    }),
                 }
             }
             if immediate && appended {

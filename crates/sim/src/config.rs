@@ -1,7 +1,7 @@
 //! What one run simulates: the world's size, the workload and the fault
 //! schedule. [`SimConfig::from_seed`] derives all of it from one number.
 
-use engine::replication::{ProducerSettings, Protocol, ReplicaSettings};
+use engine::replication::{ProducerSettings, Protocol, ReplicaSettings, ServerId};
 use engine::DedupeLimits;
 
 use crate::rng::Rng;
@@ -41,9 +41,21 @@ pub struct SimConfig {
     pub sync_delay_ms_max: u64,
     /// Client crashes: which slot, when, and whether a new process follows.
     pub crashes: Vec<ClientCrash>,
-    /// Times when one server is cut off: every message to or from it is
-    /// lost (until the heal, like every drop).
+    /// Times when one server is cut off from every other node, or from
+    /// one peer: every message between them is lost (until the heal, like
+    /// every drop). The control plane is never cut off.
     pub partitions: Vec<Partition>,
+    /// Server crashes, in time order, each followed by a restart, and
+    /// never two servers down at once.
+    pub server_crashes: Vec<ServerCrash>,
+    /// Chance (per mille) that a crashed server's disk kept part of the
+    /// log's unsynced tail (written, not yet synced or reported).
+    pub keep_unsynced_permille: u32,
+    /// How fast the control plane agrees on commands and servers see them.
+    pub control: ControlTiming,
+    /// A writer that starts after the last server restart, so writes must
+    /// be acknowledged again after the last failover.
+    pub late_client: Option<LateClient>,
     /// Servers and producers get `on_tick` this often.
     pub tick_ms: u64,
     /// Drops stop this long after every live client has sent its last
@@ -78,12 +90,56 @@ pub struct ClientCrash {
     pub restart_after_ms: Option<u64>,
 }
 
-/// A server cut off from every other node during `from_ms..to_ms`.
+/// A server cut off during `from_ms..to_ms` from every other node
+/// (`peer: None`) or from one other server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Partition {
-    pub server: u32,
+    pub server: ServerId,
+    pub peer: Option<ServerId>,
     pub from_ms: u64,
     pub to_ms: u64,
+}
+
+/// A planned server crash: the process loses its memory and keeps its
+/// log's durable prefix; a new process starts `restart_after_ms` later.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ServerCrash {
+    pub target: CrashTarget,
+    pub at_ms: u64,
+    pub restart_after_ms: u64,
+}
+
+/// Which server a crash takes, chosen when it happens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CrashTarget {
+    /// The stream's primary as the control plane names it.
+    Primary,
+    /// A live replica other than the primary, drawn at random.
+    Backup,
+}
+
+/// The control plane's timing. All zeros: every command is agreed and
+/// seen by every server at the instant it is proposed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ControlTiming {
+    /// A proposed command is applied after `commit_ms_min..=commit_ms_max`
+    /// (a Raft commit), in the order proposed.
+    pub commit_ms_min: u64,
+    pub commit_ms_max: u64,
+    /// Each server and client sees an applied state after its own delay
+    /// of `0..=observe_lag_ms_max`, states in order.
+    pub observe_lag_ms_max: u64,
+    /// The failure detector removes a crashed process this long after its
+    /// crash (unless it has joined again by then).
+    pub suspect_timeout_ms: u64,
+}
+
+/// A client process that starts `after_ms` after the last planned
+/// server restart and sends `messages` messages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LateClient {
+    pub after_ms: u64,
+    pub messages: u32,
 }
 
 /// Harness faults that a correct core cannot cause; the tests use them to
@@ -157,6 +213,7 @@ impl SimConfig {
                 let from_ms = rng.between(0, u64::from(messages_per_client) * 8);
                 partitions.push(Partition {
                     server: rng.between(1, 3) as u32,
+                    peer: None,
                     from_ms,
                     to_ms: from_ms + rng.between(10, 1_000),
                 });
@@ -188,6 +245,10 @@ impl SimConfig {
             sync_delay_ms_max: rng.between(0, 5),
             crashes,
             partitions,
+            server_crashes: Vec::new(),
+            keep_unsynced_permille: 0,
+            control: ControlTiming::default(),
+            late_client: None,
             tick_ms: 10,
             heal_margin_ms: 200,
             heal_deadline_ms: 60_000,
@@ -198,5 +259,91 @@ impl SimConfig {
             sabotage: None,
             trace: false,
         }
+    }
+
+    /// The seed's run of [`SimConfig::from_seed`] with server faults
+    /// added: one to three crashes, of the primary most often, each
+    /// restarted, before or after the failure detector removes it, with
+    /// never two servers down at once; a control plane that takes time to
+    /// agree and servers that see its state late; partitions between two
+    /// servers; an unsynced log tail that partly survives a crash; and a
+    /// writer that starts after the last restart.
+    pub fn failover_from_seed(seed: u64, protocol: Protocol) -> SimConfig {
+        let mut config = SimConfig::from_seed(seed, protocol);
+        let mut rng = Rng::new(seed ^ 0x0fa1_10e5_5eed_0002);
+        config.messages_per_client = rng.between(20, 120) as u32;
+        let suspect_timeout_ms = rng.between(50, 500);
+        let commit_ms_max = if rng.chance(100) {
+            0
+        } else {
+            rng.between(1, 30)
+        };
+        config.control = ControlTiming {
+            commit_ms_min: commit_ms_max / 3,
+            commit_ms_max,
+            observe_lag_ms_max: if rng.chance(300) {
+                0
+            } else {
+                rng.between(1, 50)
+            },
+            suspect_timeout_ms,
+        };
+        let crashes = match rng.below(20) {
+            0..=9 => 1,
+            10..=16 => 2,
+            _ => 3,
+        };
+        let active_ms = u64::from(config.messages_per_client) * 8;
+        let mut at_ms = rng.between(10, active_ms + config.client_start_ms_max);
+        for _ in 0..crashes {
+            let target = if rng.chance(650) {
+                CrashTarget::Primary
+            } else {
+                CrashTarget::Backup
+            };
+            // Some processes come back before the detector removes them.
+            let restart_after_ms = if rng.chance(250) {
+                rng.between(0, suspect_timeout_ms)
+            } else {
+                rng.between(suspect_timeout_ms, suspect_timeout_ms + 1_000)
+            };
+            config.server_crashes.push(ServerCrash {
+                target,
+                at_ms,
+                restart_after_ms,
+            });
+            at_ms += restart_after_ms + rng.between(1, 600);
+        }
+        if rng.chance(300) {
+            for _ in 0..rng.between(1, 2) {
+                let server = rng.between(1, 3) as ServerId;
+                let from_ms = rng.between(0, active_ms);
+                config.partitions.push(Partition {
+                    server,
+                    peer: Some(server % 3 + 1),
+                    from_ms,
+                    to_ms: from_ms + rng.between(10, 1_000),
+                });
+            }
+        }
+        config.keep_unsynced_permille = if rng.chance(500) {
+            0
+        } else {
+            rng.between(200, 1_000) as u32
+        };
+        config.late_client = Some(LateClient {
+            after_ms: suspect_timeout_ms + rng.between(100, 500),
+            messages: rng.between(5, 20) as u32,
+        });
+        config
+    }
+
+    /// When the last planned server restart happens (0 without crashes).
+    pub fn last_restart_ms(&self) -> u64 {
+        self.server_crashes
+            .iter()
+            .map(|c| c.at_ms + c.restart_after_ms)
+            .max()
+            .unwrap_or(0)
     }
 }

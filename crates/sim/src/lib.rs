@@ -6,12 +6,18 @@
 //!
 //! # The model
 //!
-//! - **World.** `servers` servers (3 by default) hold one stream in one
-//!   placement: replicas `1..=servers`, primary 1, epoch 1, stream id 1.
-//!   `clients` client processes (1 to 4) each run one producer session with
-//!   a random nonzero client id and send `messages_per_client` messages with
-//!   random keys (0–16 bytes) and payloads (0–64 bytes), keeping at most
-//!   `window` in flight.
+//! - **World.** `servers` servers (3 by default) hold one stream. The
+//!   control plane places it: the real
+//!   [`ControlState`](control::state::ControlState) applies commands in
+//!   one total order, each after a seeded commit delay, and each server and
+//!   client sees every applied state after its own delay (all at once
+//!   under the default timing). Servers follow it as the real server does:
+//!   `reconfigure` on a new placement or in-sync set, `epoch_recorded` once
+//!   their epoch is recorded, and `EpochStarted` and `InSync` proposed as
+//!   commands. `clients` client processes (1 to 4) each run one producer
+//!   session with a random nonzero client id and send
+//!   `messages_per_client` messages with random keys (0–16 bytes) and
+//!   payloads (0–64 bytes), keeping at most `window` in flight.
 //! - **Time** is integer milliseconds. One queue holds every future event,
 //!   ordered by (time, insertion order), so equal times keep a fixed order.
 //!   Servers and producers get `on_tick` every `tick_ms`.
@@ -19,7 +25,7 @@
 //!   to client) arrives after a random delay of `0..=delay_ms_max`, so
 //!   messages overtake each other. Until the heal, each one is lost with
 //!   probability `drop_permille`, and a partition cuts one server off from
-//!   every other node for a while. At any time a message may arrive twice
+//!   every other node, or from one peer, for a while. At any time a message may arrive twice
 //!   (`duplicate_permille`) or very late (`straggler_permille`, up to
 //!   `straggler_ms_max`), after the timeouts, retries and repairs it races.
 //! - **Logs.** Each server's log is a `Vec` of entries. An append must be
@@ -29,6 +35,23 @@
 //!   the records the log has and sends them as one `Replicate`.
 //! - **Bounds.** Some runs give the replicas tiny hold-back bounds and
 //!   small repair batches, so the overflow and repair paths run.
+//! - **Server crashes** ([`SimConfig::failover_from_seed`]). The
+//!   primary (most often) or a backup crashes: its process loses every
+//!   in-memory state, and its disk keeps the log's durable prefix (what was
+//!   reported logged) and, in some runs, part of the unsynced tail. Never
+//!   two servers are down at once. The failure detector removes the member
+//!   after its timeout; the control plane fails over to a live in-sync
+//!   replica in a new epoch. A new process starts after a seeded delay,
+//!   joins, cuts its log after `truncate_after`, replays it into a new
+//!   replica, starts it, and follows the placement. Messages to or from a
+//!   process that has died or restarted since they were sent are lost.
+//! - **Failover for clients.** A client that sees a new placement builds a
+//!   producer of the same session for it and sends every unfinished
+//!   message again, same event id and content (`Producer` cannot change
+//!   placement; the rebuilt one may give a resent message another
+//!   low-water mark, which the byte comparisons allow for that field of
+//!   those records only). A writer starting after the last restart checks
+//!   that writes are acknowledged again.
 //! - **Client crashes.** A planned crash stops a client process for good:
 //!   it sends nothing more and its messages in flight are abandoned. A new
 //!   process with a fresh client id may take over the slot's remaining
@@ -42,16 +65,23 @@
 //!
 //! While running: a server acknowledges only what its log holds durably
 //! (and under the all-replica rule of `one-hop`, `server-sync` and a
-//! `hybrid` write in server-sync mode, the primary only what every log
-//! holds); the visible version never goes back, never passes the durable
-//! log, and never shows a version that fewer logs hold than the commit
-//! quorum of the rule it was written under. At the end: the history
+//! `hybrid` write in server-sync mode, the primary only what every log it
+//! counts holds); the visible version never goes back, never passes the durable
+//! log, and never shows a version that fewer logs hold (with the same
+//! bytes) than the commit quorum the primary fixed when it stamped it, at
+//! most the logs it counts. At the end: the history
 //! checker finds no violation in the clients' histories against the logs
 //! (for `unversioned`, each server separately, with the acknowledgements it
 //! gave); every message of a client that did not crash was acknowledged;
 //! for the versioned protocols every log ends at the primary's last
-//! version, holds the primary's bytes, and is visible to its end; and no
-//! replica counted a conflict. A panic in the state machines is a failure
+//! version, holds the primary's bytes, and is visible to its end; after a
+//! failover, some write was acknowledged; and no replica counted a
+//! conflict. Where a protocol's documented loss window allows it
+//! (`server-async`, `client-async`, a `hybrid` stream's client-async
+//! messages: acknowledged by one log before the others hold it), an
+//! acknowledged message that no log holds at its version after a server
+//! crash is counted in `acked_lost_in_window` and set aside; everything
+//! else is judged as usual. A panic in the state machines is a failure
 //! too, with the seed.
 //!
 //! # Replaying a seed
@@ -65,7 +95,8 @@
 //!     cargo test -p sim --test it seeds::replay -- --nocapture
 //! ```
 //!
-//! prints the config, the outcome and the trace of that run
+//! prints the config, the outcome and the trace of that run (`failover::replay`
+//! for a seed of the server-crash sweep)
 //! (`STAMPLOG_SIM_TRACE=<lines>` sets how many of the last trace lines are
 //! shown, `STAMPLOG_SIM_SERVERS=<n>` replays a 1- or 5-server run of the
 //! tests). `STAMPLOG_SIM_SEEDS=<n>` and `STAMPLOG_SIM_FIRST_SEED=<s>` widen
@@ -76,14 +107,20 @@
 //! judge fails such runs.
 
 mod config;
+mod control;
 mod judge;
 mod outcome;
 mod rng;
+mod servers;
+mod trace;
 mod world;
 
 use std::panic::{self, AssertUnwindSafe};
 
-pub use config::{ClientCrash, Partition, Sabotage, SimConfig};
+pub use config::{
+    ClientCrash, ControlTiming, CrashTarget, LateClient, Partition, Sabotage, ServerCrash,
+    SimConfig,
+};
 pub use outcome::{ClientState, Counters, Outcome, ReplicaState};
 
 /// Runs one simulation and judges it. Never panics on a bug in the state

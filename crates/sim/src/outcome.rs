@@ -51,6 +51,30 @@ pub struct Counters {
     pub network_undeliverable: u64,
     pub client_crashes: u64,
     pub client_restarts: u64,
+    /// Server processes crashed and started again.
+    pub server_crashes: u64,
+    pub server_restarts: u64,
+    /// Records a crashed server's disk kept past what its log had reported
+    /// synced (written, not yet synced), and versions restarted servers
+    /// dropped because no other replica agreed with them.
+    pub unsynced_kept: u64,
+    pub truncated: u64,
+    /// Commands proposed to the control plane, and changes of primary
+    /// (new epochs) it made.
+    pub control_commands: u64,
+    pub failovers: u64,
+    /// When the last failover was applied, and messages done since.
+    pub last_failover_ms: u64,
+    pub acked_after_last_failover: u64,
+    /// Acknowledged messages lost within the protocol's loss window: no
+    /// log holds them at the acknowledged version, because the primary
+    /// alone held them when it crashed (`server-async`, `client-async`, a
+    /// `hybrid` stream's client-async messages).
+    pub acked_lost_in_window: u64,
+    /// Messages a producer rebuilt for a new placement sent again with
+    /// another low-water mark than their first send (`Producer` has no way
+    /// to change placement, so a new one resends them).
+    pub low_water_changed: u64,
     /// Sums of the replicas' metrics.
     pub voided: u64,
     pub gap_requests: u64,
@@ -69,6 +93,8 @@ pub struct Counters {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReplicaState {
     pub server: ServerId,
+    /// A process of the server runs the stream at the end.
+    pub running: bool,
     pub last_version: u64,
     pub logged: u64,
     pub committed: u64,
@@ -101,8 +127,9 @@ impl fmt::Display for Outcome {
         for r in &self.replicas {
             writeln!(
                 f,
-                "server {}: last {} logged {} committed {} visible {} log {} held {} {:?}",
+                "server {}{}: last {} logged {} committed {} visible {} log {} held {} {:?}",
                 r.server,
+                if r.running { "" } else { " (not running)" },
                 r.last_version,
                 r.logged,
                 r.committed,

@@ -1,55 +1,94 @@
-//! The simulated world: servers with in-memory logs, client processes, a
-//! network that delays, reorders, drops and duplicates, and one queue of
-//! events ordered by (time, insertion order). Everything here is a pure
-//! function of the config: ordered maps only, no clock, no threads.
+//! The simulated world: servers with in-memory logs, client processes, the
+//! control plane, a network that delays, reorders, drops and duplicates,
+//! and one queue of events ordered by (time, insertion order). Everything
+//! here is a pure function of the config: ordered maps only, no clock, no
+//! threads. The servers' side (processes, logs, placement) is in
+//! `servers.rs`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use checker::Sent;
+use control::state::Command;
 use engine::replication::{
-    AckRule, Acknowledged, Effect, Entry, HybridMode, Msg, Node, Placement, Producer, Protocol,
-    Replica, ServerId,
+    AckRule, Acknowledged, Bytes, Entry, Msg, Node, Placement, Producer, Replica, ReplicaMetrics,
+    ServerId,
 };
-use proto::{EventId, Record};
+use proto::EventId;
 
-use crate::config::{Sabotage, SimConfig};
+use crate::config::SimConfig;
+use crate::control::{data_placement, ControlPlane};
 use crate::outcome::Counters;
 use crate::rng::Rng;
+use crate::trace::{describe, fingerprint, node, node_code, short, show};
 
 /// The one stream every run replicates.
 pub(crate) const STREAM: u64 = 1;
-const EPOCH: u64 = 1;
-pub(crate) const PRIMARY: ServerId = 1;
 /// Failures kept in words; more are counted, not listed.
 const FAILURES_MAX: usize = 20;
 /// Key and payload sizes of the generated messages (bytes, inclusive).
 const KEY_BYTES_MAX: u64 = 16;
 const PAYLOAD_BYTES_MAX: u64 = 64;
 
-enum Event {
+pub(crate) enum Event {
+    /// A network message. A server end carries the incarnation of its
+    /// process when the message was sent: a process that has restarted
+    /// since has new connections, and the message is gone.
     Deliver {
         from: Node,
         to: Node,
+        from_incarnation: u64,
+        to_incarnation: u64,
         msg: Msg,
     },
     /// The server's log is durable through `through` (a sync finished).
     Durable {
         server: ServerId,
+        incarnation: u64,
         through: u64,
     },
     ServerTick {
         server: ServerId,
+        incarnation: u64,
     },
     ClientTick {
         client: usize,
     },
-    Crash {
+    ClientCrash {
         client: usize,
         restart_after_ms: Option<u64>,
     },
-    Restart {
+    ClientRestart {
         predecessor: usize,
+    },
+    /// The control plane applies a proposed command. `proposer` is the
+    /// server process that proposed it, told the response.
+    Commit {
+        command: Command,
+        proposer: Option<(ServerId, u64)>,
+    },
+    /// A server process sees the control state of this index.
+    Observe {
+        server: ServerId,
+        incarnation: u64,
+        index: usize,
+    },
+    ClientObserve {
+        client: usize,
+        index: usize,
+    },
+    /// The `index`-th planned server crash.
+    ServerCrash {
+        index: usize,
+    },
+    ServerRestart {
+        server: ServerId,
+    },
+    /// The failure detector has not heard from this member for its
+    /// timeout.
+    Suspect {
+        server: ServerId,
+        join_view: u64,
     },
 }
 
@@ -60,41 +99,73 @@ impl Event {
             Event::Durable { .. } => 2,
             Event::ServerTick { .. } => 3,
             Event::ClientTick { .. } => 4,
-            Event::Crash { .. } => 5,
-            Event::Restart { .. } => 6,
+            Event::ClientCrash { .. } => 5,
+            Event::ClientRestart { .. } => 6,
+            Event::Commit { .. } => 7,
+            Event::Observe { .. } => 8,
+            Event::ClientObserve { .. } => 9,
+            Event::ServerCrash { .. } => 10,
+            Event::ServerRestart { .. } => 11,
+            Event::Suspect { .. } => 12,
         }
     }
 }
 
 pub(crate) struct Server {
     pub(crate) id: ServerId,
-    pub(crate) replica: Replica,
-    /// The stream's log: `log[i]` holds version `i + 1`.
+    /// The running process's replica of the stream: `None` while the
+    /// process is down or has not joined the cluster yet.
+    pub(crate) replica: Option<Replica>,
+    /// The stream's log: `log[i]` holds version `i + 1`. It outlives
+    /// processes: a crash keeps what the disk had.
     pub(crate) log: Vec<Entry>,
     /// What the simulated disk has synced (reported with `on_logged`).
     pub(crate) durable: u64,
     /// When the last scheduled sync completes, so syncs complete in order
     /// and `durable` never goes back.
-    sync_done_at: u64,
-    /// The last `Effect::Visible`.
+    pub(crate) sync_done_at: u64,
+    /// The last `Effect::Visible` of the running process.
     pub(crate) visible: u64,
+    /// A process runs (it may not have joined yet).
+    pub(crate) up: bool,
+    /// Counts the server's processes: events of an earlier one are void.
+    pub(crate) incarnation: u64,
+    /// The view this process joined in, once its `Join` is applied.
+    pub(crate) join_view: Option<u64>,
+    /// The placement last handed to the replica; it is reconfigured when
+    /// the control plane's differs.
+    pub(crate) applied: Option<crate::control::DataPlacement>,
+    /// The newest control state this server has seen, and when it sees
+    /// the next one (states arrive in order).
+    pub(crate) seen: usize,
+    pub(crate) observe_at: u64,
+    /// The metrics of its earlier processes.
+    pub(crate) past_metrics: ReplicaMetrics,
 }
 
 pub(crate) struct Client {
     pub(crate) id: u128,
     pub(crate) slot: usize,
+    session: u64,
     pub(crate) producer: Producer,
+    /// The placement the producer routes by.
+    placement: Placement,
+    /// Key and payload of every message not done yet, by sequence: a
+    /// producer built for a new placement sends them again.
+    unfinished: BTreeMap<u64, (Bytes, Bytes)>,
     /// Messages this process sends in total.
     pub(crate) quota: u32,
     pub(crate) sent: Vec<Sent>,
     pub(crate) acknowledged: Vec<(EventId, Acknowledged)>,
     pub(crate) refused: u32,
     pub(crate) crashed: bool,
+    seen: usize,
+    observe_at: u64,
 }
 
 pub(crate) struct World<'a> {
     pub(crate) config: &'a SimConfig,
-    rng: Rng,
+    pub(crate) rng: Rng,
     pub(crate) now: u64,
     queue: BTreeMap<(u64, u64), Event>,
     scheduled: u64,
@@ -102,15 +173,24 @@ pub(crate) struct World<'a> {
     pub(crate) clients: Vec<Client>,
     by_id: BTreeMap<u128, usize>,
     restarts_pending: usize,
+    /// Planned server crashes and restarts not carried out yet.
+    pub(crate) server_faults_pending: usize,
+    pub(crate) control: ControlPlane,
     /// Drops stop from this time on.
     pub(crate) heal_at: u64,
     senders_done: bool,
-    /// The ack rule of each version the primary logged (`rules[v - 1]`):
-    /// it says how many logs must hold `v` before anyone may see it.
-    rules: Vec<AckRule>,
-    /// The rule of the message the primary is handling (`hybrid` takes a
-    /// `Write` under server-sync's rule and a `Tagged` under client-async's).
-    stamping_rule: Option<AckRule>,
+    /// The ack rule the record now at each version was stamped under, and
+    /// how many logs must hold the version before anyone may see it.
+    pub(crate) rules: BTreeMap<u64, (AckRule, usize)>,
+    /// The ack rule each event was first stamped under.
+    pub(crate) stamped_rules: BTreeMap<EventId, AckRule>,
+    /// Events some client sent by the client-async flow (`Tagged`): a
+    /// `hybrid` primary stamps those under the first-replica rule.
+    pub(crate) tagged: BTreeSet<EventId>,
+    /// The low-water mark each event was first sent with, and the events
+    /// a rebuilt producer sent again with another one.
+    first_low_water: BTreeMap<EventId, u64>,
+    pub(crate) low_water_changed: BTreeSet<EventId>,
     pub(crate) counters: Counters,
     failures: Vec<String>,
     failures_unlisted: usize,
@@ -118,7 +198,7 @@ pub(crate) struct World<'a> {
     pub(crate) hash: u64,
     /// A broken invariant left the world inconsistent: stop at once.
     pub(crate) aborted: bool,
-    quiescent: bool,
+    pub(crate) quiescent: bool,
 }
 
 impl<'a> World<'a> {
@@ -126,27 +206,21 @@ impl<'a> World<'a> {
         assert!(config.servers >= 1, "a placement needs a server");
         assert!(config.window >= 1, "a client needs room for one message");
         assert!(config.tick_ms >= 1, "ticks need a period");
-        let placement = Placement {
-            replicas: (1..=config.servers).collect(),
-            primary: PRIMARY,
-            epoch: EPOCH,
-        };
-        let servers = placement
-            .replicas
-            .iter()
-            .map(|&id| Server {
+        let servers = (1..=config.servers)
+            .map(|id| Server {
                 id,
-                replica: Replica::new(
-                    STREAM,
-                    id,
-                    placement.clone(),
-                    config.protocol,
-                    config.replica,
-                ),
+                replica: None,
                 log: Vec::new(),
                 durable: 0,
                 sync_done_at: 0,
                 visible: 0,
+                up: true,
+                incarnation: 1,
+                join_view: None,
+                applied: None,
+                seen: 0,
+                observe_at: 0,
+                past_metrics: ReplicaMetrics::default(),
             })
             .collect();
         let mut world = World {
@@ -159,10 +233,15 @@ impl<'a> World<'a> {
             clients: Vec::new(),
             by_id: BTreeMap::new(),
             restarts_pending: 0,
+            server_faults_pending: config.server_crashes.len(),
+            control: ControlPlane::new(config.servers, config.protocol),
             heal_at: config.heal_deadline_ms,
             senders_done: false,
-            rules: Vec::new(),
-            stamping_rule: None,
+            rules: BTreeMap::new(),
+            stamped_rules: BTreeMap::new(),
+            tagged: BTreeSet::new(),
+            first_low_water: BTreeMap::new(),
+            low_water_changed: BTreeSet::new(),
             counters: Counters::default(),
             failures: Vec::new(),
             failures_unlisted: 0,
@@ -171,27 +250,40 @@ impl<'a> World<'a> {
             aborted: false,
             quiescent: false,
         };
+        world.start();
+        world
+    }
+
+    /// Every server opens the stream as the control plane placed it, the
+    /// clients start, and the planned faults are scheduled.
+    fn start(&mut self) {
+        let config = self.config;
+        let (_, state) = self.control.latest();
         for id in 1..=config.servers {
-            let mut out = Vec::new();
-            world.server(id).replica.start(0, &mut out);
-            world.apply(id, out);
-            let first_tick = world.rng.between(1, config.tick_ms);
-            world.schedule(first_tick, Event::ServerTick { server: id });
+            let view = state.members[&id].join_view;
+            self.servers[id as usize - 1].join_view = Some(view);
+            self.open(id, &state);
         }
         for slot in 0..config.clients {
-            let start = world.rng.between(0, config.client_start_ms_max);
-            world.spawn(slot, config.messages_per_client, start);
+            let start = self.rng.between(0, config.client_start_ms_max);
+            self.spawn(slot, config.messages_per_client, start);
+        }
+        if let Some(late) = config.late_client {
+            let start = config.last_restart_ms() + late.after_ms;
+            self.spawn(config.clients, late.messages, start);
         }
         for crash in &config.crashes {
             if crash.client < config.clients {
-                let event = Event::Crash {
+                let event = Event::ClientCrash {
                     client: crash.client,
                     restart_after_ms: crash.restart_after_ms,
                 };
-                world.schedule(crash.at_ms, event);
+                self.schedule(crash.at_ms, event);
             }
         }
-        world
+        for (index, crash) in config.server_crashes.iter().enumerate() {
+            self.schedule(crash.at_ms, Event::ServerCrash { index });
+        }
     }
 
     /// Processes events until the run is over: quiescent after the heal,
@@ -222,46 +314,34 @@ impl<'a> World<'a> {
 
     fn handle(&mut self, event: Event) {
         match event {
-            Event::Deliver { from, to, msg } => self.deliver(from, to, msg),
-            Event::Durable { server, through } => {
-                self.mix(u64::from(server));
-                self.mix(through);
-                let now = self.now;
-                let mut out = Vec::new();
-                let state = self.server(server);
-                state.durable = state.durable.max(through);
-                state.replica.on_logged(through, now, &mut out);
-                self.apply(server, out);
-            }
-            Event::ServerTick { server } => {
-                self.mix(u64::from(server));
-                let now = self.now;
-                let mut out = Vec::new();
-                self.server(server).replica.on_tick(now, &mut out);
-                self.apply(server, out);
-                self.schedule(now + self.config.tick_ms, Event::ServerTick { server });
-                if server == PRIMARY && now >= self.heal_at && self.is_quiescent() {
-                    self.note(|| "quiescent: every live client is done and the logs agree".into());
-                    self.quiescent = true;
+            Event::Deliver {
+                from,
+                to,
+                from_incarnation,
+                to_incarnation,
+                msg,
+            } => {
+                if self.connected(from, from_incarnation) && self.connected(to, to_incarnation) {
+                    self.deliver(from, to, msg);
+                } else {
+                    self.counters.network_undeliverable += 1;
                 }
             }
-            Event::ClientTick { client } => {
-                self.mix(client as u64);
-                if self.clients[client].crashed {
-                    return;
-                }
-                let now = self.now;
-                let mut out = Vec::new();
-                self.clients[client].producer.on_tick(now, &mut out);
-                self.route(client, out);
-                self.pump(client);
-                self.schedule(now + self.config.tick_ms, Event::ClientTick { client });
-            }
-            Event::Crash {
+            Event::Durable {
+                server,
+                incarnation,
+                through,
+            } => self.durable(server, incarnation, through),
+            Event::ServerTick {
+                server,
+                incarnation,
+            } => self.server_tick(server, incarnation),
+            Event::ClientTick { client } => self.client_tick(client),
+            Event::ClientCrash {
                 client,
                 restart_after_ms,
-            } => self.crash(client, restart_after_ms),
-            Event::Restart { predecessor } => {
+            } => self.crash_client(client, restart_after_ms),
+            Event::ClientRestart { predecessor } => {
                 self.restarts_pending -= 1;
                 self.counters.client_restarts += 1;
                 let old = &self.clients[predecessor];
@@ -270,32 +350,70 @@ impl<'a> World<'a> {
                 let now = self.now;
                 self.spawn(slot, quota, now);
             }
+            Event::Commit { command, proposer } => {
+                self.control.in_flight -= 1;
+                self.commit(command, proposer);
+            }
+            Event::Observe {
+                server,
+                incarnation,
+                index,
+            } => {
+                self.control.in_flight -= 1;
+                self.observe(server, incarnation, index);
+            }
+            Event::ClientObserve { client, index } => {
+                self.control.in_flight -= 1;
+                self.client_observe(client, index);
+            }
+            Event::ServerCrash { index } => self.crash_server(index),
+            Event::ServerRestart { server } => self.restart_server(server),
+            Event::Suspect { server, join_view } => self.suspect(server, join_view),
         }
     }
 
     // --- clients ---
 
+    fn client_tick(&mut self, client: usize) {
+        self.mix(client as u64);
+        if self.clients[client].crashed {
+            return;
+        }
+        let now = self.now;
+        let mut out = Vec::new();
+        self.clients[client].producer.on_tick(now, &mut out);
+        self.route(client, out);
+        self.pump(client);
+        self.schedule(now + self.config.tick_ms, Event::ClientTick { client });
+    }
+
     fn spawn(&mut self, slot: usize, quota: u32, start_at: u64) {
         let id = self.fresh_client_id();
         let session = self.rng.next_u64();
-        let placement = self.servers[0].replica.placement().clone();
+        let (seen, state) = self.control.latest();
+        let (placement, _, _) = data_placement(self.control.placed(), &state);
         let producer = Producer::new(
             id,
             session,
             self.config.protocol,
-            placement,
+            placement.clone(),
             self.config.producer,
         );
         let index = self.clients.len();
         self.clients.push(Client {
             id,
             slot,
+            session,
             producer,
+            placement,
+            unfinished: BTreeMap::new(),
             quota,
             sent: Vec::new(),
             acknowledged: Vec::new(),
             refused: 0,
             crashed: false,
+            seen,
+            observe_at: 0,
         });
         self.by_id.insert(id, index);
         self.note(|| {
@@ -317,7 +435,7 @@ impl<'a> World<'a> {
         }
     }
 
-    fn crash(&mut self, client: usize, restart_after_ms: Option<u64>) {
+    fn crash_client(&mut self, client: usize, restart_after_ms: Option<u64>) {
         let state = &mut self.clients[client];
         if state.crashed {
             return;
@@ -331,7 +449,7 @@ impl<'a> World<'a> {
             let at = self.now + after;
             self.schedule(
                 at,
-                Event::Restart {
+                Event::ClientRestart {
                     predecessor: client,
                 },
             );
@@ -351,16 +469,17 @@ impl<'a> World<'a> {
                 break;
             }
             let key_length = self.rng.between(0, KEY_BYTES_MAX) as usize;
-            let key = self.rng.bytes(key_length);
+            let key = Arc::new(self.rng.bytes(key_length));
             let payload_length = self.rng.between(0, PAYLOAD_BYTES_MAX) as usize;
-            let payload = self.rng.bytes(payload_length);
+            let payload = Arc::new(self.rng.bytes(payload_length));
             let digest = checker::digest(&key, &payload);
             let now = self.now;
             let mut out = Vec::new();
             let state = &mut self.clients[client];
             let event = state
                 .producer
-                .send(Arc::new(key), Arc::new(payload), now, &mut out);
+                .send(Arc::clone(&key), Arc::clone(&payload), now, &mut out);
+            state.unfinished.insert(event.sequence, (key, payload));
             state.sent.push(Sent { event, digest });
             self.counters.messages_sent += 1;
             self.route(client, out);
@@ -373,10 +492,14 @@ impl<'a> World<'a> {
     fn collect(&mut self, client: usize) {
         for completion in self.clients[client].producer.take_completed() {
             let event = completion.event;
+            self.clients[client].unfinished.remove(&event.sequence);
             match completion.outcome {
                 Ok(acknowledged) => {
                     self.counters.messages_acked += 1;
                     self.counters.completion_ms = self.now;
+                    if self.counters.failovers > 0 {
+                        self.counters.acked_after_last_failover += 1;
+                    }
                     self.note(|| {
                         format!(
                             "done {} @{} {:?}",
@@ -418,188 +541,103 @@ impl<'a> World<'a> {
     fn route(&mut self, client: usize, out: Vec<(Node, Msg)>) {
         let from = Node::Client(self.clients[client].id);
         for (to, msg) in out {
+            let content = match &msg {
+                Msg::Write(content) | Msg::Tagged(content) | Msg::Placed { content, .. } => {
+                    Some(content)
+                }
+                _ => None,
+            };
+            if let Some(content) = content {
+                let event = content.event;
+                if matches!(msg, Msg::Tagged(_)) {
+                    self.tagged.insert(event);
+                }
+                let first = *self
+                    .first_low_water
+                    .entry(event)
+                    .or_insert(content.low_water);
+                if first != content.low_water && self.low_water_changed.insert(event) {
+                    self.counters.low_water_changed += 1;
+                }
+            }
             self.transmit(from, to, msg);
         }
     }
 
-    // --- servers ---
-
-    fn server(&mut self, id: ServerId) -> &mut Server {
-        &mut self.servers[id as usize - 1]
-    }
-
-    /// Carries out a replica's effects.
-    fn apply(&mut self, server: ServerId, effects: Vec<Effect>) {
-        for effect in effects {
-            match effect {
-                Effect::Send(to, msg) => {
-                    if let (Node::Client(_), Msg::Ack { event, version, .. }) = (&to, &msg) {
-                        self.check_ack(server, event, *version);
-                    }
-                    self.transmit(Node::Server(server), to, msg);
-                }
-                Effect::Append(entry) => self.append(server, entry),
-                Effect::Serve {
-                    to,
-                    from,
-                    to_version,
-                } => {
-                    let log = &self.servers[server as usize - 1].log;
-                    let first = from.max(1) as usize - 1;
-                    let end = (to_version as usize).min(log.len());
-                    if first < end {
-                        let entries = log[first..end].to_vec();
-                        self.transmit(
-                            Node::Server(server),
-                            Node::Server(to),
-                            Msg::Replicate { entries },
-                        );
-                    }
-                }
-                Effect::Visible(version) => self.check_visible(server, version),
-            }
-        }
-    }
-
-    fn append(&mut self, server: ServerId, entry: Entry) {
-        let version = entry.version();
-        if self.config.sabotage == Some(Sabotage::SkipAppend { server, version }) {
-            self.note(|| {
-                format!("sabotage: server {server} loses the append of version {version}")
-            });
+    /// A client sees a control state. A new placement (another primary,
+    /// epoch or set of live replicas) gets a new producer of the same
+    /// session, which sends every unfinished message again with its event
+    /// id and content: the new primary answers those it has with their
+    /// versions.
+    fn client_observe(&mut self, client: usize, index: usize) {
+        let state = &mut self.clients[client];
+        if state.crashed || index <= state.seen {
             return;
         }
-        let expected = self.servers[server as usize - 1].log.len() as u64 + 1;
-        if version != expected {
-            self.fail(format!(
-                "server {server} appended version {version}, but its log ends at version {}: versions must be dense and in order",
-                expected - 1
-            ));
-            self.aborted = true;
+        state.seen = index;
+        let control = self.control.state(index);
+        let placed = &control.streams[&self.control.name];
+        let (placement, _, _) = data_placement(placed, &control);
+        if placement.primary == 0 || placement == self.clients[client].placement {
             return;
         }
-        match Record::decode(&entry.bytes) {
-            Ok((record, _)) if record.header == entry.header => {}
-            _ => {
-                self.fail(format!(
-                    "server {server} appended version {version} whose bytes do not decode to its header"
-                ));
-                self.aborted = true;
-                return;
-            }
-        }
-        self.counters.appends += 1;
-        if server == PRIMARY && self.config.protocol != Protocol::Unversioned {
-            let fixed = self.config.protocol.ack_rule(HybridMode::ServerSync);
-            self.rules.push(self.stamping_rule.unwrap_or(fixed));
-        }
-        let delay = self.rng.between(0, self.config.sync_delay_ms_max);
         let now = self.now;
-        let state = self.server(server);
-        state.log.push(entry);
-        state.sync_done_at = state.sync_done_at.max(now + delay);
-        let at = state.sync_done_at;
-        self.schedule(
-            at,
-            Event::Durable {
-                server,
-                through: version,
-            },
+        let state = &mut self.clients[client];
+        let mut producer = Producer::new(
+            state.id,
+            state.session,
+            self.config.protocol,
+            placement.clone(),
+            self.config.producer,
         );
+        let mut out = Vec::new();
+        for (&sequence, (key, payload)) in &state.unfinished {
+            producer.resume_after(sequence - 1);
+            let event = producer.send(Arc::clone(key), Arc::clone(payload), now, &mut out);
+            assert_eq!(
+                event.sequence, sequence,
+                "a resent message keeps its event id"
+            );
+        }
+        producer.resume_after(state.sent.len() as u64);
+        state.producer = producer;
+        state.placement = placement;
+        let (id, resent) = (state.id, state.unfinished.len());
+        self.note(|| {
+            format!(
+                "client {} follows the new placement, resending {resent}",
+                short(id)
+            )
+        });
+        self.route(client, out);
     }
 
-    /// Output commit: a server acknowledges only what its own log holds
-    /// durably; under the all-replica rule the primary acknowledges only
-    /// what every log holds.
-    fn check_ack(&mut self, server: ServerId, event: &EventId, version: u64) {
-        let durable = self.servers[server as usize - 1].durable;
-        if version > durable {
-            self.fail(format!(
-                "server {server} acknowledged {} at version {version} while its log was durable through {durable}",
-                show(event)
-            ));
-        }
-        let rule = self.rule_of(version);
-        if server == PRIMARY && rule == Some(AckRule::PrimaryAfterAll) {
-            if let Some(behind) = self.servers.iter().find(|s| s.durable < version) {
-                let (id, durable) = (behind.id, behind.durable);
-                self.fail(format!(
-                    "primary acknowledged {} at version {version} while server {id} was durable through {durable}",
-                    show(event)
-                ));
+    /// Schedules a client's view of control state `index`, after its lag.
+    pub(crate) fn publish_to_clients(&mut self, index: usize, inline: bool) {
+        for client in 0..self.clients.len() {
+            if self.clients[client].crashed {
+                continue;
             }
-        }
-    }
-
-    /// Readers never see a version go away, nor one that is not durable,
-    /// nor one that fewer logs hold than its ack rule's commit quorum.
-    fn check_visible(&mut self, server: ServerId, version: u64) {
-        let state = &self.servers[server as usize - 1];
-        let (before, durable) = (state.visible, state.durable);
-        if version < before {
-            self.fail(format!(
-                "server {server}: visible went back from {before} to {version}"
-            ));
-        }
-        if version > durable {
-            self.fail(format!(
-                "server {server}: version {version} visible while its log was durable through {durable}"
-            ));
-        }
-        if self.config.protocol != Protocol::Unversioned {
-            for shown in before + 1..=version {
-                let Some(rule) = self.rule_of(shown) else {
-                    self.fail(format!(
-                        "server {server}: version {shown} visible, but the primary never logged it"
-                    ));
-                    break;
-                };
-                let quorum = Protocol::commit_quorum(rule, self.servers.len());
-                let holding = self.servers.iter().filter(|s| s.durable >= shown).count();
-                if holding < quorum {
-                    self.fail(format!(
-                        "server {server}: version {shown} visible while only {holding} logs hold it (quorum {quorum}, {rule:?})"
-                    ));
-                }
+            if inline {
+                self.client_observe(client, index);
+                continue;
             }
+            let lag = self.rng.between(0, self.config.control.observe_lag_ms_max);
+            let state = &mut self.clients[client];
+            state.observe_at = state.observe_at.max(self.now + lag);
+            let at = state.observe_at;
+            self.control.in_flight += 1;
+            self.schedule(at, Event::ClientObserve { client, index });
         }
-        self.server(server).visible = before.max(version);
-        self.note(|| format!("s{server} visible {version}"));
-    }
-
-    /// The ack rule the primary logged `version` under.
-    fn rule_of(&self, version: u64) -> Option<AckRule> {
-        let index = usize::try_from(version.checked_sub(1)?).ok()?;
-        self.rules.get(index).copied()
-    }
-
-    /// After the heal: every live client is done and the replicas agree.
-    fn is_quiescent(&self) -> bool {
-        let clients_done = self
-            .clients
-            .iter()
-            .all(|c| c.crashed || (c.sent.len() as u32 >= c.quota && c.producer.in_flight() == 0));
-        if !clients_done || self.restarts_pending > 0 {
-            return false;
-        }
-        let versioned = self.config.protocol != Protocol::Unversioned;
-        let primary_last = self.servers[0].replica.last_version();
-        self.servers.iter().all(|s| {
-            let last = s.replica.last_version();
-            s.replica.held() == 0
-                && s.durable == s.log.len() as u64
-                && s.replica.logged() == last
-                && (!versioned || (last == primary_last && s.visible == last))
-        })
     }
 
     // --- the network ---
 
     /// Hands a message to the network: lost (before the heal), delivered
     /// once or twice, each copy after its own delay.
-    fn transmit(&mut self, from: Node, to: Node, msg: Msg) {
+    pub(crate) fn transmit(&mut self, from: Node, to: Node, msg: Msg) {
         self.counters.network_sent += 1;
-        if self.now < self.heal_at && (self.cut_off(from) || self.cut_off(to)) {
+        if self.now < self.heal_at && self.cut(from, to) {
             self.counters.network_dropped += 1;
             self.note(|| format!("cut {} -> {}: {}", node(from), node(to), describe(&msg)));
             return;
@@ -609,18 +647,29 @@ impl<'a> World<'a> {
             self.note(|| format!("lost {} -> {}: {}", node(from), node(to), describe(&msg)));
             return;
         }
+        let from_incarnation = self.incarnation_of(from);
+        let to_incarnation = self.incarnation_of(to);
         if self.rng.chance(self.config.duplicate_permille) {
             self.counters.network_duplicated += 1;
             let delay = self.delay();
             let copy = Event::Deliver {
                 from,
                 to,
+                from_incarnation,
+                to_incarnation,
                 msg: msg.clone(),
             };
             self.schedule(self.now + delay, copy);
         }
         let delay = self.delay();
-        self.schedule(self.now + delay, Event::Deliver { from, to, msg });
+        let deliver = Event::Deliver {
+            from,
+            to,
+            from_incarnation,
+            to_incarnation,
+            msg,
+        };
+        self.schedule(self.now + delay, deliver);
     }
 
     /// One message's time on the wire.
@@ -633,15 +682,46 @@ impl<'a> World<'a> {
         self.rng.between(0, self.config.delay_ms_max)
     }
 
-    fn cut_off(&self, node: Node) -> bool {
-        let Node::Server(server) = node else {
-            return false;
-        };
+    /// Whether a partition cuts the link between two nodes now.
+    fn cut(&self, from: Node, to: Node) -> bool {
         let now = self.now;
-        self.config
-            .partitions
-            .iter()
-            .any(|p| p.server == server && (p.from_ms..p.to_ms).contains(&now))
+        let id = |node: Node| match node {
+            Node::Server(id) => Some(id),
+            Node::Client(_) => None,
+        };
+        let (a, b) = (id(from), id(to));
+        self.config.partitions.iter().any(|p| {
+            (p.from_ms..p.to_ms).contains(&now)
+                && match p.peer {
+                    None => a == Some(p.server) || b == Some(p.server),
+                    Some(peer) => {
+                        (a, b) == (Some(p.server), Some(peer))
+                            || (a, b) == (Some(peer), Some(p.server))
+                    }
+                }
+        })
+    }
+
+    /// The process a server node's connection belongs to (0: a client).
+    fn incarnation_of(&self, node: Node) -> u64 {
+        match node {
+            Node::Server(id) => self
+                .servers
+                .get((id as usize).wrapping_sub(1))
+                .map_or(0, |s| s.incarnation),
+            Node::Client(_) => 0,
+        }
+    }
+
+    /// Whether the process at this end of a connection still runs.
+    fn connected(&self, node: Node, incarnation: u64) -> bool {
+        match node {
+            Node::Server(id) => self
+                .servers
+                .get((id as usize).wrapping_sub(1))
+                .is_some_and(|s| s.up && s.incarnation == incarnation),
+            Node::Client(_) => true,
+        }
     }
 
     fn deliver(&mut self, from: Node, to: Node, msg: Msg) {
@@ -655,23 +735,19 @@ impl<'a> World<'a> {
         let mut out = Vec::new();
         match (from, to) {
             (Node::Client(client), Node::Server(server)) => {
-                if server == PRIMARY && self.config.protocol == Protocol::Hybrid {
-                    self.stamping_rule = match msg {
-                        Msg::Write(_) => Some(AckRule::PrimaryAfterAll),
-                        Msg::Tagged(_) => Some(AckRule::FirstReplica),
-                        _ => None,
-                    };
-                }
-                self.server(server)
-                    .replica
-                    .on_client(client, msg, now, &mut out);
+                let Some(replica) = self.servers[server as usize - 1].replica.as_mut() else {
+                    self.counters.network_undeliverable += 1;
+                    return;
+                };
+                replica.on_client(client, msg, now, &mut out);
                 self.apply(server, out);
-                self.stamping_rule = None;
             }
             (Node::Server(peer), Node::Server(server)) => {
-                self.server(server)
-                    .replica
-                    .on_peer(peer, msg, now, &mut out);
+                let Some(replica) = self.servers[server as usize - 1].replica.as_mut() else {
+                    self.counters.network_undeliverable += 1;
+                    return;
+                };
+                replica.on_peer(peer, msg, now, &mut out);
                 self.apply(server, out);
             }
             (Node::Server(server), Node::Client(id)) => {
@@ -699,9 +775,17 @@ impl<'a> World<'a> {
 
     // --- bookkeeping ---
 
-    fn schedule(&mut self, at: u64, event: Event) {
+    pub(crate) fn schedule(&mut self, at: u64, event: Event) {
         self.scheduled += 1;
         self.queue.insert((at, self.scheduled), event);
+    }
+
+    /// Whether every live client is done.
+    pub(crate) fn clients_done(&self) -> bool {
+        self.restarts_pending == 0
+            && self.clients.iter().all(|c| {
+                c.crashed || (c.sent.len() as u32 >= c.quota && c.producer.in_flight() == 0)
+            })
     }
 
     pub(crate) fn fail(&mut self, failure: String) {
@@ -729,127 +813,10 @@ impl<'a> World<'a> {
     }
 
     /// FNV-1a over the words of each event.
-    fn mix(&mut self, word: u64) {
+    pub(crate) fn mix(&mut self, word: u64) {
         for byte in word.to_le_bytes() {
             self.hash ^= u64::from(byte);
             self.hash = self.hash.wrapping_mul(0x0000_0100_0000_01b3);
         }
     }
-}
-
-fn node_code(node: Node) -> u64 {
-    match node {
-        Node::Server(id) => u64::from(id),
-        Node::Client(id) => (id as u64) ^ ((id >> 64) as u64) ^ (1 << 63),
-    }
-}
-
-/// The words of a message that the trace hash covers.
-fn fingerprint(msg: &Msg) -> [u64; 3] {
-    match msg {
-        Msg::Write(content) => [1, content.event.sequence, content.payload.len() as u64],
-        Msg::Tagged(content) => [2, content.event.sequence, content.payload.len() as u64],
-        Msg::Reserve { event, .. } => [3, event.sequence, 0],
-        Msg::Placed {
-            version, content, ..
-        } => [4, content.event.sequence, *version],
-        Msg::Ack {
-            event,
-            version,
-            duplicate,
-            ..
-        } => [5, event.sequence, *version ^ (u64::from(*duplicate) << 63)],
-        Msg::Stamped { event, version, .. } => [6, event.sequence, *version],
-        Msg::Refused { event, .. } => [7, event.sequence, 0],
-        Msg::Replicate { entries } => [
-            8,
-            entries.first().map_or(0, Entry::version),
-            entries.len() as u64,
-        ],
-        Msg::Bind { bindings } => [
-            9,
-            bindings.first().map_or(0, |b| b.version),
-            bindings.len() as u64,
-        ],
-        Msg::Progress { logged, last } => [10, *logged, *last],
-        Msg::Commit { committed, last } => [11, *committed, *last],
-        Msg::Need { from, to } => [12, *from, *to],
-        Msg::Probe => [14, 0, 0],
-        Msg::Reack { event, version } => [13, event.sequence, *version],
-    }
-}
-
-/// A message in a few words, for the trace.
-fn describe(msg: &Msg) -> String {
-    let range = |first: Option<u64>, last: Option<u64>, count: usize| match (first, last) {
-        (Some(first), Some(last)) => format!("{first}..={last} ({count})"),
-        _ => "nothing".to_string(),
-    };
-    match msg {
-        Msg::Write(content) => format!("write {}", show(&content.event)),
-        Msg::Tagged(content) => format!("tagged {}", show(&content.event)),
-        Msg::Reserve { event, .. } => format!("reserve {}", show(event)),
-        Msg::Placed {
-            version, content, ..
-        } => format!("placed {} @{version}", show(&content.event)),
-        Msg::Ack {
-            event,
-            version,
-            duplicate,
-            hint,
-            ..
-        } => {
-            let duplicate = if *duplicate { " duplicate" } else { "" };
-            let hint = hint.map_or(String::new(), |mode| format!(" hint {mode:?}"));
-            format!("ack {} @{version}{duplicate}{hint}", show(event))
-        }
-        Msg::Stamped {
-            event,
-            version,
-            duplicate,
-            ..
-        } => {
-            let duplicate = if *duplicate { " duplicate" } else { "" };
-            format!("stamped {} @{version}{duplicate}", show(event))
-        }
-        Msg::Refused { event, refusal } => format!("refused {}: {refusal}", show(event)),
-        Msg::Replicate { entries } => format!(
-            "replicate {}",
-            range(
-                entries.first().map(Entry::version),
-                entries.last().map(Entry::version),
-                entries.len()
-            )
-        ),
-        Msg::Bind { bindings } => format!(
-            "bind {}",
-            range(
-                bindings.first().map(|b| b.version),
-                bindings.last().map(|b| b.version),
-                bindings.len()
-            )
-        ),
-        Msg::Progress { logged, last } => format!("progress {logged} {last}"),
-        Msg::Commit { committed, last } => format!("commit {committed} last {last}"),
-        Msg::Need { from, to } => format!("need {from}..={to}"),
-        Msg::Probe => "probe".to_string(),
-        Msg::Reack { event, version } => format!("reack {} @{version}", show(event)),
-    }
-}
-
-fn node(node: Node) -> String {
-    match node {
-        Node::Server(id) => format!("s{id}"),
-        Node::Client(id) => format!("c{}", short(id)),
-    }
-}
-
-/// The low 16 bits of a client id: enough to tell a run's clients apart.
-fn short(client: u128) -> String {
-    format!("{:04x}", client as u16)
-}
-
-/// An event id in the trace: short client id / sequence.
-pub(crate) fn show(event: &EventId) -> String {
-    format!("{}/{}", short(event.client), event.sequence)
 }

@@ -36,3 +36,18 @@ pub fn inspect(
     let recovered = recovery::recover(storage, folder, stream, recovery::Mode::ReadOnly, visit)?;
     Ok(recovered.last_version)
 }
+
+/// Drops every record after `version` from the closed log of `stream` in
+/// `folder`, durably; returns how many records were dropped. Segments past
+/// the cut go first, newest first, then the segment holding the cut is
+/// shortened, so a crash at any step leaves a valid log that ends between
+/// the old end and the cut, and running it again finishes the job.
+/// For a replica whose tail no one else agrees with after a failover.
+pub fn truncate_after(
+    storage: &dyn Storage,
+    folder: &std::path::Path,
+    stream: u64,
+    version: u64,
+) -> Result<u64, LogError> {
+    recovery::truncate_after(storage, folder, stream, version)
+}

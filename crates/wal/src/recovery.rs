@@ -290,3 +290,51 @@ fn has_record_after(bytes: &[u8], from: usize, stream: u64, min_version: u64) ->
     }
     false
 }
+
+/// See [`crate::truncate_after`].
+pub(crate) fn truncate_after(
+    storage: &dyn Storage,
+    folder: &Path,
+    stream: u64,
+    version: u64,
+) -> Result<u64, LogError> {
+    let recovered = recover(storage, folder, stream, Mode::Repair, &mut |_| {})?;
+    if recovered.last_version <= version {
+        return Ok(0);
+    }
+    let dropped = recovered.last_version - version;
+    for segment in recovered.segments.iter().rev() {
+        let path = segment::segment_path(folder, segment.base);
+        if segment.base > version + 1 || (segment.base == version + 1 && segment.base > 1) {
+            // Wholly past the cut (the first segment stays, as a log's
+            // first segment always exists).
+            drop(segment.file.clone());
+            storage.remove_file(&path).map_err(io_error(&path))?;
+            storage.sync_dir(folder).map_err(io_error(folder))?;
+            continue;
+        }
+        let file = segment.file.as_ref().expect("a recovered segment is open");
+        let mut offset = segment.seek(version + 1);
+        let mut bytes = vec![0u8; (segment.length - offset) as usize];
+        file.read_exact_at(&mut bytes, offset)
+            .map_err(io_error(&path))?;
+        let mut at = 0;
+        while at < bytes.len() {
+            let (record, used) =
+                Record::decode(&bytes[at..]).map_err(|error| LogError::Corrupt {
+                    path: path.clone(),
+                    offset: offset + at as u64,
+                    reason: error.to_string(),
+                })?;
+            if record.header.version > version {
+                break;
+            }
+            at += used;
+        }
+        offset += at as u64;
+        file.set_len(offset).map_err(io_error(&path))?;
+        file.sync_data().map_err(io_error(&path))?;
+        break;
+    }
+    Ok(dropped)
+}

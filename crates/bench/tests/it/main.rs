@@ -3,6 +3,7 @@
 //! (`patterns`, `duplication`) run against the real `stamplog` binary.
 
 mod duplication;
+mod failover;
 mod patterns;
 
 use std::path::{Path, PathBuf};

@@ -100,7 +100,7 @@ fn send_then_tail_prints_every_message_with_its_version() {
         .map(|line| line.split('\t').next_back().unwrap().to_string())
         .collect();
     assert_eq!(payloads, vec!["hello", "world", "third", "fourth"]);
-    let status = run(&["status", "-s", address], None);
+    let status = run(&["status", "--json", "-s", address], None);
     let json: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
     assert_eq!(json["streams"][0]["name"], "greetings");
     assert_eq!(json["streams"][0]["last_version"], 4);

@@ -123,6 +123,31 @@ impl Producer {
         self.mode
     }
 
+    /// Where the stream lives as this producer sends.
+    pub fn placement(&self) -> &Placement {
+        &self.placement
+    }
+
+    /// The stream failed over (or its replica set changed): every message
+    /// not done goes again, same event id and content, to the new
+    /// placement, forgetting acknowledgements and versions from before
+    /// (the new primary's dedupe table answers with the original version
+    /// for what had landed).
+    pub fn reconfigure(&mut self, placement: Placement, now: u64, out: &mut Vec<(Node, Msg)>) {
+        if placement == self.placement {
+            return;
+        }
+        self.placement = placement;
+        for pending in self.pending.values_mut() {
+            pending.acks.clear();
+            pending.version = None;
+            pending.sent_at = now;
+        }
+        for pending in self.pending.values() {
+            self.dispatch(pending, true, out);
+        }
+    }
+
     /// Messages done since the last call.
     pub fn take_completed(&mut self) -> Vec<Completion> {
         std::mem::take(&mut self.completed)
@@ -201,6 +226,16 @@ impl Producer {
             Msg::Ack {
                 version, duplicate, ..
             } => {
+                if pending.flow != Flow::Local
+                    && from == self.placement.primary
+                    && pending.version.is_none()
+                {
+                    // The primary's word on the version wins over a
+                    // replica's (a replica that came back may ack a stale
+                    // copy).
+                    pending.version = Some(version);
+                    pending.acks.retain(|(_, acked)| *acked == version);
+                }
                 if pending.version.is_some_and(|known| known != version) {
                     // An ack names the version the server's log holds the
                     // message at, so it wins: a `Stamped` can be a stale
@@ -275,6 +310,16 @@ impl Producer {
     fn is_done(&self, sequence: u64) -> bool {
         let pending = &self.pending[&sequence];
         let acked = |server: ServerId| pending.acks.iter().any(|(s, _)| *s == server);
+        // Every ack names the same version (`unversioned` excepted, where
+        // each replica has its own).
+        let agreed = pending.flow == Flow::Local
+            || pending
+                .acks
+                .first()
+                .is_none_or(|(_, first)| pending.acks.iter().all(|(_, v)| v == first));
+        if !agreed {
+            return false;
+        }
         match pending.rule {
             AckRule::EveryReplica => self.placement.replicas.iter().all(|s| acked(*s)),
             AckRule::FirstReplica => !pending.acks.is_empty(),
@@ -316,7 +361,13 @@ impl Producer {
                     } else {
                         Msg::Placed {
                             version,
-                            epoch: self.placement.epoch,
+                            // 0: the primary had logged it already, so the
+                            // replicas take its record, not this copy.
+                            epoch: if pending.duplicate {
+                                0
+                            } else {
+                                self.placement.epoch
+                            },
                             content: content.clone(),
                         }
                     };

@@ -15,7 +15,7 @@
 //! - nothing is acknowledged or made visible past the log's contiguous end,
 //!   and readers see only committed versions.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use proto::{EventId, RecordHeader};
 
@@ -103,6 +103,17 @@ pub enum Effect {
     },
     /// Readers may now see every version up to this one.
     Visible(u64),
+    /// A primary in a new epoch has taken its replicas' tails (of the
+    /// servers in `members`) and will stamp from `first_version` once the
+    /// cluster has recorded it: call [`Replica::epoch_recorded`].
+    EpochStarted {
+        epoch: u64,
+        first_version: u64,
+        members: Vec<ServerId>,
+    },
+    /// A backup that did not count toward acknowledgements holds every
+    /// committed version and counts from now on.
+    InSync(ServerId),
 }
 
 /// Counters for status and metrics.
@@ -205,6 +216,9 @@ pub struct Replica {
     reservations: BTreeMap<u64, Reservation>,
     reserved: HashMap<EventId, u64>,
     peer_logged: BTreeMap<ServerId, u64>,
+    /// Backups whose logs count toward acknowledgements and the commit
+    /// point: the in-sync replicas, and those that have caught up since.
+    counting: BTreeSet<ServerId>,
     all_logged: u64,
     /// First version → how many logs make it committed.
     quorum: BTreeMap<u64, usize>,
@@ -228,6 +242,10 @@ pub struct Replica {
     /// log (a crash before the write), and their versions must not be
     /// handed out again.
     rejoining: Option<BTreeMap<ServerId, u64>>,
+    /// The tails are taken; stamping waits for the epoch record.
+    unrecorded: Option<u64>,
+    /// The backups whose tails a rejoining primary takes.
+    consider: BTreeSet<ServerId>,
     /// Client messages that arrived while rejoining, taken afterwards.
     rejoin_queue: Vec<(u128, Msg)>,
     progress_sent: u64,
@@ -255,7 +273,6 @@ impl Replica {
             protocol,
             settings,
             machine: StreamMachine::new(placement.epoch, settings.dedupe),
-            placement,
             logged: 0,
             committed: 0,
             visible: 0,
@@ -263,6 +280,7 @@ impl Replica {
             reservations: BTreeMap::new(),
             reserved: HashMap::new(),
             peer_logged: BTreeMap::new(),
+            counting: placement.backups().collect(),
             all_logged: 0,
             quorum: BTreeMap::from([(1, initial_quorum)]),
             active: HashMap::new(),
@@ -278,12 +296,15 @@ impl Replica {
             need_sent_at: None,
             need_to: None,
             rejoining: None,
+            unrecorded: None,
+            consider: placement.backups().collect(),
             rejoin_queue: Vec::new(),
             progress_sent: 0,
             progress_sent_at: None,
             after_log: Waiters::default(),
             after_all: Waiters::default(),
             metrics: ReplicaMetrics::default(),
+            placement,
         }
     }
 
@@ -375,12 +396,109 @@ impl Replica {
 
     /// Whether a started primary is still learning its replicas' tails.
     pub fn is_rejoining(&self) -> bool {
-        self.rejoining.is_some()
+        self.rejoining.is_some() || self.unrecorded.is_some()
+    }
+
+    /// Backups that count toward acknowledgements.
+    pub fn counting(&self) -> impl Iterator<Item = ServerId> + '_ {
+        self.counting.iter().copied()
+    }
+
+    /// The cluster changed the stream's placement: `placement.replicas`
+    /// are the live replicas, `in_sync` those known to hold every
+    /// acknowledged version. In a new epoch every replica forgets what the
+    /// former primary had sent past its log, and acknowledgements it has
+    /// not given yet (the clients resend; the dedupe table answers); a new
+    /// primary learns every live replica's tail before it stamps.
+    /// `consider`: the backups whose tails a new primary takes (the live
+    /// replicas when the epoch began; one that joined later is cut back by
+    /// the epoch's record instead).
+    pub fn reconfigure(
+        &mut self,
+        placement: Placement,
+        in_sync: &[ServerId],
+        consider: &[ServerId],
+        now: u64,
+        out: &mut Vec<Effect>,
+    ) {
+        let new_epoch = placement.epoch != self.placement.epoch;
+        self.placement = placement;
+        if self.standalone() {
+            // `unversioned`: each server logs on its own; nothing moves.
+            return;
+        }
+        let backups: BTreeSet<ServerId> = self.placement.backups().collect();
+        if new_epoch || self.rejoining.is_some() {
+            self.consider = consider
+                .iter()
+                .copied()
+                .filter(|id| backups.contains(id))
+                .collect();
+        }
+        // A backup the cluster does not list as in sync may be a new
+        // process of the same server: what it reported before is void,
+        // and it counts again once it reports having caught up.
+        self.counting = self
+            .placement
+            .backups()
+            .filter(|id| in_sync.contains(id))
+            .collect();
+        let counting = &self.counting;
+        self.peer_logged.retain(|id, _| counting.contains(id));
+        if new_epoch {
+            // What the former primary committed may be past the tail the
+            // new one keeps (under the rules that commit on fewer than
+            // every log); readers keep what they have seen, no more.
+            self.committed = self.visible;
+            self.held.clear();
+            self.bindings.clear();
+            self.unbound.clear();
+            self.reservations.clear();
+            self.reserved.clear();
+            self.waiting_since = None;
+            self.need_sent_at = None;
+            self.need_to = None;
+            self.primary_last = self.machine.last_version();
+            self.after_log = Waiters::default();
+            self.after_all = Waiters::default();
+            self.rejoining = None;
+            self.unrecorded = None;
+            self.progress_sent_at = None;
+            self.commit_sent_at = None;
+            if self.is_primary() && !self.standalone() {
+                self.rejoining = Some(BTreeMap::new());
+                self.probe(out);
+                self.continue_rejoin(out);
+            } else {
+                self.rejoin_queue.clear();
+                self.send_progress(now, out);
+            }
+        } else if self.is_primary() && self.rejoining.is_some() {
+            // A backup whose tail was awaited may have left.
+            self.continue_rejoin(out);
+        } else if self.is_primary() {
+            self.update_commit(now, out);
+        }
+        self.finish(out);
+    }
+
+    /// The cluster has recorded the epoch this primary announced with
+    /// [`Effect::EpochStarted`]: stamping begins.
+    pub fn epoch_recorded(&mut self, epoch: u64, now: u64, out: &mut Vec<Effect>) {
+        if epoch != self.placement.epoch || self.unrecorded.is_none() {
+            return;
+        }
+        self.unrecorded = None;
+        self.update_commit(now, out);
+        for (client, msg) in std::mem::take(&mut self.rejoin_queue) {
+            self.on_client(client, msg, now, out);
+        }
+        self.finish(out);
     }
 
     /// A message from a client.
     pub fn on_client(&mut self, client: u128, msg: Msg, now: u64, out: &mut Vec<Effect>) {
-        if self.rejoining.is_some() {
+        if self.rejoining.is_some() || self.unrecorded.is_some() {
             if self.rejoin_queue.len() < self.settings.unbound_max {
                 self.rejoin_queue.push((client, msg));
             }
@@ -452,7 +570,7 @@ impl Replica {
                     if self.need_to.is_some_and(|to| last >= to) {
                         self.need_to = None;
                     }
-                    self.continue_rejoin(now, out);
+                    self.continue_rejoin(out);
                 }
             }
             Msg::Bind { bindings } if !self.is_primary() && from == self.placement.primary => {
@@ -487,7 +605,7 @@ impl Replica {
                 *known = (*known).max(logged);
                 if let Some(tails) = &mut self.rejoining {
                     tails.insert(from, last);
-                    self.continue_rejoin(now, out);
+                    self.continue_rejoin(out);
                 }
                 self.update_commit(now, out);
             }
@@ -530,6 +648,10 @@ impl Replica {
     /// Time passes: voids, gap repair, heartbeats, expiry.
     pub fn on_tick(&mut self, now: u64, out: &mut Vec<Effect>) {
         if self.is_primary() {
+            if self.unrecorded.is_some() {
+                self.finish(out);
+                return;
+            }
             if self.rejoining.is_some() {
                 // Probes or answers may be lost: ask again.
                 let due = self
@@ -539,7 +661,7 @@ impl Replica {
                     self.commit_sent_at = Some(now);
                     self.probe(out);
                     self.need_to = None;
-                    self.continue_rejoin(now, out);
+                    self.continue_rejoin(out);
                 }
                 self.finish(out);
                 return;
@@ -820,10 +942,25 @@ impl Replica {
             return;
         }
         let last = self.machine.last_version();
-        let mut reached: Vec<u64> = self
+        let caught_up: Vec<ServerId> = self
             .placement
             .backups()
-            .map(|id| self.peer_logged.get(&id).copied().unwrap_or(0).min(last))
+            .filter(|id| {
+                !self.counting.contains(id)
+                    && self
+                        .peer_logged
+                        .get(id)
+                        .is_some_and(|&l| l >= self.committed)
+            })
+            .collect();
+        for id in caught_up {
+            self.counting.insert(id);
+            out.push(Effect::InSync(id));
+        }
+        let mut reached: Vec<u64> = self
+            .counting
+            .iter()
+            .map(|id| self.peer_logged.get(id).copied().unwrap_or(0).min(last))
             .collect();
         reached.push(self.logged);
         reached.sort_unstable_by(|a, b| b.cmp(a));
@@ -879,8 +1016,9 @@ impl Replica {
 
     fn probe(&mut self, out: &mut Vec<Effect>) {
         let waiting: Vec<ServerId> = self
-            .placement
-            .backups()
+            .consider
+            .iter()
+            .copied()
             .filter(|id| {
                 self.rejoining
                     .as_ref()
@@ -894,20 +1032,20 @@ impl Replica {
 
     /// Once every replica reported its tail, fetches what this log lacks
     /// from the longest; then the primary starts stamping.
-    fn continue_rejoin(&mut self, now: u64, out: &mut Vec<Effect>) {
+    fn continue_rejoin(&mut self, out: &mut Vec<Effect>) {
         let Some(tails) = &self.rejoining else {
             return;
         };
-        if self.placement.backups().any(|id| !tails.contains_key(&id)) {
+        if self.consider.iter().any(|id| !tails.contains_key(id)) {
             return;
         }
         let last = self.machine.last_version();
-        let (longest, target) = tails
+        let longest = tails
             .iter()
+            .filter(|(id, _)| self.consider.contains(id))
             .map(|(id, tail)| (*id, *tail))
-            .max_by_key(|(_, tail)| *tail)
-            .expect("a replica set of two or more");
-        if target > last {
+            .max_by_key(|(_, tail)| *tail);
+        if let Some((longest, target)) = longest.filter(|(_, tail)| *tail > last) {
             if self.need_to.is_none() {
                 let to = target.min(last + self.settings.need_batch);
                 self.need_to = Some(to);
@@ -919,13 +1057,18 @@ impl Replica {
             }
             return;
         }
+        let mut members: Vec<ServerId> = self.consider.iter().copied().collect();
+        members.push(self.me);
+        members.sort_unstable();
         self.rejoining = None;
         self.need_to = None;
         self.next_version = self.next_version.max(last + 1);
-        self.update_commit(now, out);
-        for (client, msg) in std::mem::take(&mut self.rejoin_queue) {
-            self.on_client(client, msg, now, out);
-        }
+        self.unrecorded = Some(last + 1);
+        out.push(Effect::EpochStarted {
+            epoch: self.placement.epoch,
+            first_version: last + 1,
+            members,
+        });
     }
 
     // --- a replica that is not the primary ---
@@ -996,6 +1139,19 @@ impl Replica {
                 verify: false,
             };
             return self.wait_log(logged, waiter, out);
+        }
+        if epoch == 0 && version != 0 {
+            // The primary had logged it before (a resend): its record,
+            // whose header names the epoch it was stamped in, comes by
+            // gap repair, never rebuilt from the client's copy.
+            self.primary_last = self.primary_last.max(version);
+            let waiter = Waiter {
+                client,
+                event,
+                duplicate: true,
+                verify: true,
+            };
+            return self.wait_log(version, waiter, out);
         }
         if epoch != self.epoch() || version == 0 {
             return;
@@ -1349,6 +1505,7 @@ mod tests {
         for id in [2, 3] {
             first.on_peer(id, Msg::Progress { logged: 0, last: 0 }, 1, &mut out);
         }
+        first.epoch_recorded(1, 1, &mut out);
         out.clear();
         for sequence in 1..=3 {
             first.on_client(42, write(42, sequence), 2, &mut out);
@@ -1383,6 +1540,16 @@ mod tests {
         out.clear();
         let entries = stamped[1..].to_vec();
         restarted.on_peer(2, Msg::Replicate { entries }, 13, &mut out);
+        assert!(
+            restarted.is_rejoining(),
+            "stamping waits for the epoch record"
+        );
+        assert!(out.contains(&Effect::EpochStarted {
+            epoch: 1,
+            first_version: 4,
+            members: vec![1, 2, 3],
+        }));
+        restarted.epoch_recorded(1, 14, &mut out);
         assert!(!restarted.is_rejoining());
         let taken = appended(&out);
         assert_eq!(
@@ -1394,5 +1561,131 @@ mod tests {
         assert_eq!(taken[1], stamped[2]);
         assert_eq!(taken[2].version(), 4);
         assert_eq!(taken[2].header.event.client, 43);
+    }
+
+    /// Feeds every effect of `out` that is a record to append into the
+    /// replica's log at once and reports it logged.
+    fn log_all(replica: &mut Replica, out: &mut Vec<Effect>, now: u64) {
+        let last = appended(out).last().map(Entry::version);
+        if let Some(last) = last {
+            replica.on_logged(last, now, out);
+        }
+    }
+
+    #[test]
+    fn a_backup_takes_over_in_a_new_epoch_from_the_longest_live_tail() {
+        let protocol = Protocol::OneHopAckClient;
+        let settings = ReplicaSettings::default();
+        let mut primary = Replica::new(7, 1, placement(), protocol, settings);
+        let mut out = Vec::new();
+        primary.start(0, &mut out);
+        for id in [2, 3] {
+            primary.on_peer(id, Msg::Progress { logged: 0, last: 0 }, 1, &mut out);
+        }
+        primary.epoch_recorded(1, 1, &mut out);
+        out.clear();
+        for sequence in 1..=3 {
+            primary.on_client(42, write(42, sequence), 2, &mut out);
+        }
+        let stamped = appended(&out);
+
+        // Server 2 has versions 1..=2, server 3 all three; 1 dies.
+        let mut second = Replica::new(7, 2, placement(), protocol, settings);
+        let mut out = Vec::new();
+        second.start(0, &mut out);
+        second.on_peer(
+            1,
+            Msg::Replicate {
+                entries: stamped[..2].to_vec(),
+            },
+            3,
+            &mut out,
+        );
+        log_all(&mut second, &mut out, 3);
+        out.clear();
+        let next = Placement {
+            replicas: vec![2, 3],
+            primary: 2,
+            epoch: 2,
+        };
+        second.reconfigure(next, &[2, 3], &[3], 10, &mut out);
+        assert!(second.is_primary() && second.is_rejoining());
+        assert!(out.contains(&Effect::Send(Node::Server(3), Msg::Probe)));
+        out.clear();
+        second.on_peer(3, Msg::Progress { logged: 3, last: 3 }, 11, &mut out);
+        assert!(out.contains(&Effect::Send(Node::Server(3), Msg::Need { from: 3, to: 3 })));
+        out.clear();
+        second.on_peer(
+            3,
+            Msg::Replicate {
+                entries: stamped[2..].to_vec(),
+            },
+            12,
+            &mut out,
+        );
+        assert_eq!(appended(&out), stamped[2..].to_vec());
+        assert!(out.contains(&Effect::EpochStarted {
+            epoch: 2,
+            first_version: 4,
+            members: vec![2, 3],
+        }));
+        log_all(&mut second, &mut out, 12);
+        out.clear();
+        // A client resends version 2's message: the original version comes
+        // back as a duplicate once stamping starts; a new message gets 4.
+        second.on_client(42, write(42, 2), 13, &mut out);
+        second.on_client(42, write(42, 4), 13, &mut out);
+        assert!(appended(&out).is_empty(), "nothing before the record");
+        second.epoch_recorded(2, 14, &mut out);
+        let taken = appended(&out);
+        assert_eq!(taken.len(), 1);
+        assert_eq!((taken[0].version(), taken[0].header.epoch), (4, 2));
+        second.on_peer(3, Msg::Progress { logged: 4, last: 4 }, 15, &mut out);
+        log_all(&mut second, &mut out, 15);
+        let acks: Vec<(u64, bool)> = out
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Send(
+                    Node::Client(42),
+                    Msg::Ack {
+                        version, duplicate, ..
+                    },
+                ) => Some((*version, *duplicate)),
+                _ => None,
+            })
+            .collect();
+        assert!(acks.contains(&(2, true)), "{acks:?}");
+    }
+
+    #[test]
+    fn a_replica_out_of_sync_does_not_hold_acks_until_it_catches_up() {
+        let protocol = Protocol::ServerSync;
+        let settings = ReplicaSettings::default();
+        let mut primary = Replica::new(7, 1, placement(), protocol, settings);
+        let mut out = Vec::new();
+        primary.start(0, &mut out);
+        for id in [2, 3] {
+            primary.on_peer(id, Msg::Progress { logged: 0, last: 0 }, 1, &mut out);
+        }
+        primary.epoch_recorded(1, 1, &mut out);
+        // Server 3 came back and is not in sync.
+        primary.reconfigure(placement(), &[1, 2], &[2, 3], 2, &mut out);
+        assert_eq!(primary.counting().collect::<Vec<_>>(), vec![2]);
+        out.clear();
+        primary.on_client(42, write(42, 1), 3, &mut out);
+        log_all(&mut primary, &mut out, 3);
+        primary.on_peer(2, Msg::Progress { logged: 1, last: 1 }, 4, &mut out);
+        let acked = out.iter().any(|e| {
+            matches!(
+                e,
+                Effect::Send(Node::Client(42), Msg::Ack { version: 1, .. })
+            )
+        });
+        assert!(acked, "server 3 does not hold the ack");
+        assert_eq!(primary.committed(), 1);
+        out.clear();
+        primary.on_peer(3, Msg::Progress { logged: 1, last: 1 }, 5, &mut out);
+        assert!(out.contains(&Effect::InSync(3)));
+        assert_eq!(primary.counting().collect::<Vec<_>>(), vec![2, 3]);
     }
 }

@@ -1,4 +1,6 @@
-//! The simulator's seeds across every protocol, replay of one seed, and
-//! the tests that prove the harness can fail.
+//! The simulator's seeds across every protocol, server crashes and
+//! failover, replay of one seed, and the tests that prove the harness can
+//! fail.
 
+mod failover;
 mod seeds;

@@ -1355,3 +1355,51 @@ fn a_log_restarted_after_a_process_crash_counts_as_durable_only_records_on_disk(
         "power loss after the restarted log reported durable version 6",
     );
 }
+
+#[test]
+fn truncating_a_tail_survives_a_crash_at_every_step_and_finishes_when_run_again() {
+    let config = sync_config(4096);
+    let sizes = vec![700; 40];
+    let (storage, payloads) = durable_log(&config, &sizes);
+    let segments = segment_files(&storage).len();
+    assert!(segments >= 4, "the log spans several segments: {segments}");
+    let cut = 13;
+    let mut step = 0;
+    loop {
+        let image = copy_of(&storage);
+        image.fail_sync_after(step);
+        let result = wal::truncate_after(&image, folder(), STREAM, cut);
+        for mode in [CrashMode::DurableOnly, CrashMode::TornTail] {
+            let context = format!("sync step {step}, {mode:?}");
+            let crashed = image.crash(mode, step);
+            let (log, seen) = open_ok(&crashed, config.clone(), &context);
+            let last = log.last_version();
+            assert!(
+                (cut..=sizes.len() as u64).contains(&last),
+                "{context}: the log ends at {last}"
+            );
+            for (version, bytes) in &seen {
+                assert_eq!(bytes, &payloads[*version as usize - 1], "{context}");
+            }
+            drop(log);
+            let dropped = wal::truncate_after(&crashed, folder(), STREAM, cut).unwrap();
+            assert_eq!(dropped, last - cut, "{context}");
+            let (log, seen) = open_ok(&crashed, config.clone(), &context);
+            assert_eq!(log.last_version(), cut, "{context}");
+            assert_eq!(seen.len() as u64, cut, "{context}");
+        }
+        if let Ok(dropped) = result {
+            assert_eq!(dropped, sizes.len() as u64 - cut);
+            break;
+        }
+        step += 1;
+        assert!(step < 100, "truncation never finished");
+    }
+    let (log, seen) = open_ok(
+        &storage.crash(CrashMode::DurableOnly, 0),
+        config,
+        "untouched",
+    );
+    assert_eq!(seen.len(), sizes.len(), "the original is untouched");
+    drop(log);
+}

@@ -1,0 +1,663 @@
+//! `bench failover` (F7): how long writes stop when a server dies, and
+//! what the history checker says about every kill.
+//!
+//! A cluster of separate `stamplog server` processes on loopback holds one
+//! stream (R = 3, or every server when fewer). One publisher writes at a
+//! steady rate (`--rate`, or as fast as its window allows with 0). At
+//! evenly spaced points of the run a server is killed with SIGKILL: the
+//! stream's primary (`--victims primary`), or any server, the primary half
+//! the time (`--victims random`, the kill loop). The time to recover is
+//! from the kill to the first acknowledgement of a message submitted after
+//! it (messages in flight at the kill complete first, so this is the time
+//! until new writes are acknowledged again). The killed server is started
+//! again on its port and data (it joins as a new member and catches up),
+//! and the next kill waits `--settle-ms` after that. At the end every
+//! replica's log is read back and the history checker judges them with the
+//! publisher's history: lost, duplicated, divergent must all be 0.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{ensure, Context};
+use clap::Parser;
+use client::{Client, ClientConfig, Protocol, Publisher, PublisherConfig, StreamInfo};
+use report::plot::{Chart, Series};
+use report::stats::Summary;
+use report::Table;
+use tokio::sync::watch;
+
+use crate::output::{self, Output, OutputArgs};
+use crate::process::ProcessCluster;
+use crate::progress;
+use crate::replication::{binary_or_self, parse_protocol, Durability};
+use crate::units::parse_bytes;
+
+/// Which servers the experiment kills.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Victims {
+    /// The stream's primary every time.
+    Primary,
+    /// The primary half the time, else another running server.
+    Random,
+}
+
+/// Options of `bench failover`.
+#[derive(Parser, Debug, Clone)]
+#[command(name = "failover")]
+pub struct FailoverArgs {
+    /// The stamplog binary to run as the servers (`<binary> server`)
+    /// [default: this program].
+    #[arg(long, value_name = "PATH")]
+    pub server_binary: Option<PathBuf>,
+    /// Server processes in the cluster.
+    #[arg(long, default_value_t = 3)]
+    pub servers: u32,
+    /// Messages to send at least; the writer goes on past them until
+    /// every kill has recovered, so each kill meets a live write load.
+    #[arg(long, default_value_t = 20_000)]
+    pub messages: u64,
+    /// SIGKILLs, spread evenly over the run.
+    #[arg(long, default_value_t = 10)]
+    pub kills: u32,
+    /// Whom to kill.
+    #[arg(long, value_enum, default_value = "primary")]
+    pub victims: Victims,
+    /// Messages per second the writer offers (0: as fast as the window
+    /// allows).
+    #[arg(long, default_value_t = 2_000)]
+    pub rate: u64,
+    /// Messages in flight at most.
+    #[arg(long, default_value_t = 64)]
+    pub window: usize,
+    /// Payload bytes of each message (units B, KB = 1000, KiB = 1024).
+    #[arg(long, value_parser = parse_bytes, default_value = "1000")]
+    pub payload: usize,
+    /// The stream's replication protocol.
+    #[arg(long, value_parser = parse_protocol, default_value = "one-hop-ack-client")]
+    pub protocol: Protocol,
+    /// Durability of the stream: `sync` or `memory`.
+    #[arg(long, value_enum, default_value = "sync")]
+    pub durability: Durability,
+    /// Milliseconds between a restart and the next kill.
+    #[arg(long, default_value_t = 1_000)]
+    pub settle_ms: u64,
+    /// Seed of the random victims.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Keep the servers' data folders and logs (named at the end).
+    #[arg(long)]
+    pub keep: bool,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+impl Default for FailoverArgs {
+    fn default() -> Self {
+        FailoverArgs::parse_from(["failover"])
+    }
+}
+
+/// One kill.
+#[derive(Clone, Debug)]
+pub struct Kill {
+    pub number: u32,
+    pub victim: u32,
+    pub was_primary: bool,
+    /// Messages acknowledged when it happened.
+    pub acknowledged_before: u64,
+    /// From the kill to the first ack of a message submitted after it;
+    /// `None` when none came within the timeout.
+    pub recovery_ms: Option<f64>,
+    /// The primary and epoch after the recovery.
+    pub primary_after: u32,
+    pub epoch_after: u64,
+}
+
+/// Everything `bench failover` measured.
+#[derive(Clone, Debug)]
+pub struct FailoverFigures {
+    pub servers: u32,
+    pub protocol: Protocol,
+    pub durability: Durability,
+    pub rate: u64,
+    pub messages: u64,
+    pub acknowledged: u64,
+    /// Acks flagged duplicate: resent messages that had landed.
+    pub duplicates: u64,
+    pub seconds: f64,
+    pub kills: Vec<Kill>,
+    /// Over the kills that recovered, in milliseconds.
+    pub recovery: Summary,
+    /// Every kill of the primary, in milliseconds.
+    pub primary_recovery: Summary,
+    pub report: checker::Report,
+}
+
+/// Gives up on a recovery after this long.
+const RECOVERY_TIMEOUT: Duration = Duration::from_secs(30);
+
+pub fn run(args: FailoverArgs) -> anyhow::Result<FailoverFigures> {
+    ensure!(
+        (2..=9).contains(&args.servers),
+        "--servers must be between 2 and 9"
+    );
+    ensure!(args.messages > 0, "--messages must be at least 1");
+    ensure!(
+        u64::from(args.kills) < args.messages,
+        "--kills must be below --messages"
+    );
+    ensure!(args.window > 0, "--window must be at least 1");
+    ensure!(
+        args.payload >= 8,
+        "--payload must be at least 8 bytes (the message number)"
+    );
+    let binary = binary_or_self(&args.server_binary)?;
+    let data = args.output.data_folder("failover")?;
+    let cluster = ProcessCluster::start(&binary, data.path(), args.servers, &[])?;
+    let runtime = output::runtime()?;
+    let figures = runtime.block_on(drive(&args, cluster));
+    if args.keep {
+        let kept = data.keep();
+        println!("kept the servers' data and logs in {}", kept.display());
+    }
+    let figures = figures?;
+    write_report(&args, &figures)?;
+    Ok(figures)
+}
+
+/// What the collector tells the kill loop: acknowledged so far, and the
+/// submit and completion times of the newest completion.
+#[derive(Clone, Copy)]
+struct Completed {
+    acknowledged: u64,
+    submitted: Instant,
+    completed: Instant,
+}
+
+async fn drive(
+    args: &FailoverArgs,
+    mut cluster: ProcessCluster,
+) -> anyhow::Result<FailoverFigures> {
+    let name = "failover";
+    let replicas = args.servers.min(3) as u8;
+    let stream = create_stream(&cluster, name, args, replicas).await?;
+    let publisher = Arc::new(
+        Publisher::connect(
+            &stream,
+            PublisherConfig {
+                window: args.window,
+                ..PublisherConfig::default()
+            },
+        )
+        .await?,
+    );
+    let started = Instant::now();
+    let (completed_sender, mut completed) = watch::channel(Completed {
+        acknowledged: 0,
+        submitted: started,
+        completed: started,
+    });
+    let (to_collector, mut answers) = tokio::sync::mpsc::channel(args.window * 2);
+    let kills_done = Arc::new(std::sync::atomic::AtomicBool::new(args.kills == 0));
+    let writer = {
+        let publisher = Arc::clone(&publisher);
+        let kills_done = Arc::clone(&kills_done);
+        let (messages, payload, rate) = (args.messages, args.payload, args.rate);
+        tokio::spawn(async move {
+            let mut pace = (rate > 0).then(|| {
+                let mut interval =
+                    tokio::time::interval(Duration::from_secs_f64(1.0 / rate as f64));
+                interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                interval
+            });
+            for index in 0.. {
+                if index >= messages && kills_done.load(std::sync::atomic::Ordering::Acquire) {
+                    break;
+                }
+                if let Some(pace) = &mut pace {
+                    pace.tick().await;
+                }
+                let mut bytes = vec![(index % 251) as u8; payload];
+                bytes[..8].copy_from_slice(&index.to_le_bytes());
+                let digest = checker::digest(b"", &bytes);
+                let pending = publisher.submit(b"", &bytes).await?;
+                let sent = checker::Sent {
+                    event: pending.event,
+                    digest,
+                };
+                if to_collector
+                    .send((sent, Instant::now(), pending))
+                    .await
+                    .is_err()
+                {
+                    break;
+                }
+            }
+            anyhow::Ok(())
+        })
+    };
+    let history = Arc::new(Mutex::new(checker::ClientHistory::default()));
+    let duplicates = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let collector = {
+        let history = Arc::clone(&history);
+        let duplicates = Arc::clone(&duplicates);
+        tokio::spawn(async move {
+            let mut acknowledged = 0;
+            while let Some((sent, submitted, pending)) = answers.recv().await {
+                history.lock().expect("history lock").sent.push(sent);
+                let published = pending
+                    .await
+                    .with_context(|| format!("message {}", sent.event.sequence))?;
+                acknowledged += 1;
+                if published.duplicate {
+                    duplicates.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                history
+                    .lock()
+                    .expect("history lock")
+                    .acked
+                    .push(checker::Acked {
+                        event: sent.event,
+                        version: published.version,
+                        duplicate: published.duplicate,
+                    });
+                completed_sender.send_replace(Completed {
+                    acknowledged,
+                    submitted,
+                    completed: Instant::now(),
+                });
+            }
+            anyhow::Ok(())
+        })
+    };
+    let progress = progress::bar(u64::from(args.kills), "kills", args.output.quiet);
+    let mut random = SplitMix(args.seed);
+    let mut kills = Vec::new();
+    for number in 1..=args.kills {
+        let point = args.messages * u64::from(number) / (u64::from(args.kills) + 1);
+        if completed
+            .wait_for(|c| c.acknowledged >= point)
+            .await
+            .is_err()
+        {
+            // The collector ended: say why.
+            collector.await??;
+            writer.await??;
+            anyhow::bail!(
+                "the writer stopped after {} acks",
+                completed.borrow().acknowledged
+            );
+        }
+        let info = placement(&cluster, name).await?;
+        let others: Vec<u32> = cluster
+            .running()
+            .into_iter()
+            .filter(|id| *id != info.primary)
+            .collect();
+        let victim = match args.victims {
+            Victims::Primary => info.primary,
+            Victims::Random if others.is_empty() || random.next().is_multiple_of(2) => info.primary,
+            Victims::Random => others[(random.next() % others.len() as u64) as usize],
+        };
+        let acknowledged_before = completed.borrow().acknowledged;
+        tokio::task::block_in_place(|| cluster.kill(victim))?;
+        let killed_at = Instant::now();
+        let recovered = tokio::time::timeout(
+            RECOVERY_TIMEOUT,
+            completed.wait_for(|c| c.submitted > killed_at),
+        )
+        .await;
+        let recovery_ms = match recovered {
+            Ok(Ok(c)) => Some(c.completed.duration_since(killed_at).as_secs_f64() * 1e3),
+            _ => None,
+        };
+        let after = placement(&cluster, name).await?;
+        progress.suspend(|| {
+            println!(
+                "kill {number}: server {victim}{} after {acknowledged_before} acks; writes acknowledged again after {}; primary now server {} (epoch {})",
+                if victim == info.primary { " (the primary)" } else { "" },
+                recovery_ms.map_or("never (timed out)".to_string(), |ms| format!("{ms:.0} ms")),
+                after.primary,
+                after.epoch
+            )
+        });
+        kills.push(Kill {
+            number,
+            victim,
+            was_primary: victim == info.primary,
+            acknowledged_before,
+            recovery_ms,
+            primary_after: after.primary,
+            epoch_after: after.epoch,
+        });
+        tokio::task::block_in_place(|| cluster.start_server(victim))?;
+        tokio::time::sleep(Duration::from_millis(args.settle_ms)).await;
+        progress.inc(1);
+    }
+    kills_done.store(true, std::sync::atomic::Ordering::Release);
+    writer.await??;
+    collector.await??;
+    progress.finish_and_clear();
+    let seconds = started.elapsed().as_secs_f64();
+    let history = std::mem::take(&mut *history.lock().expect("history lock"));
+    let final_info = placement(&cluster, name).await?;
+    let addresses: Vec<(u32, String)> = final_info
+        .replicas
+        .iter()
+        .map(|r| (r.id, r.address.clone()))
+        .collect();
+    let report = read_back(&addresses, &final_info, std::slice::from_ref(&history)).await?;
+    let sent = history.sent.len() as u64;
+    let recovered: Vec<f64> = kills.iter().filter_map(|k| k.recovery_ms).collect();
+    let primary: Vec<f64> = kills
+        .iter()
+        .filter(|k| k.was_primary)
+        .filter_map(|k| k.recovery_ms)
+        .collect();
+    drop(cluster);
+    Ok(FailoverFigures {
+        servers: args.servers,
+        protocol: args.protocol,
+        durability: args.durability,
+        rate: args.rate,
+        messages: sent,
+        acknowledged: history.acked.len() as u64,
+        duplicates: duplicates.load(std::sync::atomic::Ordering::Relaxed),
+        seconds,
+        kills,
+        recovery: Summary::of(&recovered),
+        primary_recovery: Summary::of(&primary),
+        report,
+    })
+}
+
+/// Creates the stream once the cluster has formed (its control plane
+/// elects a leader and every server joins within a few seconds).
+async fn create_stream(
+    cluster: &ProcessCluster,
+    name: &str,
+    args: &FailoverArgs,
+    replicas: u8,
+) -> anyhow::Result<StreamInfo> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let attempt = async {
+            let client = Client::connect(ClientConfig::new(cluster.address(1).to_string())).await?;
+            client
+                .create_stream_with(name, args.durability.config(), args.protocol, replicas)
+                .await
+        }
+        .await;
+        match attempt {
+            Ok(info) => return Ok(info),
+            Err(error) if Instant::now() > deadline => {
+                return Err(error).context("creating the stream")
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}
+
+/// The stream's placement as a running server reports it.
+pub async fn placement(cluster: &ProcessCluster, name: &str) -> anyhow::Result<StreamInfo> {
+    let deadline = Instant::now() + RECOVERY_TIMEOUT;
+    loop {
+        for id in cluster.running() {
+            let config = ClientConfig::new(cluster.address(id).to_string());
+            let answer = tokio::time::timeout(Duration::from_secs(2), async {
+                Client::connect(config).await?.open_stream(name).await
+            })
+            .await;
+            if let Ok(Ok(info)) = answer {
+                if info.primary != 0 && cluster.is_running(info.primary) {
+                    return Ok(info);
+                }
+            }
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "no running server named a running primary of {name:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Reads the whole committed stream back from every replica (waiting for
+/// each to commit every acknowledged version) and hands the logs, with the
+/// clients' histories, to the history checker.
+pub async fn read_back(
+    replicas: &[(u32, String)],
+    stream: &StreamInfo,
+    histories: &[checker::ClientHistory],
+) -> anyhow::Result<checker::Report> {
+    let mut logs = Vec::new();
+    let acknowledged = histories
+        .iter()
+        .flat_map(|h| h.acked.iter().map(|a| a.version))
+        .max()
+        .unwrap_or(0);
+    for (id, address) in replicas {
+        let client = Client::connect(ClientConfig::new(address.clone())).await?;
+        // A replica that was just restarted catches up first.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let committed = loop {
+            let committed = match client.open_stream(&stream.name).await {
+                Ok(info) => info.committed_version,
+                Err(_) => 0,
+            };
+            if committed >= acknowledged || Instant::now() > deadline {
+                break committed;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        let mut log = checker::ReplicaLog {
+            replica: format!("server-{id}"),
+            records: Vec::with_capacity(committed as usize),
+        };
+        let mut subscription = client.subscribe(stream.id, 1).await?;
+        while log.records.last().map_or(0, |r| r.version) < committed {
+            let record = tokio::time::timeout(Duration::from_secs(30), subscription.next())
+                .await
+                .context("reading back timed out")?
+                .context("the subscription ended early")??;
+            log.records.push(checker::Logged {
+                version: record.version,
+                event: record.event,
+                digest: checker::digest(&record.key, &record.payload),
+            });
+        }
+        logs.push(log);
+    }
+    Ok(checker::check(histories, &logs, None))
+}
+
+fn ms(value: Option<f64>) -> String {
+    value.map_or("timed out".into(), |v| format!("{v:.0}"))
+}
+
+fn kills_table(figures: &FailoverFigures) -> Table {
+    let mut table = Table::new(
+        format!(
+            "Failover: {} servers, {}, durability {}, {} msgs/s offered",
+            figures.servers,
+            figures.protocol.name(),
+            figures.durability.name(),
+            figures.rate
+        ),
+        &[
+            "kill",
+            "victim",
+            "was primary",
+            "acks before",
+            "writes acked again after (ms)",
+            "primary after",
+            "epoch after",
+        ],
+    );
+    for kill in &figures.kills {
+        table.row(vec![
+            kill.number.to_string(),
+            kill.victim.to_string(),
+            kill.was_primary.to_string(),
+            kill.acknowledged_before.to_string(),
+            ms(kill.recovery_ms),
+            kill.primary_after.to_string(),
+            kill.epoch_after.to_string(),
+        ]);
+    }
+    table
+}
+
+fn summary_table(figures: &FailoverFigures) -> Table {
+    let report = &figures.report;
+    let mut table = Table::new(
+        "Failover summary and the history checker",
+        &["figure", "value"],
+    );
+    let timed_out = figures
+        .kills
+        .iter()
+        .filter(|k| k.recovery_ms.is_none())
+        .count();
+    let rows = [
+        ("kills", figures.kills.len().to_string()),
+        (
+            "kills of the primary",
+            figures
+                .kills
+                .iter()
+                .filter(|k| k.was_primary)
+                .count()
+                .to_string(),
+        ),
+        ("recoveries timed out", timed_out.to_string()),
+        (
+            "recovery p50, every kill (ms)",
+            format!("{:.0}", figures.recovery.p50),
+        ),
+        (
+            "recovery max, every kill (ms)",
+            format!("{:.0}", figures.recovery.max),
+        ),
+        (
+            "recovery p50, primary kills (ms)",
+            format!("{:.0}", figures.primary_recovery.p50),
+        ),
+        (
+            "recovery max, primary kills (ms)",
+            format!("{:.0}", figures.primary_recovery.max),
+        ),
+        ("messages sent", figures.messages.to_string()),
+        ("messages acknowledged", figures.acknowledged.to_string()),
+        ("acks flagged duplicate", figures.duplicates.to_string()),
+        ("seconds", format!("{:.1}", figures.seconds)),
+        (
+            "versions checked on every replica",
+            report.logged_versions.to_string(),
+        ),
+        ("lost acknowledged messages", report.lost.to_string()),
+        (
+            "duplicated messages in the log",
+            report.duplicated.to_string(),
+        ),
+        (
+            "versions the replicas disagree on",
+            report.divergent.to_string(),
+        ),
+        (
+            "versions holding two messages",
+            report.conflicting_versions.to_string(),
+        ),
+        (
+            "acks whose version holds another message",
+            report.misplaced_acks.to_string(),
+        ),
+        ("gaps in versions", report.gaps.to_string()),
+        ("records out of order", report.reordered.to_string()),
+        ("records nobody sent", report.unknown_events.to_string()),
+    ];
+    for (name, value) in rows {
+        table.row(vec![name.to_string(), value]);
+    }
+    table
+}
+
+fn write_report(args: &FailoverArgs, figures: &FailoverFigures) -> anyhow::Result<()> {
+    let kills = kills_table(figures);
+    let summary = summary_table(figures);
+    kills.print();
+    println!();
+    summary.print();
+    let mut output = Output::new(args.output.out_folder("failover"))?;
+    output.csv("failover", &kills)?;
+    output.csv("failover-summary", &summary)?;
+    let mut chart = Chart::lines(
+        "Time until writes are acknowledged again after a SIGKILL",
+        "kill",
+        "milliseconds",
+    );
+    for (label, primary) in [("primary killed", true), ("other server killed", false)] {
+        let points: Vec<(f64, f64)> = figures
+            .kills
+            .iter()
+            .filter(|k| k.was_primary == primary)
+            .filter_map(|k| Some((f64::from(k.number), k.recovery_ms?)))
+            .collect();
+        if !points.is_empty() {
+            chart.add(Series::new(label, points));
+        }
+    }
+    output.png("failover", &chart)?;
+    let report = &figures.report;
+    let json = serde_json::json!({
+        "experiment": "failover",
+        "servers": figures.servers,
+        "protocol": figures.protocol.name(),
+        "durability": figures.durability.name(),
+        "rate": figures.rate,
+        "messages": figures.messages,
+        "acknowledged": figures.acknowledged,
+        "duplicates": figures.duplicates,
+        "seconds": figures.seconds,
+        "recovery_ms": figures.recovery.to_json(),
+        "primary_recovery_ms": figures.primary_recovery.to_json(),
+        "kills": figures.kills.iter().map(|k| serde_json::json!({
+            "number": k.number,
+            "victim": k.victim,
+            "was_primary": k.was_primary,
+            "acknowledged_before": k.acknowledged_before,
+            "recovery_ms": k.recovery_ms,
+            "primary_after": k.primary_after,
+            "epoch_after": k.epoch_after,
+        })).collect::<Vec<_>>(),
+        "checker": {
+            "lost": report.lost,
+            "duplicated": report.duplicated,
+            "divergent": report.divergent,
+            "conflicting_versions": report.conflicting_versions,
+            "misplaced_acks": report.misplaced_acks,
+            "gaps": report.gaps,
+            "reordered": report.reordered,
+            "unknown_events": report.unknown_events,
+            "logged_versions": report.logged_versions,
+        },
+        "tables": [kills.to_json(), summary.to_json()],
+    });
+    output.json(args.output.json.as_deref(), &json)?;
+    output.announce();
+    Ok(())
+}
+
+/// SplitMix64: the victims' seeded choice.
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+}

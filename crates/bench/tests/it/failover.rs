@@ -1,0 +1,62 @@
+//! The kill loop on real processes: 3- and 5-server clusters of separate
+//! `stamplog server` processes on 127.0.0.1, a writer at a steady rate,
+//! random servers (the primary half the time) killed with SIGKILL and
+//! started again, and the history checker on every replica at the end.
+
+use bench::failover::{self, FailoverArgs, Victims};
+use bench::replication::Durability;
+use client::Protocol;
+
+use crate::{assert_files, quiet_output, read_json, stamplog_binary};
+
+fn kill_loop(servers: u32, kills: u32, protocol: Protocol, seed: u64) {
+    let folder = tempfile::tempdir().unwrap();
+    let args = FailoverArgs {
+        server_binary: Some(stamplog_binary()),
+        servers,
+        messages: 3_000,
+        kills,
+        victims: Victims::Random,
+        rate: 1_000,
+        window: 32,
+        payload: 200,
+        protocol,
+        durability: Durability::Sync,
+        settle_ms: 300,
+        seed,
+        keep: false,
+        output: quiet_output(folder.path()),
+    };
+    let figures = failover::run(args).unwrap();
+    let report = &figures.report;
+    assert!(report.is_clean(), "{servers} servers, {protocol}: {report}");
+    assert_eq!(figures.kills.len(), kills as usize);
+    for kill in &figures.kills {
+        assert!(
+            kill.recovery_ms.is_some(),
+            "writes were acknowledged again after every kill: {kill:?}"
+        );
+        assert_ne!(kill.primary_after, 0, "{kill:?}");
+    }
+    let primaries = figures.kills.iter().filter(|k| k.was_primary).count();
+    assert!(primaries >= 1, "the primary was killed at least once");
+    assert!(figures.acknowledged >= 3_000 && figures.acknowledged == figures.messages);
+    assert_eq!(report.acknowledged, figures.acknowledged);
+    assert_files(
+        &folder.path().join("out"),
+        &["failover.csv", "failover-summary.csv", "failover.png"],
+    );
+    let json = read_json(&folder.path().join("figures.json"));
+    assert_eq!(json["checker"]["lost"], 0);
+    assert_eq!(json["kills"].as_array().unwrap().len(), kills as usize);
+}
+
+#[test]
+fn three_servers_survive_a_kill_loop_with_nothing_lost_duplicated_or_divergent() {
+    kill_loop(3, 6, Protocol::OneHopAckClient, 7);
+}
+
+#[test]
+fn five_servers_survive_a_kill_loop_with_nothing_lost_duplicated_or_divergent() {
+    kill_loop(5, 6, Protocol::ServerSync, 11);
+}

@@ -1,0 +1,706 @@
+//! The control plane's replicated state: membership views, stream
+//! placement and stream configuration. Every server applies the same
+//! committed [`Command`]s in the same order to a [`ControlState`], so
+//! [`ControlState::apply`] is deterministic: no clocks, no randomness, no
+//! I/O. The data path never waits on it; servers read the applied state
+//! and reconfigure their streams.
+//!
+//! Members. A member is one process: its server id (the Raft node id,
+//! stable with its data folder), its address and the view in which it
+//! joined. A restarted process joins again and gets a new join view, so
+//! it is a new member; its former incarnation leaves in the same view.
+//! Views only grow: the view number is part of the replicated state, which
+//! Raft keeps on disk.
+//!
+//! Placement. A stream has a replica set (the servers holding its log), an
+//! in-sync subset (replicas that hold every acknowledged version), a
+//! primary chosen from the live in-sync replicas, and an epoch that grows
+//! with every change of primary. The epoch records ([`EpochRecord`]) say
+//! at which version each epoch's primary began and whose logs it had
+//! taken into account, so a replica coming back knows which tail of its
+//! log no one else agrees with.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use serde::{Deserialize, Serialize};
+
+/// A server's configured id (also its Raft node id).
+pub type ServerId = u32;
+
+/// Transitions kept for `status`.
+pub const TRANSITIONS_KEPT: usize = 64;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Member {
+    pub id: ServerId,
+    /// `host:port` of the server's listener.
+    pub address: String,
+    /// The view in which this process joined: with the address, the
+    /// member's identity.
+    pub join_view: u64,
+    pub roles: Vec<String>,
+    /// Admin-only servers hold no replicas and are never the lead member.
+    pub admin_only: bool,
+    /// Random per process: a retried `Join` of the same process is not a
+    /// new member.
+    #[serde(default)]
+    pub nonce: u128,
+}
+
+/// What a stream does while its requirement is not met.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "action")]
+pub enum LossAction {
+    /// Writes are refused; reads go on.
+    ReadOnly,
+    /// Writes wait up to `timeout_ms` for the requirement, then fail.
+    Block { timeout_ms: u64 },
+    /// Clients are disconnected and reconnect once it is met again.
+    Reconnect,
+}
+
+/// Roles a stream's live in-sync replicas must cover, and how many of
+/// them there must be at least.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Requirement {
+    pub roles: Vec<String>,
+    pub min_in_sync: usize,
+    pub action: LossAction,
+}
+
+/// Whether a stream takes writes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "state")]
+pub enum Availability {
+    Available,
+    /// No live in-sync replica: nobody can be primary without risking
+    /// acknowledged versions. It returns when one comes back.
+    NoPrimary,
+    /// The requirement is not met; the loss action applies.
+    Degraded {
+        action: LossAction,
+        why: String,
+    },
+}
+
+/// The versions from which an epoch's primary stamped, and the replicas
+/// whose logs it had taken into account (or that joined empty during it).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EpochRecord {
+    pub epoch: u64,
+    pub first_version: u64,
+    pub members: Vec<ServerId>,
+}
+
+/// A stream's configuration, fixed at creation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamConfig {
+    /// Protocol name (`one-hop-ack-client`, ...).
+    pub protocol: String,
+    /// Durability as the server names it (`sync`, `memory`, `paged`).
+    pub durability: String,
+    pub pages: u16,
+    pub page_size: u32,
+    /// Replicas wanted (R).
+    pub replicas: usize,
+    pub requirement: Option<Requirement>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamPlacement {
+    pub id: u64,
+    pub name: String,
+    pub config: StreamConfig,
+    /// Servers holding the stream's log, in preference order.
+    pub replicas: Vec<ServerId>,
+    /// Replicas that hold every acknowledged version. Always contains the
+    /// primary when there is one.
+    pub in_sync: Vec<ServerId>,
+    pub primary: Option<ServerId>,
+    /// The join view of the primary's process: when it changes (the
+    /// process restarted) the stream fails over as if it had left.
+    pub primary_join_view: u64,
+    pub epoch: u64,
+    /// Epochs whose primary has begun stamping, oldest first.
+    pub epochs: Vec<EpochRecord>,
+    /// While the current epoch is not recorded: the live replicas whose
+    /// tails its primary takes into account (those live when it was
+    /// chosen; a server that joins later waits for the record and is cut
+    /// back by it).
+    #[serde(default)]
+    pub epoch_members: Vec<ServerId>,
+    /// Replicas added by a refill that have not caught up yet: whatever
+    /// an old copy of theirs holds is dropped.
+    #[serde(default)]
+    pub fresh: Vec<ServerId>,
+    pub availability: Availability,
+}
+
+/// A placement as the data path uses it: the live replicas, the primary
+/// (0 when there is none), the epoch, the live in-sync replicas, and the
+/// backups whose tails a new primary takes before it stamps.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LiveView {
+    pub replicas: Vec<ServerId>,
+    pub primary: ServerId,
+    pub epoch: u64,
+    pub in_sync: Vec<ServerId>,
+    pub consider: Vec<ServerId>,
+}
+
+impl StreamPlacement {
+    /// The version after which `server`'s log of this stream may hold
+    /// versions nobody else agrees with, or `None` when all of it is
+    /// consistent. A server's log is consistent with every epoch record
+    /// that lists it; from the first later record on, the primary did not
+    /// know its tail, so everything past that record's start is dropped.
+    pub fn truncate_after(&self, server: ServerId) -> Option<u64> {
+        if self.is_unversioned() {
+            // Every server versions its own log: nothing to agree on.
+            return None;
+        }
+        if self.fresh.contains(&server) {
+            return Some(0);
+        }
+        let last_known = self
+            .epochs
+            .iter()
+            .rposition(|record| record.members.contains(&server));
+        let next = match last_known {
+            Some(index) => self.epochs.get(index + 1),
+            None => self.epochs.first(),
+        }?;
+        Some(next.first_version.saturating_sub(1))
+    }
+}
+
+impl StreamPlacement {
+    /// `unversioned`: every replica is its own primary.
+    pub fn is_unversioned(&self) -> bool {
+        self.config.protocol == "unversioned"
+    }
+
+    /// Whether the current epoch's primary has begun stamping.
+    pub fn is_recorded(&self) -> bool {
+        self.epochs.last().is_some_and(|r| r.epoch == self.epoch)
+    }
+
+    /// Whether `server` may open its copy now: a server the unrecorded
+    /// epoch's primary does not wait for opens once the epoch's record
+    /// says where to cut its log.
+    pub fn may_open(&self, server: ServerId) -> bool {
+        self.is_unversioned()
+            || self.is_recorded()
+            || self.primary == Some(server)
+            || self.epoch_members.contains(&server)
+    }
+
+    /// The data path's view of this placement in `state`.
+    pub fn live_view(&self, state: &ControlState) -> LiveView {
+        let live: Vec<ServerId> = self
+            .replicas
+            .iter()
+            .copied()
+            .filter(|id| state.members.contains_key(id))
+            .collect();
+        let in_sync = self
+            .in_sync
+            .iter()
+            .copied()
+            .filter(|id| live.contains(id))
+            .collect();
+        let consider = if self.is_recorded() {
+            live.clone()
+        } else {
+            self.epoch_members
+                .iter()
+                .copied()
+                .filter(|id| live.contains(id))
+                .collect()
+        };
+        LiveView {
+            replicas: live,
+            primary: self.primary.unwrap_or(0),
+            epoch: self.epoch,
+            in_sync,
+            consider,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Transition {
+    pub view: u64,
+    pub what: String,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ControlState {
+    /// Grows with every membership change; never reset.
+    pub view: u64,
+    pub members: BTreeMap<ServerId, Member>,
+    pub streams: BTreeMap<String, StreamPlacement>,
+    /// The newest transitions (views, failovers, loss actions), oldest
+    /// first, at most [`TRANSITIONS_KEPT`].
+    pub transitions: VecDeque<Transition>,
+}
+
+/// An entry of the control log.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Command {
+    /// A process joins (or rejoins: its former incarnation leaves).
+    Join {
+        id: ServerId,
+        address: String,
+        roles: Vec<String>,
+        admin_only: bool,
+        /// Random per process (see [`Member::nonce`]).
+        nonce: u128,
+    },
+    /// A member is removed (suspected by the failure detector, or asked
+    /// to leave). Ignored unless `join_view` names the current incarnation.
+    Remove {
+        id: ServerId,
+        join_view: u64,
+        reason: String,
+    },
+    CreateStream {
+        name: String,
+        config: StreamConfig,
+    },
+    DeleteStream {
+        name: String,
+    },
+    /// A stream's primary has taken its replicas' tails into account and
+    /// stamps from `first_version` in `epoch`.
+    EpochStarted {
+        name: String,
+        epoch: u64,
+        first_version: u64,
+        members: Vec<ServerId>,
+    },
+    /// A replica has caught up with the primary of `epoch`.
+    InSync {
+        name: String,
+        epoch: u64,
+        server: ServerId,
+    },
+}
+
+/// The result of applying a command.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Response {
+    /// A member joined in this view.
+    Joined {
+        view: u64,
+    },
+    Stream(Box<StreamPlacement>),
+    Done,
+    /// Nothing changed (a stale or repeated command).
+    Ignored(String),
+    /// The command is invalid (for people).
+    Refused(String),
+}
+
+impl ControlState {
+    /// The oldest member that may lead (not admin-only).
+    pub fn lead_member(&self) -> Option<&Member> {
+        self.members
+            .values()
+            .filter(|m| !m.admin_only)
+            .min_by_key(|m| (m.join_view, m.id))
+    }
+
+    pub fn is_member(&self, id: ServerId, join_view: u64) -> bool {
+        self.members
+            .get(&id)
+            .is_some_and(|member| member.join_view == join_view)
+    }
+
+    pub fn apply(&mut self, command: Command) -> Response {
+        match command {
+            Command::Join {
+                id,
+                address,
+                roles,
+                admin_only,
+                nonce,
+            } => {
+                if id == 0 {
+                    return Response::Refused("server ids start at 1".into());
+                }
+                if let Some(current) = self.members.get(&id) {
+                    if nonce != 0 && current.nonce == nonce {
+                        // The same process asking again.
+                        return Response::Joined {
+                            view: current.join_view,
+                        };
+                    }
+                }
+                if let Some(other) = self
+                    .members
+                    .values()
+                    .find(|m| m.address == address && m.id != id)
+                {
+                    return Response::Refused(format!(
+                        "address {address} belongs to member {} (server {})",
+                        member_name(other),
+                        other.id
+                    ));
+                }
+                self.view += 1;
+                let rejoin = self.members.contains_key(&id);
+                let member = Member {
+                    id,
+                    address,
+                    join_view: self.view,
+                    roles,
+                    admin_only,
+                    nonce,
+                };
+                let what = if rejoin {
+                    format!("{} joined again (a new member)", member_name(&member))
+                } else {
+                    format!("{} joined", member_name(&member))
+                };
+                self.members.insert(id, member);
+                self.record(what);
+                if rejoin {
+                    self.departed(id);
+                }
+                self.reconcile();
+                Response::Joined { view: self.view }
+            }
+            Command::Remove {
+                id,
+                join_view,
+                reason,
+            } => {
+                if !self.is_member(id, join_view) {
+                    return Response::Ignored(format!(
+                        "server {id} joined in view {join_view} is not a member"
+                    ));
+                }
+                self.view += 1;
+                let member = self.members.remove(&id).expect("checked");
+                self.record(format!("{} left: {reason}", member_name(&member)));
+                self.departed(id);
+                self.reconcile();
+                Response::Done
+            }
+            Command::CreateStream { name, config } => self.create_stream(name, config),
+            Command::DeleteStream { name } => match self.streams.remove(&name) {
+                Some(_) => {
+                    self.record(format!("stream {name:?} deleted"));
+                    Response::Done
+                }
+                None => Response::Refused(format!("no stream named {name:?}")),
+            },
+            Command::EpochStarted {
+                name,
+                epoch,
+                first_version,
+                members,
+            } => {
+                let Some(stream) = self.streams.get_mut(&name) else {
+                    return Response::Ignored(format!("no stream named {name:?}"));
+                };
+                if stream.epoch != epoch || stream.epochs.iter().any(|r| r.epoch == epoch) {
+                    return Response::Ignored(format!(
+                        "epoch {epoch} of {name:?} is not the current unstarted epoch"
+                    ));
+                }
+                stream.epochs.push(EpochRecord {
+                    epoch,
+                    first_version,
+                    members,
+                });
+                stream.epoch_members.clear();
+                let what = format!(
+                    "stream {name:?} epoch {epoch}: primary {} stamps from version {first_version}",
+                    stream.primary.unwrap_or(0)
+                );
+                self.record(what);
+                Response::Done
+            }
+            Command::InSync {
+                name,
+                epoch,
+                server,
+            } => {
+                let live = self.members.contains_key(&server);
+                let Some(stream) = self.streams.get_mut(&name) else {
+                    return Response::Ignored(format!("no stream named {name:?}"));
+                };
+                if stream.epoch != epoch
+                    || !live
+                    || !stream.replicas.contains(&server)
+                    || stream.in_sync.contains(&server)
+                {
+                    return Response::Ignored(format!(
+                        "server {server} cannot join {name:?}'s in-sync set in epoch {epoch}"
+                    ));
+                }
+                stream.in_sync.push(server);
+                if stream.fresh.contains(&server) {
+                    // Caught up from this epoch's primary: its log now
+                    // agrees with this epoch's.
+                    stream.fresh.retain(|&id| id != server);
+                    if let Some(record) = stream.epochs.last_mut() {
+                        if record.epoch == epoch && !record.members.contains(&server) {
+                            record.members.push(server);
+                        }
+                    }
+                }
+                let what = format!("stream {name:?}: server {server} is in sync");
+                self.record(what);
+                self.reconcile();
+                Response::Done
+            }
+        }
+    }
+
+    fn create_stream(&mut self, name: String, config: StreamConfig) -> Response {
+        if self.streams.contains_key(&name) {
+            return Response::Refused(format!("a stream named {name:?} exists"));
+        }
+        let eligible: Vec<ServerId> = self
+            .members
+            .values()
+            .filter(|m| !m.admin_only)
+            .map(|m| m.id)
+            .collect();
+        let count = if config.replicas == 0 {
+            3.min(eligible.len())
+        } else {
+            config.replicas
+        };
+        if count == 0 || count > eligible.len() {
+            return Response::Refused(format!(
+                "a stream of {count} replicas needs {count} servers; the view has {}",
+                eligible.len()
+            ));
+        }
+        let hash = name_hash(name.as_bytes());
+        let start = (hash % eligible.len() as u64) as usize;
+        let replicas: Vec<ServerId> = (0..count)
+            .map(|i| eligible[(start + i) % eligible.len()])
+            .collect();
+        let mut id = hash ^ self.view.rotate_left(32);
+        while id == 0 || self.streams.values().any(|s| s.id == id) {
+            id = id.wrapping_mul(0x9e37_79b9_7f4a_7c15).wrapping_add(1);
+        }
+        let primary = replicas[0];
+        let placement = StreamPlacement {
+            id,
+            name: name.clone(),
+            config: StreamConfig {
+                replicas: count,
+                ..config
+            },
+            in_sync: replicas.clone(),
+            primary: Some(primary),
+            primary_join_view: self.members[&primary].join_view,
+            epoch: 1,
+            epochs: vec![EpochRecord {
+                epoch: 1,
+                first_version: 1,
+                members: replicas.clone(),
+            }],
+            replicas,
+            epoch_members: Vec::new(),
+            fresh: Vec::new(),
+            availability: Availability::Available,
+        };
+        self.streams.insert(name.clone(), placement);
+        self.record(format!("stream {name:?} created"));
+        self.reconcile();
+        Response::Stream(Box::new(self.streams[&name].clone()))
+    }
+
+    /// Server `id`'s former process has gone: it no longer counts as in
+    /// sync wherever another live in-sync replica carries on without it.
+    fn departed(&mut self, id: ServerId) {
+        let members = &self.members;
+        for stream in self.streams.values_mut() {
+            if !stream.in_sync.contains(&id) {
+                continue;
+            }
+            let others_live = stream
+                .in_sync
+                .iter()
+                .any(|&other| other != id && members.contains_key(&other));
+            if others_live {
+                stream.in_sync.retain(|&other| other != id);
+            }
+        }
+    }
+
+    /// Brings every stream's placement in line with the view: a primary
+    /// that is gone is replaced, lost replicas are refilled from spare
+    /// members, and availability follows the requirement.
+    fn reconcile(&mut self) {
+        let mut notes = Vec::new();
+        let members = &self.members;
+        for stream in self.streams.values_mut() {
+            let live = |id: &ServerId| members.contains_key(id);
+            let primary_current = stream.primary.is_some_and(|p| {
+                members
+                    .get(&p)
+                    .is_some_and(|m| m.join_view == stream.primary_join_view)
+            });
+            if !primary_current {
+                let next = stream
+                    .replicas
+                    .iter()
+                    .copied()
+                    .find(|id| live(id) && stream.in_sync.contains(id));
+                match next {
+                    Some(next) => {
+                        stream.epoch += 1;
+                        stream.primary = Some(next);
+                        stream.primary_join_view = members[&next].join_view;
+                        stream.epoch_members = stream
+                            .replicas
+                            .iter()
+                            .copied()
+                            .filter(|id| live(id))
+                            .collect();
+                        notes.push(format!(
+                            "stream {:?} failed over: primary {next} in epoch {}",
+                            stream.name, stream.epoch
+                        ));
+                    }
+                    None if stream.primary.is_some() => {
+                        stream.primary = None;
+                        notes.push(format!(
+                            "stream {:?} has no live in-sync replica; writes wait for one",
+                            stream.name
+                        ));
+                    }
+                    None => {}
+                }
+            }
+            stream.epoch_members.retain(|id| live(id));
+            // Refill: replicas that are gone and out of sync hold nothing
+            // anyone needs; spare members take their places.
+            let live_count = stream.replicas.iter().filter(|id| live(id)).count();
+            if live_count < stream.config.replicas {
+                let in_sync = &stream.in_sync;
+                stream
+                    .replicas
+                    .retain(|id| live(id) || in_sync.contains(id));
+                let replicas = &stream.replicas;
+                stream.fresh.retain(|id| replicas.contains(id));
+                let mut spares: Vec<&Member> = members
+                    .values()
+                    .filter(|m| !m.admin_only && !stream.replicas.contains(&m.id))
+                    .collect();
+                spares.sort_by_key(|m| {
+                    name_hash(&[stream.name.as_bytes(), &m.id.to_le_bytes()].concat())
+                });
+                let wanted = stream.config.replicas - live_count;
+                for spare in spares.into_iter().take(wanted) {
+                    stream.replicas.push(spare.id);
+                    stream.fresh.push(spare.id);
+                    notes.push(format!(
+                        "stream {:?}: server {} added to the replica set",
+                        stream.name, spare.id
+                    ));
+                }
+            }
+            let availability = availability(stream, members);
+            if availability != stream.availability {
+                notes.push(format!(
+                    "stream {:?}: {}",
+                    stream.name,
+                    describe(&availability)
+                ));
+                stream.availability = availability;
+            }
+        }
+        for note in notes {
+            self.record(note);
+        }
+    }
+
+    fn record(&mut self, what: String) {
+        if self.transitions.len() == TRANSITIONS_KEPT {
+            self.transitions.pop_front();
+        }
+        self.transitions.push_back(Transition {
+            view: self.view,
+            what,
+        });
+    }
+}
+
+fn availability(stream: &StreamPlacement, members: &BTreeMap<ServerId, Member>) -> Availability {
+    if stream.primary.is_none() {
+        return Availability::NoPrimary;
+    }
+    let Some(requirement) = &stream.config.requirement else {
+        return Availability::Available;
+    };
+    let live_in_sync: Vec<&Member> = stream
+        .in_sync
+        .iter()
+        .filter_map(|id| members.get(id))
+        .collect();
+    let mut missing = Vec::new();
+    if live_in_sync.len() < requirement.min_in_sync {
+        missing.push(format!(
+            "{} in-sync replicas of {} required",
+            live_in_sync.len(),
+            requirement.min_in_sync
+        ));
+    }
+    let roles: BTreeSet<&str> = live_in_sync
+        .iter()
+        .flat_map(|m| m.roles.iter().map(String::as_str))
+        .collect();
+    for role in &requirement.roles {
+        if !roles.contains(role.as_str()) {
+            missing.push(format!("no in-sync replica has role {role:?}"));
+        }
+    }
+    if missing.is_empty() {
+        Availability::Available
+    } else {
+        Availability::Degraded {
+            action: requirement.action,
+            why: missing.join("; "),
+        }
+    }
+}
+
+/// For people: what an availability means.
+pub fn describe(availability: &Availability) -> String {
+    match availability {
+        Availability::Available => "available".into(),
+        Availability::NoPrimary => "no live in-sync replica".into(),
+        Availability::Degraded { action, why } => {
+            let action = match action {
+                LossAction::ReadOnly => "read-only".to_string(),
+                LossAction::Block { timeout_ms } => format!("block (up to {timeout_ms} ms)"),
+                LossAction::Reconnect => "reconnect".to_string(),
+            };
+            format!("{action}: {why}")
+        }
+    }
+}
+
+/// `address/join-view`: how a member is named.
+pub fn member_name(member: &Member) -> String {
+    format!("{}/{}", member.address, member.join_view)
+}
+
+/// FNV-1a: a stable spread of streams over servers.
+pub fn name_hash(bytes: &[u8]) -> u64 {
+    let mut hash = 0xcbf2_9ce4_8422_2325u64;
+    for &byte in bytes {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    hash
+}

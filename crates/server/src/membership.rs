@@ -1,0 +1,338 @@
+//! A multi-server cluster's membership, as the control plane agrees it:
+//! joining, opening the streams found on disk once the view is known,
+//! and following every change of placement (failover, refill, in-sync
+//! sets, epoch records) on this server's replicas.
+//!
+//! Order at start: the control plane opens (Raft, from its folder); this
+//! process joins, which makes it a new member with a new join view (its
+//! incarnation, which its peer links announce); only then are its streams
+//! opened, each cut back to the versions the cluster agrees with
+//! (`StreamPlacement::truncate_after`), and placed as the control plane
+//! says. Until then the server answers clients with `Busy`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use control::{Command, Control, ControlConfig, ControlState, Response, StreamPlacement};
+use engine::replication::{Placement, ServerId};
+use tokio::sync::watch;
+
+use crate::replication::ControlEvent;
+use crate::state::ServerState;
+use crate::stream::Stream;
+
+/// Proposals for stream events are retried this long at most.
+const EVENT_RETRY_FOR: Duration = Duration::from_secs(30);
+
+/// The data path's view of a placement: the live replicas (members of
+/// the view) in preference order, the primary (0 when there is none) and
+/// the epoch; the live in-sync replicas; the backups whose tails a new
+/// primary takes.
+pub(crate) fn data_placement(placed: &StreamPlacement, state: &ControlState) -> DataPlacement {
+    let view = placed.live_view(state);
+    DataPlacement {
+        placement: Placement {
+            replicas: view.replicas,
+            primary: view.primary,
+            epoch: view.epoch,
+        },
+        in_sync: view.in_sync,
+        consider: view.consider,
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct DataPlacement {
+    pub placement: Placement,
+    pub in_sync: Vec<ServerId>,
+    pub consider: Vec<ServerId>,
+}
+
+/// Runs the membership of `server` until `stop` fires.
+pub(crate) async fn run(server: Arc<ServerState>, mut stop: watch::Receiver<bool>) {
+    let cluster = &server.config.cluster;
+    let me = cluster.me;
+    let mut voters = BTreeMap::new();
+    voters.insert(me, server.address());
+    for peer in &cluster.peers {
+        voters.insert(peer.id, peer.address.clone());
+    }
+    let mut config =
+        ControlConfig::new(me, server.address(), server.config.data_dir.join("control"));
+    config.heartbeat_interval = cluster.heartbeat_interval;
+    config.suspect_timeout = cluster.suspect_timeout;
+    let control = match Control::start(config, voters).await {
+        Ok(control) => control,
+        Err(error) => {
+            eprintln!("stamplog: the control plane did not start: {error}");
+            return;
+        }
+    };
+    let _ = server.control.set(control.clone());
+    let join = Command::Join {
+        id: me,
+        address: server.address(),
+        roles: cluster.roles.clone(),
+        admin_only: cluster.admin_only,
+        nonce: proto::random_u128() | 1,
+    };
+    let view = loop {
+        let attempt = tokio::select! {
+            attempt = control.propose(join.clone()) => Some(attempt),
+            _ = stop.wait_for(|s| *s) => None,
+        };
+        let Some(attempt) = attempt else {
+            control.shutdown().await;
+            return;
+        };
+        match attempt {
+            Ok(Response::Joined { view }) => break view,
+            Ok(other) => {
+                eprintln!("stamplog: joining the cluster was refused: {other:?}; retrying");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    };
+    server.router.set_incarnation(view);
+    server.router.start_links(stop.clone());
+    let state = Arc::clone(&control.state().borrow());
+    {
+        let server = Arc::clone(&server);
+        let state = Arc::clone(&state);
+        let _ = tokio::task::spawn_blocking(move || open_pending(&server, &state)).await;
+    }
+    let mut applied = HashMap::new();
+    follow(&server, &state, &mut applied).await;
+    server.ready.send_replace(true);
+    eprintln!(
+        "stamplog: server {me} joined the cluster in view {view} ({} members)",
+        state.members.len()
+    );
+    let mut events = server.router.take_events().expect("membership runs once");
+    let mut watched = control.state();
+    loop {
+        let changed = tokio::select! {
+            _ = stop.wait_for(|s| *s) => break,
+            changed = watched.changed() => changed.is_ok(),
+            Some(event) = events.recv() => {
+                tokio::spawn(propose_event(Arc::clone(&server), control.clone(), event));
+                continue;
+            }
+        };
+        if !changed {
+            break;
+        }
+        let state = Arc::clone(&watched.borrow_and_update());
+        follow(&server, &state, &mut applied).await;
+    }
+    control.shutdown().await;
+}
+
+/// Opens the streams found on disk, each cut back to what the cluster
+/// agrees with and placed as the control plane says. Blocking disk work.
+fn open_pending(server: &Arc<ServerState>, state: &ControlState) {
+    let me = server.config.cluster.me;
+    let pending = std::mem::take(&mut *server.pending.lock().expect("pending lock"));
+    for (meta, folder) in pending {
+        if let Some(placed) = state.streams.get(&meta.name).filter(|p| p.id == meta.id) {
+            if placed.replicas.contains(&me) && !placed.may_open(me) {
+                // The new primary does not wait for this copy: open it once
+                // the epoch's record says where to cut it.
+                server
+                    .pending
+                    .lock()
+                    .expect("pending lock")
+                    .push((meta, folder));
+                continue;
+            }
+        }
+        let Some(placed) = state.streams.get(&meta.name).filter(|p| p.id == meta.id) else {
+            eprintln!(
+                "stamplog: stream {:?} in {} is not in the cluster's placement; left closed",
+                meta.name,
+                folder.display()
+            );
+            continue;
+        };
+        if !placed.replicas.contains(&me) {
+            eprintln!(
+                "stamplog: this server is no longer a replica of {:?}; its copy is left closed",
+                meta.name
+            );
+            continue;
+        }
+        if let Some(after) = placed.truncate_after(me) {
+            if meta.durability != "memory" {
+                match wal::truncate_after(
+                    server.config.storage.as_ref(),
+                    &folder.join("log"),
+                    meta.id,
+                    after,
+                ) {
+                    Ok(0) => {}
+                    Ok(dropped) => eprintln!(
+                        "stamplog: stream {:?}: dropped {dropped} versions after {after} that no other replica agrees with",
+                        meta.name
+                    ),
+                    Err(error) => {
+                        eprintln!("stamplog: stream {:?} cannot be cut back: {error}", meta.name);
+                        continue;
+                    }
+                }
+            }
+        }
+        let placement = data_placement(placed, state).placement;
+        match Stream::open(
+            &meta,
+            &folder,
+            &server.config,
+            Arc::clone(&server.router),
+            Some(placement),
+        ) {
+            Ok(stream) => server.insert_opened(Arc::new(stream)),
+            Err(reason) => eprintln!(
+                "stamplog: stream {:?} cannot be opened: {reason}",
+                meta.name
+            ),
+        }
+    }
+}
+
+/// Brings this server's replicas in line with the control plane's state.
+async fn follow(
+    server: &Arc<ServerState>,
+    state: &ControlState,
+    applied: &mut HashMap<String, DataPlacement>,
+) {
+    let me = server.config.cluster.me;
+    let waiting = !server.pending.lock().expect("pending lock").is_empty();
+    if waiting {
+        let server = Arc::clone(server);
+        let state = state.clone();
+        let _ = tokio::task::spawn_blocking(move || open_pending(&server, &state)).await;
+    }
+    for placed in state.streams.values() {
+        if !placed.replicas.contains(&me) || !state.members.contains_key(&me) {
+            continue;
+        }
+        let wanted = data_placement(placed, state);
+        let placement = wanted.placement.clone();
+        let pending = server
+            .pending
+            .lock()
+            .expect("pending lock")
+            .iter()
+            .any(|(meta, _)| meta.name == placed.name);
+        let stream = match server.stream_by_name(&placed.name) {
+            Some(stream) if stream.id == placed.id => stream,
+            Some(_) => continue,
+            None if placement.primary == 0 || pending => continue,
+            None => {
+                // Placed here by a refill, or created while this server
+                // was unreachable: an empty replica that catches up.
+                let info = server.info_for(placed, &placement);
+                let creator = Arc::clone(server);
+                let created =
+                    tokio::task::spawn_blocking(move || creator.create_replica(&info)).await;
+                match created {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(error)) => {
+                        eprintln!(
+                            "stamplog: cannot create the replica of {:?}: {}",
+                            placed.name, error.message
+                        );
+                        continue;
+                    }
+                    Err(_) => continue,
+                }
+                match server.stream_by_name(&placed.name) {
+                    Some(stream) => stream,
+                    None => continue,
+                }
+            }
+        };
+        if applied.get(&placed.name) != Some(&wanted) {
+            stream.reconfigure(placement, &wanted.in_sync, &wanted.consider);
+            applied.insert(placed.name.clone(), wanted);
+        }
+        let recorded = placed.epochs.iter().any(|r| r.epoch == placed.epoch);
+        if recorded && placed.primary == Some(me) && stream.is_rejoining() {
+            stream.epoch_recorded(placed.epoch);
+        }
+    }
+    // Streams the cluster deleted: ones this loop placed before (a
+    // replica created on request may be ahead of this server's state).
+    for stream in server.streams() {
+        if !state.streams.contains_key(&stream.name) && applied.contains_key(&stream.name) {
+            applied.remove(&stream.name);
+            let deleter = Arc::clone(server);
+            let name = stream.name.clone();
+            let _ = tokio::task::spawn_blocking(move || deleter.delete_stream(&name)).await;
+        }
+    }
+}
+
+/// Carries a stream's event to the control plane, retrying while the
+/// control plane has no leader.
+async fn propose_event(server: Arc<ServerState>, control: Control, event: ControlEvent) {
+    let (command, stream, epoch) = match event {
+        ControlEvent::EpochStarted {
+            stream,
+            epoch,
+            first_version,
+            members,
+        } => (
+            Command::EpochStarted {
+                name: stream.clone(),
+                epoch,
+                first_version,
+                members,
+            },
+            stream,
+            epoch,
+        ),
+        ControlEvent::InSync {
+            stream,
+            epoch,
+            server,
+        } => (
+            Command::InSync {
+                name: stream.clone(),
+                epoch,
+                server,
+            },
+            stream,
+            epoch,
+        ),
+    };
+    let deadline = tokio::time::Instant::now() + EVENT_RETRY_FOR;
+    while tokio::time::Instant::now() < deadline {
+        if control.propose(command.clone()).await.is_ok() {
+            // The record may have been there already (a stream's first
+            // epoch): no state change will say so, so look now.
+            let state = Arc::clone(&control.state().borrow());
+            if let (Some(placed), Some(local)) =
+                (state.streams.get(&stream), server.stream_by_name(&stream))
+            {
+                let recorded = placed.epochs.iter().any(|r| r.epoch == placed.epoch);
+                if recorded && local.id == placed.id && local.is_rejoining() {
+                    local.epoch_recorded(placed.epoch);
+                }
+            }
+            return;
+        }
+        let current = control
+            .state()
+            .borrow()
+            .streams
+            .get(&stream)
+            .map(|s| s.epoch);
+        if current != Some(epoch) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    eprintln!("stamplog: the control plane did not take {command:?}");
+}

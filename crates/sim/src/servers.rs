@@ -1,0 +1,661 @@
+//! The servers' side of the world: processes that open the stream as the
+//! control plane places it and follow every change of placement, crash
+//! (keeping their log's durable prefix) and restart, carry out their
+//! replica's effects, and are checked on every acknowledgement and every
+//! visible version.
+
+use control::state::{Command, ControlState, Response};
+use engine::replication::{
+    AckRule, Effect, Entry, HybridMode, Msg, Node, Protocol, Replica, ReplicaMetrics, ServerId,
+};
+use proto::{EventId, Record};
+
+use crate::config::{CrashTarget, Sabotage};
+use crate::control::{address, data_placement};
+use crate::trace::show;
+use crate::world::{Event, World, STREAM};
+
+impl World<'_> {
+    pub(crate) fn server(&mut self, id: ServerId) -> &mut crate::world::Server {
+        &mut self.servers[id as usize - 1]
+    }
+
+    /// The stream's primary as the control plane names it.
+    pub(crate) fn primary(&self) -> Option<ServerId> {
+        self.control.placed().primary
+    }
+
+    // --- processes ---
+
+    /// Opens the stream on a process that has joined, as the real server
+    /// does: the log cut back to what the cluster agrees with, replayed
+    /// into a new replica, started, and placed as the control plane says.
+    pub(crate) fn open(&mut self, id: ServerId, state: &ControlState) {
+        let placed = &state.streams[&self.control.name];
+        if !placed.replicas.contains(&id) {
+            self.note(|| format!("s{id} is no longer a replica; its copy stays closed"));
+            return;
+        }
+        if !placed.may_open(id) {
+            self.note(|| format!("s{id} waits for epoch {}'s record to open", placed.epoch));
+            return;
+        }
+        if let Some(after) = placed.truncate_after(id) {
+            let server = self.server(id);
+            let length = server.log.len() as u64;
+            if length > after {
+                server.log.truncate(after as usize);
+                server.durable = server.durable.min(after);
+                self.counters.truncated += length - after;
+                self.note(|| format!("s{id} drops versions {}..={length}", after + 1));
+            }
+        }
+        let (placement, _, _) = data_placement(placed, state);
+        let config = self.config;
+        let mut replica = Replica::new(STREAM, id, placement, config.protocol, config.replica);
+        let now = self.now;
+        let server = self.server(id);
+        for entry in &server.log {
+            replica.recovered(&entry.header);
+        }
+        let mut out = Vec::new();
+        replica.start(now, &mut out);
+        server.replica = Some(replica);
+        let incarnation = server.incarnation;
+        self.note(|| format!("s{id} opens the stream"));
+        self.apply(id, out);
+        self.follow(id, state);
+        let first_tick = self.rng.between(1, config.tick_ms);
+        self.schedule(
+            now + first_tick,
+            Event::ServerTick {
+                server: id,
+                incarnation,
+            },
+        );
+    }
+
+    /// Brings a server's replica in line with a control state, as the real
+    /// server does on every change: a new placement or in-sync set is
+    /// handed to `reconfigure`, and a primary waiting for its epoch's
+    /// record gets `epoch_recorded` once the record is there.
+    fn follow(&mut self, id: ServerId, state: &ControlState) {
+        let placed = &state.streams[&self.control.name];
+        if !placed.replicas.contains(&id) || !state.members.contains_key(&id) {
+            return;
+        }
+        let wanted = data_placement(placed, state);
+        let now = self.now;
+        let server = &mut self.servers[id as usize - 1];
+        let Some(replica) = server.replica.as_mut() else {
+            return;
+        };
+        if server.applied.as_ref() != Some(&wanted) {
+            server.applied = Some(wanted.clone());
+            let mut out = Vec::new();
+            let (placement, in_sync, consider) = wanted;
+            replica.reconfigure(placement, &in_sync, &consider, now, &mut out);
+            self.apply(id, out);
+        }
+        let recorded = placed.epochs.iter().any(|r| r.epoch == placed.epoch);
+        let server = &mut self.servers[id as usize - 1];
+        let Some(replica) = server.replica.as_mut() else {
+            return;
+        };
+        if recorded && placed.primary == Some(id) && replica.is_rejoining() {
+            let mut out = Vec::new();
+            replica.epoch_recorded(placed.epoch, now, &mut out);
+            self.apply(id, out);
+        }
+    }
+
+    /// A server process sees control state `index`: a process that has
+    /// just joined opens the stream, one that runs follows the placement.
+    pub(crate) fn observe(&mut self, id: ServerId, incarnation: u64, index: usize) {
+        let server = &mut self.servers[id as usize - 1];
+        if !server.up || server.incarnation != incarnation || index <= server.seen {
+            return;
+        }
+        server.seen = index;
+        let state = self.control.state(index);
+        if server.replica.is_some() {
+            return self.follow(id, &state);
+        }
+        let joined = server
+            .join_view
+            .is_some_and(|view| state.members.get(&id).is_some_and(|m| m.join_view == view));
+        if joined {
+            self.open(id, &state);
+        }
+    }
+
+    /// The planned crash of a server: the primary or a backup, whichever
+    /// the plan names. Its process loses everything in memory; its disk
+    /// keeps the log's durable prefix and, maybe, part of the unsynced
+    /// tail.
+    pub(crate) fn crash_server(&mut self, index: usize) {
+        self.server_faults_pending -= 1;
+        let crash = self.config.server_crashes[index];
+        let primary = self.primary();
+        let candidates: Vec<ServerId> = self
+            .servers
+            .iter()
+            .filter(|s| s.up)
+            .map(|s| s.id)
+            .filter(|&id| (crash.target == CrashTarget::Primary) == (Some(id) == primary))
+            .collect();
+        if candidates.is_empty() {
+            self.note(|| format!("no server to crash as {:?}", crash.target));
+            return;
+        }
+        let id = candidates[self.rng.below(candidates.len() as u64) as usize];
+        let unsynced = {
+            let server = &self.servers[id as usize - 1];
+            server.log.len() as u64 - server.durable
+        };
+        let kept = if unsynced > 0 && self.rng.chance(self.config.keep_unsynced_permille) {
+            self.rng.between(0, unsynced)
+        } else {
+            0
+        };
+        let now = self.now;
+        let server = self.server(id);
+        let length = server.durable + kept;
+        server.log.truncate(length as usize);
+        server.durable = length;
+        server.sync_done_at = now;
+        server.visible = 0;
+        server.up = false;
+        server.incarnation += 1;
+        server.applied = None;
+        if let Some(replica) = server.replica.take() {
+            server.past_metrics = add_metrics(server.past_metrics, replica.metrics());
+        }
+        let join_view = server.join_view.take();
+        self.counters.server_crashes += 1;
+        self.counters.unsynced_kept += kept;
+        self.note(|| {
+            format!("s{id} crashes; its disk keeps {length} versions ({kept} not reported synced)")
+        });
+        if let Some(join_view) = join_view {
+            let at = now + self.config.control.suspect_timeout_ms;
+            self.schedule(
+                at,
+                Event::Suspect {
+                    server: id,
+                    join_view,
+                },
+            );
+        }
+        self.server_faults_pending += 1;
+        self.schedule(
+            now + crash.restart_after_ms,
+            Event::ServerRestart { server: id },
+        );
+    }
+
+    /// A new process of a crashed server starts and joins the cluster; it
+    /// opens the stream once it sees itself a member.
+    pub(crate) fn restart_server(&mut self, id: ServerId) {
+        self.server_faults_pending -= 1;
+        self.counters.server_restarts += 1;
+        let server = self.server(id);
+        server.up = true;
+        let incarnation = server.incarnation;
+        self.note(|| format!("s{id} restarts and joins"));
+        let join = Command::Join {
+            id,
+            address: address(id),
+            roles: Vec::new(),
+            admin_only: false,
+            nonce: 0,
+        };
+        self.propose(join, Some((id, incarnation)));
+    }
+
+    /// The failure detector names a member it has not heard from.
+    pub(crate) fn suspect(&mut self, id: ServerId, join_view: u64) {
+        let (_, state) = self.control.latest();
+        if !state.is_member(id, join_view) {
+            return;
+        }
+        let remove = Command::Remove {
+            id,
+            join_view,
+            reason: "silent for the suspect timeout".to_string(),
+        };
+        self.propose(remove, None);
+    }
+
+    // --- the control plane ---
+
+    /// Hands a command to the control plane: applied after the commit
+    /// delay, after every command proposed before it. Without delays
+    /// (the default timing) it is applied and seen at once.
+    pub(crate) fn propose(&mut self, command: Command, proposer: Option<(ServerId, u64)>) {
+        self.counters.control_commands += 1;
+        let timing = self.config.control;
+        if self.inline_control() {
+            return self.commit(command, proposer);
+        }
+        let delay = self.rng.between(timing.commit_ms_min, timing.commit_ms_max);
+        let at = self.control.commit_time(self.now, delay);
+        self.control.in_flight += 1;
+        self.schedule(at, Event::Commit { command, proposer });
+    }
+
+    fn inline_control(&self) -> bool {
+        let timing = self.config.control;
+        timing.commit_ms_max == 0 && timing.observe_lag_ms_max == 0
+    }
+
+    /// The control plane applies a command; every running process and
+    /// every client sees the new state after its lag.
+    pub(crate) fn commit(&mut self, command: Command, proposer: Option<(ServerId, u64)>) {
+        let epoch = self.control.placed().epoch;
+        let what = format!("{command:?}");
+        let (response, index) = self.control.apply(command);
+        self.note(|| format!("control applies {what}: {response:?}"));
+        if let (Response::Joined { view }, Some((id, incarnation))) = (&response, proposer) {
+            let view = *view;
+            let server = self.server(id);
+            if server.up && server.incarnation == incarnation {
+                server.join_view = Some(view);
+            } else {
+                // The process died before its join was agreed: the
+                // detector removes the member it left behind.
+                let at = self.now + self.config.control.suspect_timeout_ms;
+                self.schedule(
+                    at,
+                    Event::Suspect {
+                        server: id,
+                        join_view: view,
+                    },
+                );
+            }
+        }
+        let placed = self.control.placed();
+        if placed.epoch != epoch {
+            let (epoch, primary) = (placed.epoch, placed.primary);
+            self.counters.failovers += 1;
+            self.counters.last_failover_ms = self.now;
+            self.counters.acked_after_last_failover = 0;
+            self.note(|| format!("failover: epoch {epoch}, primary {primary:?}"));
+        }
+        self.publish(index);
+    }
+
+    /// Schedules every running process's and client's view of a state.
+    fn publish(&mut self, index: usize) {
+        let inline = self.inline_control();
+        for id in 1..=self.config.servers {
+            let server = &self.servers[id as usize - 1];
+            if !server.up {
+                continue;
+            }
+            let incarnation = server.incarnation;
+            if inline {
+                self.observe(id, incarnation, index);
+                continue;
+            }
+            let lag = self.rng.between(0, self.config.control.observe_lag_ms_max);
+            let now = self.now;
+            let server = self.server(id);
+            server.observe_at = server.observe_at.max(now + lag);
+            let at = server.observe_at;
+            self.control.in_flight += 1;
+            let event = Event::Observe {
+                server: id,
+                incarnation,
+                index,
+            };
+            self.schedule(at, event);
+        }
+        self.publish_to_clients(index, inline);
+    }
+
+    // --- the data path ---
+
+    pub(crate) fn durable(&mut self, id: ServerId, incarnation: u64, through: u64) {
+        if self.servers[id as usize - 1].incarnation != incarnation {
+            return;
+        }
+        self.mix(u64::from(id));
+        self.mix(through);
+        let now = self.now;
+        let mut out = Vec::new();
+        let server = self.server(id);
+        server.durable = server.durable.max(through);
+        if let Some(replica) = server.replica.as_mut() {
+            replica.on_logged(through, now, &mut out);
+        }
+        self.apply(id, out);
+    }
+
+    pub(crate) fn server_tick(&mut self, id: ServerId, incarnation: u64) {
+        let server = &self.servers[id as usize - 1];
+        if server.incarnation != incarnation || !server.up {
+            return;
+        }
+        self.mix(u64::from(id));
+        let now = self.now;
+        let mut out = Vec::new();
+        if let Some(replica) = self.server(id).replica.as_mut() {
+            replica.on_tick(now, &mut out);
+        }
+        self.apply(id, out);
+        let event = Event::ServerTick {
+            server: id,
+            incarnation,
+        };
+        self.schedule(now + self.config.tick_ms, event);
+        if Some(id) == self.primary() && now >= self.heal_at && self.is_quiescent() {
+            self.note(|| "quiescent: every live client is done and the logs agree".into());
+            self.quiescent = true;
+        }
+    }
+
+    /// Carries out a replica's effects.
+    pub(crate) fn apply(&mut self, server: ServerId, effects: Vec<Effect>) {
+        for effect in effects {
+            match effect {
+                Effect::Send(to, msg) => {
+                    if let (Node::Client(_), Msg::Ack { event, version, .. }) = (&to, &msg) {
+                        self.check_ack(server, event, *version);
+                    }
+                    self.transmit(Node::Server(server), to, msg);
+                }
+                Effect::Append(entry) => self.append(server, entry),
+                Effect::Serve {
+                    to,
+                    from,
+                    to_version,
+                } => {
+                    let log = &self.servers[server as usize - 1].log;
+                    let first = from.max(1) as usize - 1;
+                    let end = (to_version as usize).min(log.len());
+                    if first < end {
+                        let entries = log[first..end].to_vec();
+                        self.transmit(
+                            Node::Server(server),
+                            Node::Server(to),
+                            Msg::Replicate { entries },
+                        );
+                    }
+                }
+                Effect::Visible(version) => self.check_visible(server, version),
+                Effect::EpochStarted {
+                    epoch,
+                    first_version,
+                    members,
+                } => {
+                    let name = self.control.name.clone();
+                    self.note(|| {
+                        format!(
+                            "s{server} starts epoch {epoch} at {first_version} with {members:?}"
+                        )
+                    });
+                    let command = Command::EpochStarted {
+                        name,
+                        epoch,
+                        first_version,
+                        members,
+                    };
+                    self.propose(command, None);
+                }
+                Effect::InSync(backup) => {
+                    let name = self.control.name.clone();
+                    let epoch = self.servers[server as usize - 1]
+                        .replica
+                        .as_ref()
+                        .map_or(0, Replica::epoch);
+                    let command = Command::InSync {
+                        name,
+                        epoch,
+                        server: backup,
+                    };
+                    self.propose(command, None);
+                }
+            }
+        }
+    }
+
+    fn append(&mut self, server: ServerId, entry: Entry) {
+        let version = entry.version();
+        if self.config.sabotage == Some(Sabotage::SkipAppend { server, version }) {
+            self.note(|| {
+                format!("sabotage: server {server} loses the append of version {version}")
+            });
+            return;
+        }
+        let expected = self.servers[server as usize - 1].log.len() as u64 + 1;
+        if version != expected {
+            self.fail(format!(
+                "server {server} appended version {version}, but its log ends at version {}: versions must be dense and in order",
+                expected - 1
+            ));
+            self.aborted = true;
+            return;
+        }
+        match Record::decode(&entry.bytes) {
+            Ok((record, _)) if record.header == entry.header => {}
+            _ => {
+                self.fail(format!(
+                    "server {server} appended version {version} whose bytes do not decode to its header"
+                ));
+                self.aborted = true;
+                return;
+            }
+        }
+        self.counters.appends += 1;
+        self.note_stamp(server, &entry);
+        let delay = self.rng.between(0, self.config.sync_delay_ms_max);
+        let now = self.now;
+        let state = self.server(server);
+        state.log.push(entry);
+        state.sync_done_at = state.sync_done_at.max(now + delay);
+        let (at, incarnation) = (state.sync_done_at, state.incarnation);
+        self.schedule(
+            at,
+            Event::Durable {
+                server,
+                incarnation,
+                through: version,
+            },
+        );
+    }
+
+    /// Remembers the ack rule of a record the primary stamps (a record of
+    /// its own epoch; those of earlier epochs it fetched were stamped
+    /// before), and the rule's commit quorum over the live replicas as
+    /// they are when it stamps.
+    fn note_stamp(&mut self, server: ServerId, entry: &Entry) {
+        let protocol = self.config.protocol;
+        let Some(replica) = self.servers[server as usize - 1].replica.as_ref() else {
+            return;
+        };
+        if protocol == Protocol::Unversioned
+            || !replica.is_primary()
+            || entry.header.epoch != replica.epoch()
+        {
+            return;
+        }
+        let event = entry.header.event;
+        let rule = if protocol == Protocol::Hybrid && self.tagged.contains(&event) {
+            AckRule::FirstReplica
+        } else {
+            protocol.ack_rule(HybridMode::ServerSync)
+        };
+        let quorum = Protocol::commit_quorum(rule, replica.placement().replicas.len());
+        self.rules.insert(entry.version(), (rule, quorum));
+        if !entry.is_void() {
+            self.stamped_rules.entry(event).or_insert(rule);
+        }
+    }
+
+    /// Output commit: a server acknowledges only what its own log holds
+    /// durably; under the all-replica rule the primary acknowledges only
+    /// what every log it counts holds.
+    fn check_ack(&mut self, server: ServerId, event: &EventId, version: u64) {
+        let durable = self.servers[server as usize - 1].durable;
+        if version > durable {
+            self.fail(format!(
+                "server {server} acknowledged {} at version {version} while its log was durable through {durable}",
+                show(event)
+            ));
+        }
+        let Some(replica) = self.servers[server as usize - 1].replica.as_ref() else {
+            return;
+        };
+        if !replica.is_primary() || self.rule_of(version) != Some(AckRule::PrimaryAfterAll) {
+            return;
+        }
+        let counted: Vec<ServerId> = replica.counting().collect();
+        for id in counted {
+            if !self.holds_same(id, server, version) {
+                let durable = self.servers[id as usize - 1].durable;
+                self.fail(format!(
+                    "primary {server} acknowledged {} at version {version} while server {id} (counted) was durable through {durable} or held other bytes",
+                    show(event)
+                ));
+            }
+        }
+    }
+
+    /// Whether `id`'s log holds durably, at `version`, the bytes `other`'s
+    /// log holds there.
+    fn holds_same(&self, id: ServerId, other: ServerId, version: u64) -> bool {
+        let (a, b) = (
+            &self.servers[id as usize - 1],
+            &self.servers[other as usize - 1],
+        );
+        let index = version as usize - 1;
+        a.durable >= version
+            && match (a.log.get(index), b.log.get(index)) {
+                (Some(mine), Some(theirs)) => self.same_record(mine, theirs),
+                _ => false,
+            }
+    }
+
+    /// Whether two records are the same bytes. A message the harness sent
+    /// again with another low-water mark (a producer rebuilt for a new
+    /// placement cannot keep the first one) may differ in that field only.
+    pub(crate) fn same_record(&self, a: &Entry, b: &Entry) -> bool {
+        if std::sync::Arc::ptr_eq(&a.bytes, &b.bytes) || a.bytes == b.bytes {
+            return true;
+        }
+        let event = a.header.event;
+        if !self.low_water_changed.contains(&event) {
+            return false;
+        }
+        let (mut first, second) = (a.record(), b.record());
+        first.header.low_water = second.header.low_water;
+        first == second
+    }
+
+    /// Readers never see a version go away (within a process), nor one
+    /// that is not durable, nor one that fewer logs hold than the commit
+    /// quorum of the rule it was written under (over the logs the primary
+    /// counts).
+    fn check_visible(&mut self, server: ServerId, version: u64) {
+        let state = &self.servers[server as usize - 1];
+        let (before, durable) = (state.visible, state.durable);
+        if version < before {
+            self.fail(format!(
+                "server {server}: visible went back from {before} to {version}"
+            ));
+        }
+        if version > durable {
+            self.fail(format!(
+                "server {server}: version {version} visible while its log was durable through {durable}"
+            ));
+        }
+        if self.config.protocol != Protocol::Unversioned {
+            self.check_visible_quorum(server, before, version);
+        }
+        self.server(server).visible = before.max(version);
+        self.note(|| format!("s{server} visible {version}"));
+    }
+
+    /// The quorum is the one the primary fixed when it stamped the version,
+    /// at most the logs it counts now (the backups it counts shrink when
+    /// one leaves the view or comes back out of sync).
+    fn check_visible_quorum(&mut self, server: ServerId, before: u64, version: u64) {
+        let counted = self
+            .primary()
+            .and_then(|p| self.servers[p as usize - 1].replica.as_ref())
+            .map_or(usize::MAX, |r| 1 + r.counting().count());
+        for shown in before + 1..=version {
+            let Some((rule, quorum)) = self.rules.get(&shown).copied() else {
+                self.fail(format!(
+                    "server {server}: version {shown} visible, but no primary stamped it"
+                ));
+                break;
+            };
+            let quorum = quorum.min(counted);
+            let holding = (1..=self.config.servers)
+                .filter(|&id| self.holds_same(id, server, shown))
+                .count();
+            if holding < quorum {
+                self.fail(format!(
+                    "server {server}: version {shown} visible while only {holding} logs hold it (quorum {quorum}, {rule:?})"
+                ));
+            }
+        }
+    }
+
+    /// The ack rule the record now at `version` was stamped under.
+    fn rule_of(&self, version: u64) -> Option<AckRule> {
+        self.rules.get(&version).map(|(rule, _)| *rule)
+    }
+
+    /// After the heal: every live client is done, every planned fault has
+    /// happened, the control plane is idle, and every server runs the
+    /// stream with the primary's log, all of it visible.
+    fn is_quiescent(&self) -> bool {
+        if !self.clients_done() || self.server_faults_pending > 0 || self.control.in_flight > 0 {
+            return false;
+        }
+        let Some(primary) = self
+            .primary()
+            .and_then(|p| self.servers[p as usize - 1].replica.as_ref())
+        else {
+            return false;
+        };
+        if primary.is_rejoining() {
+            return false;
+        }
+        let versioned = self.config.protocol != Protocol::Unversioned;
+        let primary_last = primary.last_version();
+        self.servers.iter().all(|s| {
+            let Some(replica) = s.replica.as_ref() else {
+                return false;
+            };
+            let last = replica.last_version();
+            replica.held() == 0
+                && s.durable == s.log.len() as u64
+                && replica.logged() == last
+                && (!versioned || (last == primary_last && s.visible == last))
+        })
+    }
+}
+
+fn add_metrics(a: ReplicaMetrics, b: ReplicaMetrics) -> ReplicaMetrics {
+    ReplicaMetrics {
+        duplicates: a.duplicates + b.duplicates,
+        conflicts: a.conflicts + b.conflicts,
+        voided: a.voided + b.voided,
+        gap_requests: a.gap_requests + b.gap_requests,
+        overflow_drops: a.overflow_drops + b.overflow_drops,
+    }
+}
+
+/// A server's metrics over all its processes.
+pub(crate) fn metrics_of(server: &crate::world::Server) -> ReplicaMetrics {
+    let current = server
+        .replica
+        .as_ref()
+        .map(Replica::metrics)
+        .unwrap_or_default();
+    add_metrics(server.past_metrics, current)
+}
