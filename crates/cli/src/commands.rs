@@ -143,6 +143,37 @@ pub enum StreamsAction {
     },
     /// Delete a stream and its log.
     Delete { name: String },
+    /// Set what a stream of a cluster requires of its live in-sync
+    /// replicas, and what it does while that is not met; it resumes by
+    /// itself once the requirement is met again. `status` shows the
+    /// stream's state and every transition.
+    Require {
+        name: String,
+        /// A role some live in-sync replica must have; repeat for each.
+        #[arg(long = "role", value_name = "NAME")]
+        roles: Vec<String>,
+        /// Live in-sync replicas needed at least.
+        #[arg(long, default_value_t = 1)]
+        min_in_sync: u16,
+        /// `read-only`: writes are refused, reads go on. `block`: writes
+        /// wait up to --block-ms, then are refused. `reconnect`: writers'
+        /// connections are closed; they come back and retry.
+        #[arg(long, value_enum, default_value = "read-only")]
+        action: ActionArg,
+        /// How long `block` holds writes.
+        #[arg(long, default_value_t = 5_000)]
+        block_ms: u32,
+        /// Remove the requirement instead.
+        #[arg(long, conflicts_with_all = ["roles", "min_in_sync", "action", "block_ms"])]
+        clear: bool,
+    },
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+pub enum ActionArg {
+    ReadOnly,
+    Block,
+    Reconnect,
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
@@ -347,6 +378,31 @@ pub fn streams(args: StreamsArgs) -> anyhow::Result<()> {
             StreamsAction::Delete { name } => {
                 client.delete_stream(&name).await?;
                 println!("deleted {name}");
+            }
+            StreamsAction::Require {
+                name,
+                roles,
+                min_in_sync,
+                action,
+                block_ms,
+                clear,
+            } => {
+                let action = match action {
+                    ActionArg::ReadOnly => client::LossAction::ReadOnly,
+                    ActionArg::Block => client::LossAction::Block {
+                        timeout_ms: block_ms,
+                    },
+                    ActionArg::Reconnect => client::LossAction::Reconnect,
+                };
+                let requirement = (!clear).then(|| (roles.clone(), min_in_sync, action));
+                client.set_requirement(&name, requirement).await?;
+                if clear {
+                    println!("{name} requires nothing");
+                } else {
+                    println!(
+                        "{name} requires {min_in_sync} live in-sync replicas and roles {roles:?}; loss action {action:?}"
+                    );
+                }
             }
         }
         Ok(())

@@ -69,6 +69,18 @@ pub use producer::{Ack, PendingAck, Producer};
 pub use publisher::{PendingPublish, Published, Publisher, PublisherConfig};
 pub use subscription::{ReceivedRecord, Subscription};
 
+/// What a stream of a cluster does while its requirement is not met.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LossAction {
+    /// Writes are refused (`ReadOnly`); reads go on.
+    ReadOnly,
+    /// Writes wait (refused with `Busy`, so publishers retry) up to
+    /// `timeout_ms`, then are refused as read-only.
+    Block { timeout_ms: u32 },
+    /// Writers' connections are closed; they reconnect and retry.
+    Reconnect,
+}
+
 use driver::Command;
 
 #[derive(Clone, Debug)]
@@ -251,6 +263,40 @@ impl Client {
         let name = name.to_string();
         match self
             .request(|request| Frame::DeleteStream { request, name })
+            .await?
+        {
+            Frame::Ok { .. } => Ok(()),
+            other => Err(ClientError::Protocol(format!("{other:?}"))),
+        }
+    }
+
+    /// Sets what a stream of a cluster requires of its live in-sync
+    /// replicas (`roles` they must cover, `min_in_sync` of them) and what
+    /// it does while that is not met: [`LossAction::ReadOnly`] refuses
+    /// writes, [`LossAction::Block`] makes them wait up to its timeout,
+    /// [`LossAction::Reconnect`] closes writers' connections. `None`
+    /// clears it. The stream resumes by itself once it is met again.
+    pub async fn set_requirement(
+        &self,
+        name: &str,
+        requirement: Option<(Vec<String>, u16, LossAction)>,
+    ) -> Result<(), ClientError> {
+        let name = name.to_string();
+        let (roles, min_in_sync, action, block_ms) = match requirement {
+            None => (Vec::new(), 0, 0, 0),
+            Some((roles, min, LossAction::ReadOnly)) => (roles, min, 1, 0),
+            Some((roles, min, LossAction::Block { timeout_ms })) => (roles, min, 2, timeout_ms),
+            Some((roles, min, LossAction::Reconnect)) => (roles, min, 3, 0),
+        };
+        match self
+            .request(|request| Frame::SetRequirement {
+                request,
+                name,
+                min_in_sync,
+                action,
+                block_ms,
+                roles,
+            })
             .await?
         {
             Frame::Ok { .. } => Ok(()),

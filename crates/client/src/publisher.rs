@@ -729,7 +729,7 @@ async fn run_link(
                             Ok(Some(Frame::Refused { session, sequence, code, message, .. })) => {
                                 let event = EventId { client, session, sequence };
                                 let refusal = refusal_of(code);
-                                if matches!(refusal, Some(Refusal::Invalid | Refusal::LogFailed | Refusal::Rejected(_))) {
+                                if matches!(refusal, Some(Refusal::Invalid | Refusal::LogFailed | Refusal::ReadOnly | Refusal::Rejected(_))) {
                                     let mut said = refusals.lock().expect("refusals lock");
                                     // Bounded: one entry per message in flight.
                                     if said.len() < 65_536 {
@@ -763,6 +763,7 @@ fn refusal_of(code: ErrorCode) -> Option<Refusal> {
         ErrorCode::NotPrimary => Refusal::NotPrimary,
         ErrorCode::Busy => Refusal::Busy,
         ErrorCode::LogFailed => Refusal::LogFailed,
+        ErrorCode::ReadOnly => Refusal::ReadOnly,
         ErrorCode::SequenceRetired => Refusal::Rejected(engine::Rejection::Retired {
             sequence: 0,
             low_water: 0,

@@ -89,6 +89,7 @@ fn command_name(command: &Command) -> String {
         Command::Remove { id, .. } => format!("the removal of server {id}"),
         Command::CreateStream { name, .. } => format!("the creation of stream {name:?}"),
         Command::DeleteStream { name } => format!("the deletion of stream {name:?}"),
+        Command::SetRequirement { name, .. } => format!("the requirement of stream {name:?}"),
         Command::EpochStarted { name, .. } => format!("an epoch start of stream {name:?}"),
         Command::InSync { name, .. } => format!("an in-sync report of stream {name:?}"),
     }

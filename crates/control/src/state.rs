@@ -271,6 +271,12 @@ pub enum Command {
     DeleteStream {
         name: String,
     },
+    /// Sets (or clears) what a stream requires of its live in-sync
+    /// replicas, and its loss action.
+    SetRequirement {
+        name: String,
+        requirement: Option<Requirement>,
+    },
     /// A stream's primary has taken its replicas' tails into account and
     /// stamps from `first_version` in `epoch`.
     EpochStarted {
@@ -389,6 +395,27 @@ impl ControlState {
                 Response::Done
             }
             Command::CreateStream { name, config } => self.create_stream(name, config),
+            Command::SetRequirement { name, requirement } => {
+                if let Some(problem) = requirement.as_ref().and_then(requirement_problem) {
+                    return Response::Refused(problem);
+                }
+                let Some(stream) = self.streams.get_mut(&name) else {
+                    return Response::Refused(format!("no stream named {name:?}"));
+                };
+                let what = match &requirement {
+                    Some(r) => format!(
+                        "stream {name:?} requires {} in-sync replicas and roles {:?}; loss action {}",
+                        r.min_in_sync,
+                        r.roles,
+                        action_name(r.action)
+                    ),
+                    None => format!("stream {name:?} requires nothing"),
+                };
+                stream.config.requirement = requirement;
+                self.record(what);
+                self.reconcile();
+                Response::Done
+            }
             Command::DeleteStream { name } => match self.streams.remove(&name) {
                 Some(_) => {
                     self.record(format!("stream {name:?} deleted"));
@@ -582,16 +609,12 @@ impl ControlState {
                 }
             }
             stream.epoch_members.retain(|id| live(id));
-            // Refill: replicas that are gone and out of sync hold nothing
-            // anyone needs; spare members take their places.
+            // Refill: a replica that is gone and out of sync leaves the
+            // set (it holds nothing anyone needs); a spare member, or the
+            // same server when it comes back, takes its place as a fresh
+            // replica that copies the log from the primary.
             let live_count = stream.replicas.iter().filter(|id| live(id)).count();
             if live_count < stream.config.replicas {
-                let in_sync = &stream.in_sync;
-                stream
-                    .replicas
-                    .retain(|id| live(id) || in_sync.contains(id));
-                let replicas = &stream.replicas;
-                stream.fresh.retain(|id| replicas.contains(id));
                 let mut spares: Vec<&Member> = members
                     .values()
                     .filter(|m| !m.admin_only && !stream.replicas.contains(&m.id))
@@ -600,12 +623,19 @@ impl ControlState {
                     name_hash(&[stream.name.as_bytes(), &m.id.to_le_bytes()].concat())
                 });
                 let wanted = stream.config.replicas - live_count;
-                for spare in spares.into_iter().take(wanted) {
-                    stream.replicas.push(spare.id);
-                    stream.fresh.push(spare.id);
+                let chosen: Vec<ServerId> = spares.into_iter().take(wanted).map(|m| m.id).collect();
+                let in_sync = &stream.in_sync;
+                stream
+                    .replicas
+                    .retain(|id| live(id) || in_sync.contains(id));
+                let replicas = &stream.replicas;
+                stream.fresh.retain(|id| replicas.contains(id));
+                for spare in chosen {
+                    stream.replicas.push(spare);
+                    stream.fresh.push(spare);
                     notes.push(format!(
-                        "stream {:?}: server {} added to the replica set",
-                        stream.name, spare.id
+                        "stream {:?}: server {spare} added to the replica set",
+                        stream.name
                     ));
                 }
             }
@@ -674,19 +704,37 @@ fn availability(stream: &StreamPlacement, members: &BTreeMap<ServerId, Member>) 
     }
 }
 
+/// Why a requirement cannot be met by any placement, if it cannot.
+fn requirement_problem(requirement: &Requirement) -> Option<String> {
+    if requirement.min_in_sync > 16 {
+        return Some("min_in_sync is at most 16".into());
+    }
+    if requirement.roles.len() > 16
+        || requirement
+            .roles
+            .iter()
+            .any(|r| r.is_empty() || r.len() > 64)
+    {
+        return Some("at most 16 roles, each of 1 to 64 characters".into());
+    }
+    None
+}
+
+/// A loss action's name, as flags and `status` give it.
+pub fn action_name(action: LossAction) -> String {
+    match action {
+        LossAction::ReadOnly => "read-only".to_string(),
+        LossAction::Block { timeout_ms } => format!("block (up to {timeout_ms} ms)"),
+        LossAction::Reconnect => "reconnect".to_string(),
+    }
+}
+
 /// For people: what an availability means.
 pub fn describe(availability: &Availability) -> String {
     match availability {
         Availability::Available => "available".into(),
         Availability::NoPrimary => "no live in-sync replica".into(),
-        Availability::Degraded { action, why } => {
-            let action = match action {
-                LossAction::ReadOnly => "read-only".to_string(),
-                LossAction::Block { timeout_ms } => format!("block (up to {timeout_ms} ms)"),
-                LossAction::Reconnect => "reconnect".to_string(),
-            };
-            format!("{action}: {why}")
-        }
+        Availability::Degraded { action, why } => format!("{}: {why}", action_name(*action)),
     }
 }
 
@@ -703,4 +751,193 @@ pub fn name_hash(bytes: &[u8]) -> u64 {
         hash = hash.wrapping_mul(0x0100_0000_01b3);
     }
     hash
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn join(state: &mut ControlState, id: ServerId, nonce: u128) -> u64 {
+        let command = Command::Join {
+            id,
+            address: format!("127.0.0.1:{}", 7400 + id),
+            roles: vec![format!("zone-{id}")],
+            admin_only: false,
+            nonce,
+        };
+        match state.apply(command) {
+            Response::Joined { view } => view,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn config(replicas: usize) -> StreamConfig {
+        StreamConfig {
+            protocol: "one-hop-ack-client".into(),
+            durability: "sync".into(),
+            pages: 0,
+            page_size: 0,
+            replicas,
+            requirement: None,
+        }
+    }
+
+    fn cluster(servers: ServerId) -> ControlState {
+        let mut state = ControlState::default();
+        for id in 1..=servers {
+            join(&mut state, id, u128::from(id));
+        }
+        state
+    }
+
+    fn remove(state: &mut ControlState, id: ServerId) {
+        let join_view = state.members[&id].join_view;
+        let command = Command::Remove {
+            id,
+            join_view,
+            reason: "test".into(),
+        };
+        assert_eq!(state.apply(command), Response::Done);
+    }
+
+    #[test]
+    fn views_grow_a_retried_join_is_not_a_new_member_and_stale_removals_are_ignored() {
+        let mut state = cluster(3);
+        assert_eq!(state.view, 3);
+        assert_eq!(join(&mut state, 2, 2), 2, "the same process asking again");
+        assert_eq!(state.view, 3);
+        let again = join(&mut state, 2, 99);
+        assert_eq!((again, state.view), (4, 4), "a new process is a new member");
+        let stale = Command::Remove {
+            id: 2,
+            join_view: 2,
+            reason: "late".into(),
+        };
+        assert!(matches!(state.apply(stale), Response::Ignored(_)));
+        assert_eq!(state.lead_member().map(|m| m.id), Some(1));
+    }
+
+    #[test]
+    fn a_lost_primary_is_replaced_by_a_live_in_sync_replica_in_a_new_epoch() {
+        let mut state = cluster(3);
+        let Response::Stream(placed) = state.apply(Command::CreateStream {
+            name: "s".into(),
+            config: config(3),
+        }) else {
+            panic!()
+        };
+        let primary = placed.primary.unwrap();
+        remove(&mut state, primary);
+        let stream = &state.streams["s"];
+        assert_eq!(stream.epoch, 2);
+        let next = stream.primary.unwrap();
+        assert_ne!(next, primary);
+        assert!(!stream.in_sync.contains(&primary), "acks go on without it");
+        assert!(!stream.is_recorded());
+        assert!(!stream.epoch_members.contains(&primary));
+        // The epoch begins at 41: the old primary, back, cuts after 40.
+        let started = Command::EpochStarted {
+            name: "s".into(),
+            epoch: 2,
+            first_version: 41,
+            members: stream.epoch_members.clone(),
+        };
+        assert_eq!(state.apply(started), Response::Done);
+        join(&mut state, primary, 77);
+        let stream = &state.streams["s"];
+        assert_eq!(stream.truncate_after(primary), Some(40));
+        assert_eq!(stream.truncate_after(next), None);
+        assert!(stream.may_open(primary));
+        assert_eq!(stream.primary, Some(next), "the primary stays");
+        let back = Command::InSync {
+            name: "s".into(),
+            epoch: 2,
+            server: primary,
+        };
+        assert_eq!(state.apply(back), Response::Done);
+        assert!(state.streams["s"].in_sync.contains(&primary));
+    }
+
+    #[test]
+    fn the_last_in_sync_replica_stays_in_sync_and_nobody_else_leads() {
+        let mut state = cluster(2);
+        state.apply(Command::CreateStream {
+            name: "s".into(),
+            config: config(2),
+        });
+        let primary = state.streams["s"].primary.unwrap();
+        let backup = if primary == 1 { 2 } else { 1 };
+        remove(&mut state, backup);
+        remove(&mut state, primary);
+        let stream = &state.streams["s"];
+        assert_eq!(stream.in_sync, vec![primary]);
+        assert_eq!(stream.primary, None);
+        assert_eq!(stream.availability, Availability::NoPrimary);
+        // The backup comes back first: it may lack acknowledged versions.
+        join(&mut state, backup, 5);
+        assert_eq!(state.streams["s"].primary, None);
+        join(&mut state, primary, 6);
+        assert_eq!(state.streams["s"].primary, Some(primary));
+    }
+
+    #[test]
+    fn a_spare_refills_a_lost_replica_and_starts_empty() {
+        let mut state = cluster(4);
+        state.apply(Command::CreateStream {
+            name: "s".into(),
+            config: config(3),
+        });
+        let replicas = state.streams["s"].replicas.clone();
+        let spare = (1..=4).find(|id| !replicas.contains(id)).unwrap();
+        let lost = *replicas
+            .iter()
+            .find(|id| Some(**id) != state.streams["s"].primary)
+            .unwrap();
+        remove(&mut state, lost);
+        let stream = &state.streams["s"];
+        assert!(stream.replicas.contains(&spare) && !stream.replicas.contains(&lost));
+        assert_eq!(stream.truncate_after(spare), Some(0), "an old copy goes");
+        assert!(!stream.in_sync.contains(&spare));
+    }
+
+    #[test]
+    fn a_requirement_degrades_the_stream_and_lifts_when_met_again() {
+        let mut state = cluster(3);
+        state.apply(Command::CreateStream {
+            name: "s".into(),
+            config: config(3),
+        });
+        let requirement = Requirement {
+            roles: vec!["zone-3".into()],
+            min_in_sync: 3,
+            action: LossAction::Block { timeout_ms: 500 },
+        };
+        let set = Command::SetRequirement {
+            name: "s".into(),
+            requirement: Some(requirement),
+        };
+        assert_eq!(state.apply(set), Response::Done);
+        assert_eq!(state.streams["s"].availability, Availability::Available);
+        remove(&mut state, 3);
+        match &state.streams["s"].availability {
+            Availability::Degraded { action, why } => {
+                assert_eq!(*action, LossAction::Block { timeout_ms: 500 });
+                assert!(why.contains("zone-3") && why.contains("2 in-sync"), "{why}");
+            }
+            other => panic!("{other:?}"),
+        }
+        join(&mut state, 3, 9);
+        let epoch = state.streams["s"].epoch;
+        state.apply(Command::InSync {
+            name: "s".into(),
+            epoch,
+            server: 3,
+        });
+        assert_eq!(state.streams["s"].availability, Availability::Available);
+        let text: Vec<&str> = state.transitions.iter().map(|t| t.what.as_str()).collect();
+        assert!(
+            text.iter().any(|t| t.contains("block (up to 500 ms)")),
+            "{text:?}"
+        );
+    }
 }

@@ -48,6 +48,7 @@ mod kind {
     pub const PEER_HELLO: u8 = 0x0E;
     pub const PEER: u8 = 0x0F;
     pub const CONTROL_HELLO: u8 = 0x10;
+    pub const SET_REQUIREMENT: u8 = 0x11;
     pub const HELLO_OK: u8 = 0x81;
     pub const STREAM_INFO: u8 = 0x82;
     pub const STREAM_LIST: u8 = 0x83;
@@ -102,6 +103,10 @@ pub enum ErrorCode {
     NotPrimary = 12,
     /// `version-request`: the version was voided; ask for a new one.
     VersionVoid = 13,
+    /// The stream's requirement (roles, in-sync replicas) is not met and
+    /// its loss action refuses writes (`read-only`, or `block` past its
+    /// timeout); reads go on.
+    ReadOnly = 14,
 }
 
 impl ErrorCode {
@@ -121,6 +126,7 @@ impl ErrorCode {
             11 => Internal,
             12 => NotPrimary,
             13 => VersionVoid,
+            14 => ReadOnly,
             _ => return None,
         })
     }
@@ -261,6 +267,17 @@ pub enum Frame {
     DeleteStream {
         request: u64,
         name: String,
+    },
+    /// Sets (or with `action` 0 clears) what a stream requires of its
+    /// in-sync replicas, and what it does while that is not met: `action`
+    /// 1 read-only, 2 block for up to `block_ms`, 3 reconnect.
+    SetRequirement {
+        request: u64,
+        name: String,
+        min_in_sync: u16,
+        action: u8,
+        block_ms: u32,
+        roles: Vec<String>,
     },
     ListStreams {
         request: u64,
@@ -788,6 +805,25 @@ impl Frame {
                 put_str16(out, name);
                 kind::DELETE_STREAM
             }
+            Frame::SetRequirement {
+                request,
+                name,
+                min_in_sync,
+                action,
+                block_ms,
+                roles,
+            } => {
+                out.extend_from_slice(&request.to_le_bytes());
+                put_str16(out, name);
+                out.extend_from_slice(&min_in_sync.to_le_bytes());
+                out.push(*action);
+                out.extend_from_slice(&block_ms.to_le_bytes());
+                out.extend_from_slice(&(roles.len() as u16).to_le_bytes());
+                for role in roles {
+                    put_str16(out, role);
+                }
+                kind::SET_REQUIREMENT
+            }
             Frame::ListStreams { request } => {
                 out.extend_from_slice(&request.to_le_bytes());
                 kind::LIST_STREAMS
@@ -1125,6 +1161,29 @@ impl Frame {
                 })(),
                 "delete-stream",
             ),
+            kind::SET_REQUIREMENT => (
+                (|| {
+                    let request = reader.u64()?;
+                    let name = reader.str16()?;
+                    let min_in_sync = reader.u16()?;
+                    let action = reader.u8()?;
+                    let block_ms = reader.u32()?;
+                    let count = reader.u16()?;
+                    let mut roles = Vec::with_capacity(usize::from(count).min(64));
+                    for _ in 0..count {
+                        roles.push(reader.str16()?);
+                    }
+                    Some(Frame::SetRequirement {
+                        request,
+                        name,
+                        min_in_sync,
+                        action,
+                        block_ms,
+                        roles,
+                    })
+                })(),
+                "set-requirement",
+            ),
             kind::LIST_STREAMS => (
                 reader.u64().map(|request| Frame::ListStreams { request }),
                 "list-streams",
@@ -1398,6 +1457,14 @@ mod tests {
             Frame::ControlHello {
                 version: PROTOCOL_VERSION,
                 from: 3,
+            },
+            Frame::SetRequirement {
+                request: 9,
+                name: "orders".into(),
+                min_in_sync: 2,
+                action: 2,
+                block_ms: 1500,
+                roles: vec!["east".into(), "ssd".into()],
             },
             Frame::Peer {
                 stream: 5,

@@ -683,6 +683,47 @@ impl Connection {
                 };
                 self.outgoing.send(&reply).await
             }
+            Frame::SetRequirement {
+                request,
+                name,
+                min_in_sync,
+                action,
+                block_ms,
+                roles,
+            } => {
+                let requirement = match action {
+                    0 => Ok(None),
+                    1 => Ok(Some(control::LossAction::ReadOnly)),
+                    2 => Ok(Some(control::LossAction::Block {
+                        timeout_ms: u64::from(block_ms),
+                    })),
+                    3 => Ok(Some(control::LossAction::Reconnect)),
+                    other => Err(format!("unknown loss action {other}")),
+                }
+                .map(|action| {
+                    action.map(|action| control::Requirement {
+                        roles,
+                        min_in_sync: usize::from(min_in_sync),
+                        action,
+                    })
+                });
+                let result = match requirement {
+                    Ok(requirement) => self.server.set_requirement(&name, requirement).await,
+                    Err(problem) => Err(crate::state::StreamError {
+                        code: ErrorCode::InvalidArgument,
+                        message: problem,
+                    }),
+                };
+                let reply = match result {
+                    Ok(()) => Frame::Ok { request },
+                    Err(error) => Frame::Error {
+                        request,
+                        code: error.code,
+                        message: error.message,
+                    },
+                };
+                self.outgoing.send(&reply).await
+            }
             Frame::OpenStream { request, name } if !self.server.is_ready() => {
                 let message = format!(
                     "this server is joining the cluster; {name:?} is not open here yet: retry"
@@ -937,6 +978,9 @@ impl Connection {
         let Err((failure, messages)) = stream.submit_many(self.client, messages) else {
             return true;
         };
+        // `reconnect`: the connection closes after the refusals; the
+        // client comes back and retries.
+        let stay = !matches!(failure, SubmitFailure::Reconnect(_));
         for msg in messages {
             let Some(event) = replication::event_of(&msg) else {
                 continue;
@@ -952,7 +996,7 @@ impl Connection {
                 return false;
             }
         }
-        true
+        stay
     }
 
     async fn fetch(
@@ -1034,7 +1078,10 @@ fn submit_failure_code(failure: &SubmitFailure) -> ErrorCode {
     match failure {
         SubmitFailure::Deleted => ErrorCode::UnknownStream,
         SubmitFailure::LogFailed(_) => ErrorCode::LogFailed,
-        SubmitFailure::Busy => ErrorCode::Busy,
+        SubmitFailure::Busy | SubmitFailure::Blocked(_) | SubmitFailure::Reconnect(_) => {
+            ErrorCode::Busy
+        }
+        SubmitFailure::ReadOnly(_) => ErrorCode::ReadOnly,
     }
 }
 

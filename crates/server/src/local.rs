@@ -26,6 +26,27 @@ pub struct LocalServer {
 }
 
 impl LocalServer {
+    /// Opens the data folder and serves `listener` on this runtime.
+    fn run(id: u32, listener: TcpListener, config: ServerConfig) -> Result<LocalServer, String> {
+        let address = listener
+            .local_addr()
+            .map_err(|e| format!("the listener's address: {e}"))?;
+        let data = config.data_dir.clone();
+        let state = ServerState::open(config).map_err(|e: OpenError| e.to_string())?;
+        let (stop, stopped) = oneshot::channel();
+        let task = tokio::spawn(crate::run(listener, Arc::clone(&state), async {
+            let _ = stopped.await;
+        }));
+        Ok(LocalServer {
+            id,
+            address,
+            data,
+            state,
+            stop: Some(stop),
+            task: Some(task),
+        })
+    }
+
     /// Stops serving and closes the logs (pending records are written).
     pub async fn stop(mut self) {
         if let Some(stop) = self.stop.take() {
@@ -42,7 +63,11 @@ impl LocalServer {
 }
 
 pub struct LocalCluster {
+    /// The running servers, by id.
     pub servers: Vec<LocalServer>,
+    addresses: Vec<SocketAddr>,
+    /// Each server's configuration, to start it again.
+    configs: Vec<ServerConfig>,
 }
 
 impl LocalCluster {
@@ -66,6 +91,7 @@ impl LocalCluster {
             .map(|l| l.local_addr().expect("bound listener"))
             .collect();
         let mut servers = Vec::with_capacity(count);
+        let mut configs = Vec::with_capacity(count);
         for (index, listener) in listeners.into_iter().enumerate() {
             let id = index as u32 + 1;
             let data = folder.join(format!("server-{id}"));
@@ -84,19 +110,8 @@ impl LocalCluster {
                 ..ClusterConfig::default()
             };
             configure(&mut config);
-            let state = ServerState::open(config).map_err(|e: OpenError| e.to_string())?;
-            let (stop, stopped) = oneshot::channel();
-            let task = tokio::spawn(crate::run(listener, Arc::clone(&state), async {
-                let _ = stopped.await;
-            }));
-            servers.push(LocalServer {
-                id,
-                address: addresses[index],
-                data,
-                state,
-                stop: Some(stop),
-                task: Some(task),
-            });
+            configs.push(config.clone());
+            servers.push(LocalServer::run(id, listener, config)?);
         }
         for server in &servers {
             let ready = tokio::time::timeout(
@@ -110,12 +125,44 @@ impl LocalCluster {
                 ));
             }
         }
-        Ok(LocalCluster { servers })
+        Ok(LocalCluster {
+            servers,
+            addresses,
+            configs,
+        })
     }
 
     /// The address of server `id`.
     pub fn address(&self, id: u32) -> SocketAddr {
-        self.servers[id as usize - 1].address
+        self.addresses[id as usize - 1]
+    }
+
+    /// Stops server `id` (its process, as far as the cluster can tell:
+    /// its heartbeats end and its links close).
+    pub async fn stop_server(&mut self, id: u32) {
+        if let Some(position) = self.servers.iter().position(|s| s.id == id) {
+            self.servers.remove(position).stop().await;
+        }
+    }
+
+    /// Starts server `id` again on its address and data, as a new
+    /// process; returns once it has joined.
+    pub async fn start_server(&mut self, id: u32) -> Result<(), String> {
+        let address = self.address(id);
+        let listener = TcpListener::bind(address)
+            .await
+            .map_err(|e| format!("binding {address} again: {e}"))?;
+        let server = LocalServer::run(id, listener, self.configs[id as usize - 1].clone())?;
+        let ready = tokio::time::timeout(
+            std::time::Duration::from_secs(30),
+            server.state.wait_ready(),
+        );
+        if ready.await.is_err() {
+            return Err(format!("server {id} did not join within 30 s"));
+        }
+        self.servers.push(server);
+        self.servers.sort_by_key(|s| s.id);
+        Ok(())
     }
 
     /// Stops every server.

@@ -253,6 +253,7 @@ async fn follow(
                 }
             }
         };
+        stream.set_availability(&placed.availability);
         if applied.get(&placed.name) != Some(&wanted) {
             stream.reconfigure(placement, &wanted.in_sync, &wanted.consider);
             applied.insert(placed.name.clone(), wanted);

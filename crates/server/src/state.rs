@@ -678,6 +678,48 @@ impl ServerState {
             .expect("delete_stream does not panic")
     }
 
+    /// Sets (or clears) a stream's requirement and loss action, through
+    /// the control plane; a single server has none to keep.
+    pub async fn set_requirement(
+        &self,
+        name: &str,
+        requirement: Option<control::Requirement>,
+    ) -> Result<(), StreamError> {
+        use proto::ErrorCode;
+        if !self.config.cluster.is_multi() {
+            return Err(StreamError::new(
+                ErrorCode::InvalidArgument,
+                "a server without peers has no replicas to require; requirements apply to a cluster",
+            ));
+        }
+        let Some(control) = self.control.get().filter(|_| self.is_ready()) else {
+            return Err(joining());
+        };
+        let command = control::Command::SetRequirement {
+            name: name.to_string(),
+            requirement,
+        };
+        match control.propose(command).await {
+            Ok(control::Response::Done) => Ok(()),
+            Ok(control::Response::Refused(why)) => {
+                let code = if why.starts_with("no stream") {
+                    ErrorCode::UnknownStream
+                } else {
+                    ErrorCode::InvalidArgument
+                };
+                Err(StreamError::new(code, why))
+            }
+            Ok(other) => Err(StreamError::new(
+                ErrorCode::Internal,
+                format!("the control plane answered {other:?}"),
+            )),
+            Err(error) => Err(StreamError::new(
+                ErrorCode::Internal,
+                format!("the control plane could not set the requirement: {error}"),
+            )),
+        }
+    }
+
     /// Deletes a stream and its files; blocking disk work.
     pub fn delete_stream(&self, name: &str) -> Result<(), StreamError> {
         use proto::ErrorCode;

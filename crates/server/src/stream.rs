@@ -138,6 +138,23 @@ pub enum SubmitFailure {
     LogFailed(Arc<str>),
     #[error("the stream's log is too far behind; retry")]
     Busy,
+    /// The requirement is not met and the loss action is `read-only` (or
+    /// `block` past its timeout).
+    #[error("the stream is read-only until its requirement is met again: {0}")]
+    ReadOnly(String),
+    /// The requirement is not met and writes wait (`block`).
+    #[error("the stream's writes wait until its requirement is met again ({0}); retry")]
+    Blocked(String),
+    /// The requirement is not met and the loss action is `reconnect`.
+    #[error("the stream's requirement is not met ({0}); reconnect later")]
+    Reconnect(String),
+}
+
+/// Whether a stream takes writes, as the control plane last said, and
+/// since when (this server's clock).
+struct Gate {
+    availability: control::Availability,
+    since: Instant,
 }
 
 /// Milliseconds on the server's monotonic clock, as the state machines see
@@ -169,6 +186,7 @@ pub struct Stream {
     visible: watch::Sender<u64>,
     router: Arc<Router>,
     backlog_bytes_max: usize,
+    gate: Mutex<Gate>,
 }
 
 pub fn log_config(durability: DurabilityConfig, config: &ServerConfig) -> LogConfig {
@@ -250,6 +268,10 @@ impl Stream {
             visible: watch::channel(0).0,
             router,
             backlog_bytes_max: config.log_backlog_bytes_max,
+            gate: Mutex::new(Gate {
+                availability: control::Availability::Available,
+                since: Instant::now(),
+            }),
         };
         stream.drive(|replica, now, out| replica.start(now, out));
         Ok(stream)
@@ -273,6 +295,42 @@ impl Stream {
     /// The control plane moved the stream: see `Replica::reconfigure`.
     pub fn reconfigure(&self, placement: Placement, in_sync: &[ServerId], consider: &[ServerId]) {
         self.drive(|replica, now, out| replica.reconfigure(placement, in_sync, consider, now, out));
+    }
+
+    /// The control plane's word on whether the stream takes writes (its
+    /// requirement, and the loss action while it is not met).
+    pub fn set_availability(&self, availability: &control::Availability) {
+        let mut gate = self.gate.lock().expect("gate lock");
+        if &gate.availability != availability {
+            eprintln!(
+                "stamplog: stream {:?} is now {}",
+                self.name,
+                control::state::describe(availability)
+            );
+            gate.availability = availability.clone();
+            gate.since = Instant::now();
+        }
+    }
+
+    /// Why writes are refused now, if they are.
+    fn gate_failure(&self) -> Option<SubmitFailure> {
+        use control::{Availability, LossAction};
+        let gate = self.gate.lock().expect("gate lock");
+        let Availability::Degraded { action, why } = &gate.availability else {
+            return None;
+        };
+        Some(match action {
+            LossAction::ReadOnly => SubmitFailure::ReadOnly(why.clone()),
+            LossAction::Block { timeout_ms } => {
+                let waited = gate.since.elapsed();
+                if waited < Duration::from_millis(*timeout_ms) {
+                    SubmitFailure::Blocked(why.clone())
+                } else {
+                    SubmitFailure::ReadOnly(format!("{why}; blocked for more than {timeout_ms} ms"))
+                }
+            }
+            LossAction::Reconnect => SubmitFailure::Reconnect(why.clone()),
+        })
     }
 
     /// The control plane recorded the epoch this primary announced.
@@ -364,6 +422,9 @@ impl Stream {
         }
         if let Some(failure) = self.log.failure() {
             return Err((SubmitFailure::LogFailed(failure), msgs));
+        }
+        if let Some(failure) = self.gate_failure() {
+            return Err((failure, msgs));
         }
         if self.lock().backlog_bytes > self.backlog_bytes_max {
             return Err((SubmitFailure::Busy, msgs));

@@ -131,6 +131,10 @@ pub enum Refusal {
     /// The replica's log failed; it takes no more writes.
     #[error("the replica's log failed")]
     LogFailed,
+    /// The stream's requirement is not met and its loss action refuses
+    /// writes for now.
+    #[error("the stream takes no writes while its requirement is not met")]
+    ReadOnly,
 }
 
 impl Refusal {
@@ -146,6 +150,7 @@ impl Refusal {
             Refusal::NotPrimary => ErrorCode::NotPrimary,
             Refusal::VersionVoid => ErrorCode::VersionVoid,
             Refusal::LogFailed => ErrorCode::LogFailed,
+            Refusal::ReadOnly => ErrorCode::ReadOnly,
         }
     }
 }

@@ -278,7 +278,10 @@ impl Producer {
                 Refusal::NotPrimary
                 | Refusal::Busy
                 | Refusal::Rejected(crate::Rejection::DedupeFull) => {}
-                Refusal::Rejected(_) | Refusal::Invalid | Refusal::LogFailed => {
+                Refusal::Rejected(_)
+                | Refusal::Invalid
+                | Refusal::LogFailed
+                | Refusal::ReadOnly => {
                     self.pending.remove(&event.sequence);
                     self.completed.push(Completion {
                         event,

@@ -141,3 +141,134 @@ async fn every_other_versioned_protocol_fails_over_too() {
         failover(protocol).await;
     }
 }
+
+/// Waits until server `on`'s status shows `stream` in a state whose text
+/// starts with `state`.
+async fn wait_state(client: &Client, stream: &str, state: &str) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let status: serde_json::Value =
+            serde_json::from_str(&client.status().await.unwrap()).unwrap();
+        let shown = status["cluster"]["streams"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["name"] == stream)
+            .map(|s| s["availability"].as_str().unwrap_or_default().to_string())
+            .unwrap_or_default();
+        if shown.starts_with(state) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{stream} never became {state:?}; it is {shown:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_below_its_requirement_goes_read_only_or_blocks_and_resumes_by_itself() {
+    let folder = tempfile::tempdir().unwrap();
+    let mut cluster = LocalCluster::start(3, folder.path(), |config| {
+        config.cluster.heartbeat_interval = Duration::from_millis(50);
+        config.cluster.suspect_timeout = Duration::from_millis(400);
+        config.cluster.roles = if config.cluster.me == 1 {
+            vec!["east".into()]
+        } else {
+            vec!["west".into()]
+        };
+    })
+    .await
+    .unwrap();
+    let client = Client::connect(ClientConfig::new(cluster.address(1).to_string()))
+        .await
+        .unwrap();
+    let info = client
+        .create_stream_with(
+            "guarded",
+            DurabilityConfig::Sync,
+            Protocol::OneHopAckClient,
+            3,
+        )
+        .await
+        .unwrap();
+    let requirement = (vec!["east".to_string()], 3, client::LossAction::ReadOnly);
+    client
+        .set_requirement("guarded", Some(requirement))
+        .await
+        .unwrap();
+    // A requirement on a stream that does not exist is refused.
+    let unknown = client
+        .set_requirement(
+            "nowhere",
+            Some((Vec::new(), 1, client::LossAction::ReadOnly)),
+        )
+        .await;
+    assert!(unknown.is_err());
+    wait_state(&client, "guarded", "available").await;
+    let publisher = Publisher::connect(
+        &info,
+        PublisherConfig {
+            window: 8,
+            retry: Duration::from_millis(100),
+            ..PublisherConfig::default()
+        },
+    )
+    .await
+    .unwrap();
+    publisher.send(b"", b"before").await.unwrap();
+
+    // A backup (not server 1, which the client talks to) goes away: two
+    // in-sync replicas of the three required.
+    let victim = if info.primary == 3 { 2 } else { 3 };
+    cluster.stop_server(victim).await;
+    wait_state(&client, "guarded", "read-only").await;
+    let refused = tokio::time::timeout(Duration::from_secs(10), publisher.send(b"", b"refused"))
+        .await
+        .expect("a read-only stream answers at once");
+    match refused {
+        Err(client::ClientError::Server { code, message }) => {
+            assert_eq!(code, client::ErrorCode::ReadOnly, "{message}");
+            assert!(message.contains("in-sync"), "{message}");
+        }
+        other => panic!("a read-only stream took a write: {other:?}"),
+    }
+    // Reads go on.
+    let stream = client.open_stream("guarded").await.unwrap();
+    let records = client.fetch(stream.id, 1, 10).await.unwrap();
+    assert_eq!(records.len(), 1);
+
+    // It comes back, catches up, is in sync again: writes resume.
+    cluster.start_server(victim).await.unwrap();
+    wait_state(&client, "guarded", "available").await;
+    publisher.send(b"", b"after").await.unwrap();
+
+    // `block`: writes wait while the requirement is not met, and go
+    // through once it is met again within the timeout.
+    let blocking = (
+        vec!["east".to_string()],
+        3,
+        client::LossAction::Block { timeout_ms: 20_000 },
+    );
+    client
+        .set_requirement("guarded", Some(blocking))
+        .await
+        .unwrap();
+    cluster.stop_server(victim).await;
+    wait_state(&client, "guarded", "block").await;
+    let waiting = publisher.submit(b"", b"waited").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    cluster.start_server(victim).await.unwrap();
+    let waited = tokio::time::timeout(Duration::from_secs(15), waiting)
+        .await
+        .expect("the blocked write completes once the requirement is met")
+        .unwrap();
+    assert_eq!(waited.version, 3);
+    let status: serde_json::Value = serde_json::from_str(&client.status().await.unwrap()).unwrap();
+    let transitions = status["cluster"]["transitions"].to_string();
+    assert!(transitions.contains("read-only"), "{transitions}");
+    assert!(transitions.contains("block"), "{transitions}");
+    drop(publisher);
+    cluster.stop().await;
+}
