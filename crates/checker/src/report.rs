@@ -61,6 +61,25 @@ impl Report {
         ]
     }
 
+    /// The counts as people read them in a table: the versions checked,
+    /// then every violation with a phrase for it.
+    pub fn table_rows(&self) -> [(&'static str, u64); 9] {
+        [
+            ("versions checked on every replica", self.logged_versions),
+            ("versions the replicas disagree on", self.divergent),
+            ("lost acknowledged messages", self.lost),
+            ("duplicated messages in the log", self.duplicated),
+            ("versions holding two messages", self.conflicting_versions),
+            (
+                "acks whose version holds another message",
+                self.misplaced_acks,
+            ),
+            ("gaps in versions", self.gaps),
+            ("records out of order", self.reordered),
+            ("records nobody sent", self.unknown_events),
+        ]
+    }
+
     /// The report as one JSON object (counts as numbers, `clean` as a
     /// boolean, `examples` as strings), for result files and tools; written
     /// by hand so the crate needs no serde.

@@ -314,18 +314,7 @@ impl ServerState {
                 break candidate;
             }
         };
-        let info = StreamInfo {
-            id,
-            name: name.to_string(),
-            durability,
-            first_version: 1,
-            last_version: 0,
-            committed_version: 0,
-            protocol: protocol.code(),
-            epoch: placement.epoch,
-            primary: placement.primary,
-            replicas: self.addresses(&placement),
-        };
+        let info = self.new_stream_info(id, name, durability, protocol, &placement);
         for replica in &info.replicas {
             if replica.id == self.config.cluster.me {
                 let server = Arc::clone(self);
@@ -403,18 +392,7 @@ impl ServerState {
         };
         let state = control.state().borrow().clone();
         let placement = crate::membership::data_placement(&placed, &state).placement;
-        let info = StreamInfo {
-            id: placed.id,
-            name: name.to_string(),
-            durability,
-            first_version: 1,
-            last_version: 0,
-            committed_version: 0,
-            protocol: protocol.code(),
-            epoch: placement.epoch,
-            primary: placement.primary,
-            replicas: self.addresses(&placement),
-        };
+        let info = self.new_stream_info(placed.id, name, durability, protocol, &placement);
         for replica in &info.replicas {
             let created = if replica.id == self.config.cluster.me {
                 let server = Arc::clone(self);
@@ -496,6 +474,29 @@ impl ServerState {
         stream.start_tasks(self.config.tick_interval, self.stop.subscribe());
     }
 
+    /// A stream with nothing logged yet, as clients see it.
+    fn new_stream_info(
+        &self,
+        id: u64,
+        name: &str,
+        durability: DurabilityConfig,
+        protocol: Protocol,
+        placement: &Placement,
+    ) -> StreamInfo {
+        StreamInfo {
+            id,
+            name: name.to_string(),
+            durability,
+            first_version: 1,
+            last_version: 0,
+            committed_version: 0,
+            protocol: protocol.code(),
+            epoch: placement.epoch,
+            primary: placement.primary,
+            replicas: self.addresses(placement),
+        }
+    }
+
     /// A placed stream as clients see it (before this server holds it).
     pub(crate) fn info_for(
         &self,
@@ -521,18 +522,7 @@ impl ServerState {
             .protocol
             .parse::<Protocol>()
             .unwrap_or(Protocol::OneHopAckClient);
-        StreamInfo {
-            id: placed.id,
-            name: placed.name.clone(),
-            durability,
-            first_version: 1,
-            last_version: 0,
-            committed_version: 0,
-            protocol: protocol.code(),
-            epoch: placement.epoch,
-            primary: placement.primary,
-            replicas: self.addresses(placement),
-        }
+        self.new_stream_info(placed.id, &placed.name, durability, protocol, placement)
     }
 
     pub fn stream_by_id(&self, id: u64) -> Option<Arc<Stream>> {
