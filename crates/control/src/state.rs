@@ -835,7 +835,8 @@ mod tests {
         assert!(!stream.in_sync.contains(&primary), "acks go on without it");
         assert!(!stream.is_recorded());
         assert!(!stream.epoch_members.contains(&primary));
-        // The epoch begins at 41: the old primary, back, cuts after 40.
+        // The new primary stamps from 41, having taken both live logs.
+        let backup = *stream.epoch_members.iter().find(|id| **id != next).unwrap();
         let started = Command::EpochStarted {
             name: "s".into(),
             epoch: 2,
@@ -843,9 +844,17 @@ mod tests {
             members: stream.epoch_members.clone(),
         };
         assert_eq!(state.apply(started), Response::Done);
+        // A backup whose process restarts before anyone noticed keeps its
+        // place: its log is one the epoch took.
+        join(&mut state, backup, 55);
+        let stream = &state.streams["s"];
+        assert!(stream.replicas.contains(&backup));
+        assert_eq!(stream.truncate_after(backup), None);
+        // The old primary left the set out of sync; back, it is a fresh
+        // replica and copies the log anew.
         join(&mut state, primary, 77);
         let stream = &state.streams["s"];
-        assert_eq!(stream.truncate_after(primary), Some(40));
+        assert_eq!(stream.truncate_after(primary), Some(0));
         assert_eq!(stream.truncate_after(next), None);
         assert!(stream.may_open(primary));
         assert_eq!(stream.primary, Some(next), "the primary stays");
