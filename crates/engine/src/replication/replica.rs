@@ -1499,13 +1499,8 @@ mod tests {
     fn a_restarted_primary_takes_back_what_its_replicas_hold_before_stamping() {
         let protocol = Protocol::OneHopAckClient;
         let settings = ReplicaSettings::default();
-        let mut first = Replica::new(7, 1, placement(), protocol, settings);
+        let mut first = started_primary(protocol, settings);
         let mut out = Vec::new();
-        first.start(0, &mut out);
-        for id in [2, 3] {
-            first.on_peer(id, Msg::Progress { logged: 0, last: 0 }, 1, &mut out);
-        }
-        first.epoch_recorded(1, 1, &mut out);
         out.clear();
         for sequence in 1..=3 {
             first.on_client(42, write(42, sequence), 2, &mut out);
@@ -1563,6 +1558,19 @@ mod tests {
         assert_eq!(taken[2].header.event.client, 43);
     }
 
+    /// Server 1, primary of a fresh stream on servers 1 to 3, once both
+    /// backups reported and its first epoch is recorded.
+    fn started_primary(protocol: Protocol, settings: ReplicaSettings) -> Replica {
+        let mut primary = Replica::new(7, 1, placement(), protocol, settings);
+        let mut out = Vec::new();
+        primary.start(0, &mut out);
+        for id in [2, 3] {
+            primary.on_peer(id, Msg::Progress { logged: 0, last: 0 }, 1, &mut out);
+        }
+        primary.epoch_recorded(1, 1, &mut out);
+        primary
+    }
+
     /// Feeds every effect of `out` that is a record to append into the
     /// replica's log at once and reports it logged.
     fn log_all(replica: &mut Replica, out: &mut Vec<Effect>, now: u64) {
@@ -1576,13 +1584,8 @@ mod tests {
     fn a_backup_takes_over_in_a_new_epoch_from_the_longest_live_tail() {
         let protocol = Protocol::OneHopAckClient;
         let settings = ReplicaSettings::default();
-        let mut primary = Replica::new(7, 1, placement(), protocol, settings);
+        let mut primary = started_primary(protocol, settings);
         let mut out = Vec::new();
-        primary.start(0, &mut out);
-        for id in [2, 3] {
-            primary.on_peer(id, Msg::Progress { logged: 0, last: 0 }, 1, &mut out);
-        }
-        primary.epoch_recorded(1, 1, &mut out);
         out.clear();
         for sequence in 1..=3 {
             primary.on_client(42, write(42, sequence), 2, &mut out);
@@ -1661,13 +1664,8 @@ mod tests {
     fn a_replica_out_of_sync_does_not_hold_acks_until_it_catches_up() {
         let protocol = Protocol::ServerSync;
         let settings = ReplicaSettings::default();
-        let mut primary = Replica::new(7, 1, placement(), protocol, settings);
+        let mut primary = started_primary(protocol, settings);
         let mut out = Vec::new();
-        primary.start(0, &mut out);
-        for id in [2, 3] {
-            primary.on_peer(id, Msg::Progress { logged: 0, last: 0 }, 1, &mut out);
-        }
-        primary.epoch_recorded(1, 1, &mut out);
         // Server 3 came back and is not in sync.
         primary.reconfigure(placement(), &[1, 2], &[2, 3], 2, &mut out);
         assert_eq!(primary.counting().collect::<Vec<_>>(), vec![2]);
