@@ -673,15 +673,7 @@ impl Connection {
             }
             Frame::DeleteStream { request, name } => {
                 let result = self.server.delete_replicated(&name).await;
-                let reply = match result {
-                    Ok(()) => Frame::Ok { request },
-                    Err(error) => Frame::Error {
-                        request,
-                        code: error.code,
-                        message: error.message,
-                    },
-                };
-                self.outgoing.send(&reply).await
+                self.outgoing.send(&done_or_error(request, result)).await
             }
             Frame::SetRequirement {
                 request,
@@ -714,15 +706,7 @@ impl Connection {
                         message: problem,
                     }),
                 };
-                let reply = match result {
-                    Ok(()) => Frame::Ok { request },
-                    Err(error) => Frame::Error {
-                        request,
-                        code: error.code,
-                        message: error.message,
-                    },
-                };
-                self.outgoing.send(&reply).await
+                self.outgoing.send(&done_or_error(request, result)).await
             }
             Frame::OpenStream { request, name } if !self.server.is_ready() => {
                 let message = format!(
@@ -1071,6 +1055,18 @@ impl Connection {
         ));
         self.subscriptions.insert(id, (task, credits));
         true
+    }
+}
+
+/// `Ok`, or the error with its code, in answer to `request`.
+fn done_or_error(request: u64, result: Result<(), crate::state::StreamError>) -> Frame {
+    match result {
+        Ok(()) => Frame::Ok { request },
+        Err(error) => Frame::Error {
+            request,
+            code: error.code,
+            message: error.message,
+        },
     }
 }
 

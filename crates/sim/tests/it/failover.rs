@@ -160,25 +160,8 @@ fn replay() {
         })
         .unwrap_or(Protocol::OneHopAckClient);
     let lines = env_u64("STAMPLOG_SIM_TRACE").unwrap_or(300) as usize;
-    let mut config = SimConfig::failover_from_seed(seed, protocol);
-    config.trace = true;
-    println!("{config:#?}");
-    let outcome = run(&config);
-    let skip = outcome.trace.len().saturating_sub(lines);
-    println!(
-        "trace: {} events, {} lines, showing the last {}:",
-        outcome.counters.events,
-        outcome.trace.len(),
-        outcome.trace.len() - skip
-    );
-    for line in &outcome.trace[skip..] {
-        println!("{line}");
-    }
-    println!("\n{outcome}");
-    assert!(
-        outcome.passed(),
-        "{protocol} failover seed {seed} failed (see above)"
-    );
+    let config = SimConfig::failover_from_seed(seed, protocol);
+    crate::replay_with_trace(config, lines, &format!("{protocol} failover seed {seed}"));
 }
 
 #[test]

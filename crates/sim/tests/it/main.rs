@@ -4,3 +4,25 @@
 
 mod failover;
 mod seeds;
+
+use sim::SimConfig;
+
+/// Runs `config` with a trace, prints the config, the last `lines` trace
+/// lines and the outcome, and fails when the run fails.
+fn replay_with_trace(mut config: SimConfig, lines: usize, label: &str) {
+    config.trace = true;
+    println!("{config:#?}");
+    let outcome = sim::run(&config);
+    let skip = outcome.trace.len().saturating_sub(lines);
+    println!(
+        "trace: {} events, {} lines, showing the last {}:",
+        outcome.counters.events,
+        outcome.trace.len(),
+        outcome.trace.len() - skip
+    );
+    for line in &outcome.trace[skip..] {
+        println!("{line}");
+    }
+    println!("\n{outcome}");
+    assert!(outcome.passed(), "{label} failed (see above)");
+}

@@ -176,25 +176,8 @@ fn replay() {
         .unwrap_or(Protocol::OneHopAckClient);
     let lines = env_u64("STAMPLOG_SIM_TRACE").unwrap_or(300) as usize;
     let servers = env_u64("STAMPLOG_SIM_SERVERS").unwrap_or(3) as u32;
-    let mut config = config(seed, protocol, servers);
-    config.trace = true;
-    println!("{config:#?}");
-    let outcome = run(&config);
-    let skip = outcome.trace.len().saturating_sub(lines);
-    println!(
-        "trace: {} events, {} lines, showing the last {}:",
-        outcome.counters.events,
-        outcome.trace.len(),
-        outcome.trace.len() - skip
-    );
-    for line in &outcome.trace[skip..] {
-        println!("{line}");
-    }
-    println!("\n{outcome}");
-    assert!(
-        outcome.passed(),
-        "{protocol} seed {seed} failed (see above)"
-    );
+    let config = config(seed, protocol, servers);
+    crate::replay_with_trace(config, lines, &format!("{protocol} seed {seed}"));
 }
 
 #[test]
