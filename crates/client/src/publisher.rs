@@ -45,6 +45,11 @@ pub struct Published {
     pub version: u64,
     /// Some server answered that the message was already logged.
     pub duplicate: bool,
+    /// The message was sent again after a failover: unless `duplicate`,
+    /// its record carries the `possible-duplicate` flag, and a consumer
+    /// that acts on messages outside the stream should check its own
+    /// records for the event id.
+    pub possible_duplicate: bool,
     /// The servers that acknowledged, with the version each named.
     pub acks: Vec<(ServerId, u64)>,
 }
@@ -497,6 +502,7 @@ impl Task {
                     event,
                     version: acknowledged.version,
                     duplicate: acknowledged.duplicate,
+                    possible_duplicate: acknowledged.possible_duplicate,
                     acks: acknowledged.acks,
                 }),
                 Err(refusal) => {
@@ -528,6 +534,7 @@ fn encode_submit(out: &mut Vec<u8>, stream: u64, msg: &Msg) {
         low_water: 0,
         key: Arc::default(),
         payload: Arc::default(),
+        resent: false,
     };
     let (kind, version, epoch, content, event, low_water) = match msg {
         Msg::Write(content) => (
@@ -567,6 +574,11 @@ fn encode_submit(out: &mut Vec<u8>, stream: u64, msg: &Msg) {
             *low_water,
         ),
         _ => return,
+    };
+    let kind = if content.resent {
+        kind | proto::frame::SUBMIT_FLAG_RESENT
+    } else {
+        kind
     };
     proto::frame::SubmitFields {
         stream,

@@ -19,6 +19,9 @@ pub const SUBMIT_WRITE: u8 = 1;
 pub const SUBMIT_TAGGED: u8 = 2;
 pub const SUBMIT_RESERVE: u8 = 3;
 pub const SUBMIT_PLACED: u8 = 4;
+/// `Submit` kind bit: the message is sent again after a failover (its
+/// record carries `possible-duplicate`).
+pub const SUBMIT_FLAG_RESENT: u8 = 0x80;
 /// `Acked`/`Stamped` flag: the message was already logged.
 pub const ACKED_FLAG_DUPLICATE: u8 = 1;
 /// Body length (u32) + frame type (u8).

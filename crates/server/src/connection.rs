@@ -321,12 +321,18 @@ async fn handshake(
             from,
             incarnation,
         } => {
+            // A configured peer, or a server that joined since (the
+            // control plane's members).
             let known = server
                 .config
                 .cluster
                 .peers
                 .iter()
-                .any(|peer| peer.id == from);
+                .any(|peer| peer.id == from)
+                || server.router.knows_peer(from)
+                || server
+                    .control_state()
+                    .is_some_and(|state| state.members.contains_key(&from));
             if !known {
                 return Err(bad(format!("server {from} is not in this cluster")));
             }
@@ -343,16 +349,12 @@ async fn handshake(
             (version, Opener::Peer(from))
         }
         Frame::ControlHello { version, from } => {
-            let known = server
-                .config
-                .cluster
-                .peers
-                .iter()
-                .any(|peer| peer.id == from)
-                || from == server.config.cluster.me;
-            if !known || server.control.get().is_none() {
+            // Any server may speak to the control plane: one that is not
+            // a member yet joins this way (it asks to be added as a
+            // voter, then proposes its `Join`).
+            if server.control.get().is_none() {
                 return Err(bad(format!(
-                    "server {from} is not in this cluster, or this server runs no control plane"
+                    "server {from} asked for the control plane, and this server runs none"
                 )));
             }
             (version, Opener::Control)
@@ -859,6 +861,7 @@ impl Connection {
             low_water,
             key: Arc::new(key),
             payload: Arc::new(payload),
+            resent: false,
         };
         match stream.submit(self.client, Msg::Write(content)) {
             Ok(()) => true,

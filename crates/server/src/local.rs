@@ -165,6 +165,49 @@ impl LocalCluster {
         Ok(())
     }
 
+    /// Starts one more server, with the next id, that no other server is
+    /// configured with: its peers are the servers so far, which it
+    /// contacts to join (as `stamplog server --peer` does for a server
+    /// added to a running cluster). Returns its id once it has joined.
+    pub async fn add_server(
+        &mut self,
+        folder: &Path,
+        configure: impl Fn(&mut ServerConfig),
+    ) -> Result<u32, String> {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .map_err(|e| format!("binding a loopback port: {e}"))?;
+        let address = listener.local_addr().expect("bound listener");
+        let id = self.addresses.len() as u32 + 1;
+        let mut config = ServerConfig::new(&folder.join(format!("server-{id}")));
+        config.cluster = ClusterConfig {
+            me: id,
+            peers: self
+                .addresses
+                .iter()
+                .enumerate()
+                .map(|(index, address)| Peer {
+                    id: index as u32 + 1,
+                    address: address.to_string(),
+                })
+                .collect(),
+            ..ClusterConfig::default()
+        };
+        configure(&mut config);
+        self.addresses.push(address);
+        self.configs.push(config.clone());
+        let server = LocalServer::run(id, listener, config)?;
+        let ready = tokio::time::timeout(
+            std::time::Duration::from_secs(30),
+            server.state.wait_ready(),
+        );
+        if ready.await.is_err() {
+            return Err(format!("server {id} did not join within 30 s"));
+        }
+        self.servers.push(server);
+        Ok(id)
+    }
+
     /// Stops every server.
     pub async fn stop(self) {
         for server in self.servers {

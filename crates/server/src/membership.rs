@@ -70,6 +70,33 @@ pub(crate) async fn run(server: Arc<ServerState>, mut stop: watch::Receiver<bool
         }
     };
     let _ = server.control.set(control.clone());
+    // A server the others were not configured with becomes a voter first
+    // (through the servers it was given as peers); for one that already
+    // is, this is a no-op once a leader answers.
+    loop {
+        let added = tokio::select! {
+            added = control.add_voter(me, server.address()) => Some(added),
+            _ = stop.wait_for(|s| *s) => None,
+        };
+        let Some(added) = added else {
+            control.shutdown().await;
+            return;
+        };
+        match added {
+            Ok(()) => break,
+            Err(error @ control::ControlError::Refused { .. }) => {
+                // Listed under another spelling of its address: it is a
+                // voter already, or an operator has to look.
+                eprintln!("stamplog: {error}; joining as configured");
+                break;
+            }
+            Err(control::ControlError::Stopped { .. }) => return,
+            Err(error) => {
+                eprintln!("stamplog: joining the control plane: {error}; retrying");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
     let join = Command::Join {
         id: me,
         address: server.address(),
@@ -207,6 +234,10 @@ async fn follow(
     applied: &mut HashMap<String, DataPlacement>,
 ) {
     let me = server.config.cluster.me;
+    // Servers that joined without being in this one's configuration.
+    for member in state.members.values() {
+        server.router.add_peer(member.id, &member.address);
+    }
     let waiting = !server.pending.lock().expect("pending lock").is_empty();
     if waiting {
         let server = Arc::clone(server);

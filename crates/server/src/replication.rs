@@ -12,7 +12,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use engine::replication::{Binding, Content, Entry, HybridMode, Msg, ServerId};
@@ -65,9 +65,14 @@ type ClientConnection = (u64, mpsc::Sender<ClientNote>);
 
 pub struct Router {
     pub me: ServerId,
-    peers: HashMap<ServerId, mpsc::Sender<Vec<u8>>>,
+    /// Each peer's link queue: the configured peers, and servers that
+    /// joined later (learned from the control plane's members).
+    peers: RwLock<HashMap<ServerId, mpsc::Sender<Vec<u8>>>>,
     /// Each peer's queue until its link task takes it.
     peer_receivers: Mutex<Vec<PeerQueue>>,
+    /// Set once the links run: a peer added later gets its task at once.
+    links_stop: Mutex<Option<watch::Receiver<bool>>>,
+    queue_max: usize,
     /// Each connected client's connections: (connection, note sender).
     clients: Mutex<HashMap<u128, Vec<ClientConnection>>>,
     next_connection: AtomicU64,
@@ -93,8 +98,10 @@ impl Router {
         let (events, events_receiver) = mpsc::unbounded_channel();
         Router {
             me: cluster.me,
-            peers,
+            peers: RwLock::new(peers),
             peer_receivers: Mutex::new(receivers),
+            links_stop: Mutex::new(None),
+            queue_max: queue_max.max(1),
             clients: Mutex::new(HashMap::new()),
             next_connection: AtomicU64::new(1),
             metrics: RouterMetrics::default(),
@@ -123,23 +130,61 @@ impl Router {
 
     /// Starts one link task per peer (once); each ends when `stop` fires.
     pub(crate) fn start_links(&self, stop: watch::Receiver<bool>) {
-        let receivers = std::mem::take(&mut *self.peer_receivers.lock().expect("router lock"));
+        let receivers = {
+            let mut started = self.links_stop.lock().expect("router lock");
+            *started = Some(stop.clone());
+            std::mem::take(&mut *self.peer_receivers.lock().expect("router lock"))
+        };
         for (id, address, receiver) in receivers {
-            let incarnation = Arc::clone(&self.incarnation);
-            tokio::spawn(run_link(
-                self.me,
-                incarnation,
+            self.spawn_link(id, address, receiver, stop.clone());
+        }
+    }
+
+    fn spawn_link(
+        &self,
+        id: ServerId,
+        address: String,
+        receiver: mpsc::Receiver<Vec<u8>>,
+        stop: watch::Receiver<bool>,
+    ) {
+        let incarnation = Arc::clone(&self.incarnation);
+        tokio::spawn(run_link(self.me, incarnation, id, address, receiver, stop));
+    }
+
+    /// Whether `id` has a link (a configured peer, or one learned since).
+    pub(crate) fn knows_peer(&self, id: ServerId) -> bool {
+        self.peers.read().expect("router lock").contains_key(&id)
+    }
+
+    /// A server that joined the cluster without being in this server's
+    /// configuration: it gets a link like a configured peer. Nothing
+    /// happens for a peer already known or for this server.
+    pub(crate) fn add_peer(&self, id: ServerId, address: &str) {
+        if id == self.me || self.knows_peer(id) {
+            return;
+        }
+        let (sender, receiver) = mpsc::channel(self.queue_max);
+        let mut peers = self.peers.write().expect("router lock");
+        if peers.contains_key(&id) {
+            return;
+        }
+        peers.insert(id, sender);
+        drop(peers);
+        let started = self.links_stop.lock().expect("router lock").clone();
+        match started {
+            Some(stop) => self.spawn_link(id, address.to_string(), receiver, stop),
+            None => self.peer_receivers.lock().expect("router lock").push((
                 id,
-                address,
+                address.to_string(),
                 receiver,
-                stop.clone(),
-            ));
+            )),
         }
     }
 
     /// Queues a replication message for a peer.
     pub(crate) fn send_peer(&self, to: ServerId, stream: u64, msg: Msg) {
-        let Some(link) = self.peers.get(&to) else {
+        let peers = self.peers.read().expect("router lock");
+        let Some(link) = peers.get(&to) else {
             return;
         };
         let frame = match msg {
@@ -429,13 +474,15 @@ pub(crate) fn submit_msg(
         session,
         sequence,
     };
+    let resent = kind & proto::frame::SUBMIT_FLAG_RESENT != 0;
     let content = || Content {
         event,
         low_water,
         key: Arc::new(key),
         payload: Arc::new(payload),
+        resent,
     };
-    Some(match kind {
+    Some(match kind & !proto::frame::SUBMIT_FLAG_RESENT {
         proto::frame::SUBMIT_WRITE => Msg::Write(content()),
         proto::frame::SUBMIT_TAGGED => Msg::Tagged(content()),
         proto::frame::SUBMIT_RESERVE => Msg::Reserve { event, low_water },

@@ -22,9 +22,23 @@ pub struct Content {
     pub low_water: u64,
     pub key: Bytes,
     pub payload: Bytes,
+    /// Sent again after a failover (the client's stream moved to a new
+    /// epoch before the message was done): a record made from it carries
+    /// `possible-duplicate`. A message the new primary already holds is
+    /// answered `duplicate` and its record is left as it was.
+    pub resent: bool,
 }
 
 impl Content {
+    /// The record flags a message with this content is logged with.
+    pub fn flags(&self) -> u16 {
+        if self.resent {
+            proto::FLAG_POSSIBLE_DUPLICATE
+        } else {
+            0
+        }
+    }
+
     /// CRC32C of the key length, key and payload: a binding names the
     /// content it binds, so a replica never stores other bytes than the
     /// primary did under a version.

@@ -41,6 +41,9 @@ pub struct Acknowledged {
     pub version: u64,
     /// Some acknowledgement said the message was already logged.
     pub duplicate: bool,
+    /// The message was sent again after a failover; unless `duplicate`,
+    /// its record carries `possible-duplicate`.
+    pub possible_duplicate: bool,
     /// Every acknowledgement received: server and the version it named.
     pub acks: Vec<(ServerId, u64)>,
 }
@@ -137,8 +140,13 @@ impl Producer {
         if placement == self.placement {
             return;
         }
+        // Only a new epoch marks resends: within one epoch a late answer
+        // to the first copy may still place it, and every replica must
+        // build the same bytes the primary logged.
+        let failover = placement.epoch != self.placement.epoch;
         self.placement = placement;
         for pending in self.pending.values_mut() {
+            pending.content.resent |= failover;
             pending.acks.clear();
             pending.version = None;
             pending.sent_at = now;
@@ -173,6 +181,7 @@ impl Producer {
             low_water: self.low_water().min(sequence),
             key,
             payload,
+            resent: false,
         };
         let pending = Pending {
             content,
@@ -258,6 +267,7 @@ impl Producer {
                         outcome: Ok(Acknowledged {
                             version,
                             duplicate: pending.duplicate,
+                            possible_duplicate: pending.content.resent,
                             acks: pending.acks,
                         }),
                     });

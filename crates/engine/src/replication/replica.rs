@@ -745,7 +745,7 @@ impl Replica {
             return refuse(out, client, event, Refusal::Busy);
         }
         let entry = Entry::new(
-            self.header(version, event, content.low_water, 0),
+            self.header(version, event, content.low_water, content.flags()),
             &content.key,
             &content.payload,
         );
@@ -870,7 +870,7 @@ impl Replica {
             match reservation.content {
                 Some(content) => {
                     let entry = Entry::new(
-                        self.header(next, content.event, content.low_water, 0),
+                        self.header(next, content.event, content.low_water, content.flags()),
                         &content.key,
                         &content.payload,
                     );
@@ -1157,7 +1157,7 @@ impl Replica {
             return;
         }
         self.primary_last = self.primary_last.max(version);
-        let header = self.header(version, event, content.low_water, 0);
+        let header = self.header(version, event, content.low_water, content.flags());
         self.offer(Entry::new(header, &content.key, &content.payload));
         self.advance(out);
     }
@@ -1479,6 +1479,7 @@ mod tests {
             low_water: 1,
             key: Arc::new(Vec::new()),
             payload: Arc::new(vec![sequence as u8; 8]),
+            resent: false,
         })
     }
 
@@ -1658,6 +1659,108 @@ mod tests {
             })
             .collect();
         assert!(acks.contains(&(2, true)), "{acks:?}");
+    }
+
+    /// A producer whose stream fails over resends what is not done with
+    /// the resent mark; the new primary logs a message it did not have
+    /// with `possible-duplicate`, and answers one it had as a duplicate
+    /// without touching its record. Before the failover nothing is marked.
+    #[test]
+    fn messages_resent_after_a_failover_carry_possible_duplicate() {
+        use crate::replication::{Producer, ProducerSettings};
+        let protocol = Protocol::OneHopAckClient;
+        let settings = ReplicaSettings::default();
+        let mut producer = Producer::new(42, 1, protocol, placement(), ProducerSettings::default());
+        let mut sent = Vec::new();
+        for _ in 0..2 {
+            producer.send(Arc::new(Vec::new()), Arc::new(vec![7; 8]), 0, &mut sent);
+        }
+        let mut primary = started_primary(protocol, settings);
+        let mut out = Vec::new();
+        for (_, msg) in sent.drain(..) {
+            let Msg::Write(content) = &msg else {
+                panic!("one-hop-ack-client writes to the primary: {msg:?}");
+            };
+            assert!(!content.resent);
+            primary.on_client(42, msg, 1, &mut out);
+        }
+        let first = appended(&out);
+        assert!(first
+            .iter()
+            .all(|e| e.header.flags & proto::FLAG_POSSIBLE_DUPLICATE == 0));
+
+        // Server 2 holds version 1 only when server 1 dies.
+        let mut second = Replica::new(7, 2, placement(), protocol, settings);
+        second.start(0, &mut out);
+        let mut out = Vec::new();
+        second.on_peer(
+            1,
+            Msg::Replicate {
+                entries: first[..1].to_vec(),
+            },
+            2,
+            &mut out,
+        );
+        log_all(&mut second, &mut out, 2);
+        let next = Placement {
+            replicas: vec![2, 3],
+            primary: 2,
+            epoch: 2,
+        };
+        second.reconfigure(next.clone(), &[2, 3], &[3], 3, &mut out);
+        second.on_peer(3, Msg::Progress { logged: 1, last: 1 }, 4, &mut out);
+        second.epoch_recorded(2, 5, &mut out);
+        out.clear();
+
+        producer.reconfigure(next, 6, &mut sent);
+        assert_eq!(sent.len(), 2);
+        for (node, msg) in sent.drain(..) {
+            assert_eq!(node, Node::Server(2));
+            let Msg::Write(content) = &msg else {
+                panic!("a resend goes to the new primary: {msg:?}");
+            };
+            assert!(content.resent);
+            second.on_client(42, msg, 7, &mut out);
+        }
+        let taken = appended(&out);
+        assert_eq!(taken.len(), 1, "version 1 was a duplicate");
+        assert_eq!((taken[0].version(), taken[0].header.epoch), (2, 2));
+        assert_eq!(
+            taken[0].header.flags & proto::FLAG_POSSIBLE_DUPLICATE,
+            proto::FLAG_POSSIBLE_DUPLICATE
+        );
+        log_all(&mut second, &mut out, 8);
+        second.on_peer(3, Msg::Progress { logged: 2, last: 2 }, 9, &mut out);
+        for effect in out.drain(..) {
+            if let Effect::Send(Node::Client(42), msg) = effect {
+                producer.on_message(2, msg, 10, &mut sent);
+            }
+        }
+        // server 3 acks for one-hop-ack-client too: it logged version 2.
+        for (version, duplicate) in [(1, true), (2, false)] {
+            let event = EventId {
+                client: 42,
+                session: 1,
+                sequence: version,
+            };
+            let ack = Msg::Ack {
+                event,
+                version,
+                epoch: 2,
+                duplicate,
+                hint: None,
+            };
+            producer.on_message(3, ack, 10, &mut sent);
+        }
+        let done: Vec<(u64, bool, bool)> = producer
+            .take_completed()
+            .into_iter()
+            .map(|c| {
+                let a = c.outcome.expect("acknowledged");
+                (a.version, a.duplicate, a.possible_duplicate)
+            })
+            .collect();
+        assert_eq!(done, vec![(1, true, true), (2, false, true)]);
     }
 
     #[test]

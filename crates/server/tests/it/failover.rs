@@ -67,12 +67,18 @@ async fn failover(protocol: Protocol) {
         }
     }
     let mut duplicates = 0;
+    // Messages the new primary logged from a resend: their records carry
+    // possible-duplicate, and no other record does.
+    let mut marked = std::collections::BTreeSet::new();
     for sent in pending {
         let published = tokio::time::timeout(Duration::from_secs(30), sent)
             .await
             .unwrap_or_else(|_| panic!("{protocol}: a message is done within 30 s"))
             .expect("accepted");
         duplicates += u64::from(published.duplicate);
+        if published.possible_duplicate && !published.duplicate {
+            marked.insert(published.event);
+        }
         history.acked.push(Acked {
             event: published.event,
             version: published.version,
@@ -118,12 +124,27 @@ async fn failover(protocol: Protocol) {
         .iter()
         .map(|(id, folder)| replica_log(folder, &name, info.id, format!("server-{id}")))
         .collect();
+    for (id, data) in &data {
+        let folder = data.join("streams").join(&name).join("log");
+        let mut flagged = std::collections::BTreeSet::new();
+        wal::inspect(&wal::FileStorage, &folder, info.id, &mut |record| {
+            if record.header.flags & proto::FLAG_POSSIBLE_DUPLICATE != 0 {
+                flagged.insert(record.header.event);
+            }
+        })
+        .unwrap();
+        assert_eq!(
+            flagged, marked,
+            "{protocol}: server {id}'s possible-duplicate records"
+        );
+    }
     let report = checker::check(std::slice::from_ref(&history), &logs, None);
     assert!(report.is_clean(), "{protocol}: {report}");
     assert_eq!(report.acknowledged, 600, "{protocol}: {report}");
     eprintln!(
-        "{protocol}: all 600 acknowledged {:.0} ms after the stop, {duplicates} as duplicates",
-        recovered.as_secs_f64() * 1e3
+        "{protocol}: all 600 acknowledged {:.0} ms after the stop, {duplicates} as duplicates, {} marked possible-duplicate",
+        recovered.as_secs_f64() * 1e3,
+        marked.len()
     );
 }
 
@@ -271,4 +292,127 @@ async fn a_stream_below_its_requirement_goes_read_only_or_blocks_and_resumes_by_
     assert!(transitions.contains("block"), "{transitions}");
     drop(publisher);
     cluster.stop().await;
+}
+
+/// A fourth server that none of the first three was configured with joins
+/// through them: it becomes a member (and a voter), links to the others,
+/// and takes a replica of a stream, by placement or by refilling one lost;
+/// its log ends up with every acknowledged version.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_no_one_was_configured_with_joins_and_holds_a_replica() {
+    let folder = tempfile::tempdir().unwrap();
+    let fast = |config: &mut server::ServerConfig| {
+        config.cluster.heartbeat_interval = Duration::from_millis(50);
+        config.cluster.suspect_timeout = Duration::from_millis(400);
+        config.replication.gap_timeout_ms = 30;
+    };
+    let mut cluster = LocalCluster::start(3, folder.path(), fast).await.unwrap();
+    let added = cluster.add_server(folder.path(), fast).await.unwrap();
+    assert_eq!(added, 4);
+    let client = Client::connect(ClientConfig::new(cluster.address(1).to_string()))
+        .await
+        .unwrap();
+    let status: serde_json::Value = serde_json::from_str(&client.status().await.unwrap()).unwrap();
+    let members = status["cluster"]["members"].as_array().unwrap();
+    assert_eq!(members.len(), 4, "{status}");
+
+    let info = client
+        .create_stream_with(
+            "grown",
+            DurabilityConfig::Sync,
+            Protocol::OneHopAckClient,
+            3,
+        )
+        .await
+        .unwrap();
+    let publisher = Publisher::connect(
+        &info,
+        PublisherConfig {
+            window: 16,
+            retry: Duration::from_millis(200),
+            ..PublisherConfig::default()
+        },
+    )
+    .await
+    .unwrap();
+    let mut history = ClientHistory::default();
+    let send = async |history: &mut ClientHistory, from: u64| {
+        let mut pending = Vec::new();
+        for index in from..from + 200 {
+            let body = format!("message {index}").into_bytes();
+            let sent = publisher.submit(b"", &body).await.unwrap();
+            history.sent.push(Sent {
+                event: sent.event,
+                digest: checker::digest(b"", &body),
+            });
+            pending.push(sent);
+        }
+        for sent in pending {
+            let published = tokio::time::timeout(Duration::from_secs(30), sent)
+                .await
+                .expect("acknowledged within 30 s")
+                .unwrap();
+            history.acked.push(Acked {
+                event: published.event,
+                version: published.version,
+                duplicate: published.duplicate,
+            });
+        }
+    };
+    send(&mut history, 0).await;
+    // A replica other than the new server and server 1 goes: if server 4
+    // was not a replica, it refills the lost one.
+    let victim = *info
+        .replicas
+        .iter()
+        .map(|r| &r.id)
+        .find(|id| **id != 4 && **id != 1)
+        .unwrap();
+    cluster.stop_server(victim).await;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let placed = client.open_stream("grown").await.unwrap();
+        if placed.replicas.iter().any(|r| r.id == 4)
+            && placed.replicas.iter().all(|r| r.id != victim)
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "server 4 never held a replica: {placed:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    send(&mut history, 200).await;
+    let acknowledged = history.acked.iter().map(|a| a.version).max().unwrap();
+    let fourth = Client::connect(ClientConfig::new(cluster.address(4).to_string()))
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while fourth
+        .open_stream("grown")
+        .await
+        .map_or(0, |s| s.committed_version)
+        < acknowledged
+    {
+        assert!(Instant::now() < deadline, "server 4 catches up");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let placed = client.open_stream("grown").await.unwrap();
+    let holders: Vec<(u32, std::path::PathBuf)> = cluster
+        .servers
+        .iter()
+        .filter(|s| placed.replicas.iter().any(|r| r.id == s.id))
+        .map(|s| (s.id, s.data.clone()))
+        .collect();
+    drop(publisher);
+    cluster.stop().await;
+    let logs: Vec<_> = holders
+        .iter()
+        .map(|(id, data)| replica_log(data, "grown", info.id, format!("server-{id}")))
+        .collect();
+    assert!(logs.len() >= 2);
+    let report = checker::check(std::slice::from_ref(&history), &logs, None);
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(report.acknowledged, 400, "{report}");
 }
