@@ -11,9 +11,12 @@
 //! it (messages in flight at the kill complete first, so this is the time
 //! until new writes are acknowledged again). The killed server is started
 //! again on its port and data (it joins as a new member and catches up),
-//! and the next kill waits `--settle-ms` after that. At the end every
+//! and the next kill waits `--settle-ms` after that. Meanwhile one reader
+//! per server subscribes there and keeps reading through its kills and
+//! restarts, resuming after the last version it got. At the end every
 //! replica's log is read back and the history checker judges them with the
-//! publisher's history: lost, duplicated, divergent must all be 0.
+//! publisher's history (lost, duplicated, divergent must all be 0) and with
+//! what the readers saw (every delivery committed, in order, once).
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -132,6 +135,97 @@ pub struct FailoverFigures {
     /// Every kill of the primary, in milliseconds.
     pub primary_recovery: Summary,
     pub report: checker::Report,
+    /// What the live readers saw, judged against the final logs.
+    pub reads: checker::ReadReport,
+}
+
+/// What the live readers are told.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ReadUntil {
+    /// Keep reading.
+    Running,
+    /// Read up to this version (the newest acknowledged), then stop.
+    Version(u64),
+    /// Stop now (the server holds no replica of the stream).
+    Stop,
+}
+
+/// How long a reader may take to reach the newest acknowledged version
+/// once the writing is over.
+const READ_DRAIN: Duration = Duration::from_secs(30);
+
+/// One live reader on one server: subscribes from version 1 and reads for
+/// the whole run. A subscription that ends (the server was killed, holds
+/// no replica yet) is opened again after the last version delivered, so
+/// the history is one ordered sequence for the checker.
+async fn read_live(
+    id: u32,
+    address: String,
+    stream: u64,
+    mut until: watch::Receiver<ReadUntil>,
+) -> checker::ReaderHistory {
+    let mut history = checker::ReaderHistory {
+        reader: format!("reader on server {id}"),
+        delivered: Vec::new(),
+    };
+    let mut drain_deadline = None;
+    let next =
+        |history: &checker::ReaderHistory| history.delivered.last().map_or(1, |r| r.version + 1);
+    loop {
+        if reading_done(*until.borrow(), next(&history), &mut drain_deadline) {
+            return history;
+        }
+        let subscribed = tokio::time::timeout(Duration::from_secs(2), async {
+            let client = Client::connect(ClientConfig::new(address.clone())).await?;
+            let subscription = client.subscribe(stream, next(&history)).await?;
+            Ok::<_, client::ClientError>((client, subscription))
+        })
+        .await;
+        let Ok(Ok((_client, mut subscription))) = subscribed else {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        };
+        loop {
+            let item = tokio::select! {
+                item = subscription.next() => Some(item),
+                _ = until.changed() => None,
+                _ = tokio::time::sleep(Duration::from_millis(200)) => None,
+            };
+            let Some(item) = item else {
+                if reading_done(*until.borrow(), next(&history), &mut drain_deadline) {
+                    return history;
+                }
+                continue;
+            };
+            match item {
+                Some(Ok(record)) => history.delivered.push(checker::Logged {
+                    version: record.version,
+                    event: record.event,
+                    digest: checker::digest(&record.key, &record.payload),
+                }),
+                // Ended: the stream is unknown there (yet), or the client
+                // gave up on the server; open it again after a pause.
+                Some(Err(_)) | None => break,
+            }
+            if reading_done(*until.borrow(), next(&history), &mut drain_deadline) {
+                return history;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Whether a reader whose next version is `next` is done; the drain
+/// deadline starts when it is first told the last version.
+fn reading_done(until: ReadUntil, next: u64, deadline: &mut Option<Instant>) -> bool {
+    match until {
+        ReadUntil::Running => false,
+        ReadUntil::Stop => true,
+        ReadUntil::Version(last) => {
+            let deadline = *deadline.get_or_insert_with(|| Instant::now() + READ_DRAIN);
+            next > last || Instant::now() > deadline
+        }
+    }
 }
 
 /// Gives up on a recovery after this long.
@@ -192,6 +286,16 @@ async fn drive(
         )
         .await?,
     );
+    let readers: Vec<_> = cluster
+        .running()
+        .into_iter()
+        .map(|id| {
+            let address = cluster.address(id).to_string();
+            let (until, reading) = watch::channel(ReadUntil::Running);
+            let task = tokio::spawn(read_live(id, address, stream.id, reading));
+            (id, until, task)
+        })
+        .collect();
     let started = Instant::now();
     let (completed_sender, mut completed) = watch::channel(Completed {
         acknowledged: 0,
@@ -347,7 +451,24 @@ async fn drive(
         .iter()
         .map(|r| (r.id, r.address.clone()))
         .collect();
-    let report = read_back(&addresses, &final_info, std::slice::from_ref(&history)).await?;
+    let newest = history.acked.iter().map(|a| a.version).max().unwrap_or(0);
+    let mut histories = Vec::new();
+    for (id, until, task) in readers {
+        // Readers on servers that hold no replica now stop at once (a
+        // refill can have moved the stream away from them).
+        if addresses.iter().any(|(holder, _)| *holder == id) {
+            until.send_replace(ReadUntil::Version(newest));
+        } else {
+            until.send_replace(ReadUntil::Stop);
+        }
+        histories.push(task);
+    }
+    let (report, logs) = read_logs(&addresses, &final_info, std::slice::from_ref(&history)).await?;
+    let mut read_histories = Vec::new();
+    for task in histories {
+        read_histories.push(task.await.context("a reader panicked")?);
+    }
+    let reads = checker::check_reads(&read_histories, &logs);
     let sent = history.sent.len() as u64;
     let recovered: Vec<f64> = kills.iter().filter_map(|k| k.recovery_ms).collect();
     let primary: Vec<f64> = kills
@@ -369,6 +490,7 @@ async fn drive(
         recovery: Summary::of(&recovered),
         primary_recovery: Summary::of(&primary),
         report,
+        reads,
     })
 }
 
@@ -431,6 +553,15 @@ pub async fn read_back(
     stream: &StreamInfo,
     histories: &[checker::ClientHistory],
 ) -> anyhow::Result<checker::Report> {
+    Ok(read_logs(replicas, stream, histories).await?.0)
+}
+
+/// As [`read_back`], with the logs read.
+pub async fn read_logs(
+    replicas: &[(u32, String)],
+    stream: &StreamInfo,
+    histories: &[checker::ClientHistory],
+) -> anyhow::Result<(checker::Report, Vec<checker::ReplicaLog>)> {
     let mut logs = Vec::new();
     let acknowledged = histories
         .iter()
@@ -469,7 +600,7 @@ pub async fn read_back(
         }
         logs.push(log);
     }
-    Ok(checker::check(histories, &logs, None))
+    Ok((checker::check(histories, &logs, None), logs))
 }
 
 fn ms(value: Option<f64>) -> String {
@@ -559,6 +690,15 @@ fn summary_table(figures: &FailoverFigures) -> Table {
     for (name, count) in report.table_rows() {
         table.row(vec![name.to_string(), count.to_string()]);
     }
+    let reads = &figures.reads;
+    for (name, count) in [
+        ("records the live readers got", reads.deliveries),
+        ("reads out of order", reads.out_of_order),
+        ("records read twice", reads.repeated),
+        ("reads of records not in the log", reads.not_in_log),
+    ] {
+        table.row(vec![name.to_string(), count.to_string()]);
+    }
     table
 }
 
@@ -620,6 +760,12 @@ fn write_report(args: &FailoverArgs, figures: &FailoverFigures) -> anyhow::Resul
             "reordered": report.reordered,
             "unknown_events": report.unknown_events,
             "logged_versions": report.logged_versions,
+        },
+        "reads": {
+            "deliveries": figures.reads.deliveries,
+            "out_of_order": figures.reads.out_of_order,
+            "repeated": figures.reads.repeated,
+            "not_in_log": figures.reads.not_in_log,
         },
         "tables": [kills.to_json(), summary.to_json()],
     });

@@ -101,11 +101,13 @@
 mod check;
 mod digest;
 mod history;
+mod reads;
 mod report;
 
 pub use check::check;
 pub use digest::digest;
 pub use proto::EventId;
+pub use reads::{check_reads, ReadReport, ReaderHistory};
 pub use report::{Report, EXAMPLES_MAX};
 
 /// The client id of void records (`proto::FLAG_VOID`); no client uses it.

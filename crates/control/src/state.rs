@@ -285,11 +285,16 @@ pub enum Command {
         first_version: u64,
         members: Vec<ServerId>,
     },
-    /// A replica has caught up with the primary of `epoch`.
+    /// A replica has caught up with the primary of `epoch`. `join_view`
+    /// names the process that reported it (the incarnation of its link),
+    /// when known: a report of a process that has left since is ignored,
+    /// for the server's new process has not caught up.
     InSync {
         name: String,
         epoch: u64,
         server: ServerId,
+        #[serde(default)]
+        join_view: Option<u64>,
     },
 }
 
@@ -454,8 +459,11 @@ impl ControlState {
                 name,
                 epoch,
                 server,
+                join_view,
             } => {
-                let live = self.members.contains_key(&server);
+                let live = self.members.get(&server).is_some_and(|member| {
+                    join_view.is_none_or(|reported| reported == member.join_view)
+                });
                 let Some(stream) = self.streams.get_mut(&name) else {
                     return Response::Ignored(format!("no stream named {name:?}"));
                 };
@@ -469,14 +477,12 @@ impl ControlState {
                     ));
                 }
                 stream.in_sync.push(server);
-                if stream.fresh.contains(&server) {
-                    // Caught up from this epoch's primary: its log now
-                    // agrees with this epoch's.
-                    stream.fresh.retain(|&id| id != server);
-                    if let Some(record) = stream.epochs.last_mut() {
-                        if record.epoch == epoch && !record.members.contains(&server) {
-                            record.members.push(server);
-                        }
+                // Caught up from this epoch's primary: its log now agrees
+                // with this epoch's.
+                stream.fresh.retain(|&id| id != server);
+                if let Some(record) = stream.epochs.last_mut() {
+                    if record.epoch == epoch && !record.members.contains(&server) {
+                        record.members.push(server);
                     }
                 }
                 let what = format!("stream {name:?}: server {server} is in sync");
@@ -611,8 +617,10 @@ impl ControlState {
             stream.epoch_members.retain(|id| live(id));
             // Refill: a replica that is gone and out of sync leaves the
             // set (it holds nothing anyone needs); a spare member, or the
-            // same server when it comes back, takes its place as a fresh
-            // replica that copies the log from the primary.
+            // same server when it comes back, takes its place. A server
+            // some epoch record lists keeps its log up to where the epoch
+            // records stop agreeing with it (`truncate_after`) and copies
+            // only the rest; any other starts fresh, from an empty log.
             let live_count = stream.replicas.iter().filter(|id| live(id)).count();
             if live_count < stream.config.replicas {
                 let mut spares: Vec<&Member> = members
@@ -632,7 +640,9 @@ impl ControlState {
                 stream.fresh.retain(|id| replicas.contains(id));
                 for spare in chosen {
                     stream.replicas.push(spare);
-                    stream.fresh.push(spare);
+                    if !stream.epochs.iter().any(|r| r.members.contains(&spare)) {
+                        stream.fresh.push(spare);
+                    }
                     notes.push(format!(
                         "stream {:?}: server {spare} added to the replica set",
                         stream.name
@@ -850,18 +860,30 @@ mod tests {
         let stream = &state.streams["s"];
         assert!(stream.replicas.contains(&backup));
         assert_eq!(stream.truncate_after(backup), None);
-        // The old primary left the set out of sync; back, it is a fresh
-        // replica and copies the log anew.
+        // The old primary left the set out of sync; back, it keeps what
+        // epoch 1 wrote before epoch 2 began and copies the rest.
         join(&mut state, primary, 77);
         let stream = &state.streams["s"];
-        assert_eq!(stream.truncate_after(primary), Some(0));
+        assert!(stream.replicas.contains(&primary));
+        assert_eq!(stream.truncate_after(primary), Some(40));
         assert_eq!(stream.truncate_after(next), None);
         assert!(stream.may_open(primary));
         assert_eq!(stream.primary, Some(next), "the primary stays");
+        // A report from the process before this one does not count.
+        let stale = Command::InSync {
+            name: "s".into(),
+            epoch: 2,
+            server: primary,
+            join_view: Some(1),
+        };
+        assert!(matches!(state.apply(stale), Response::Ignored(_)));
+        assert!(!state.streams["s"].in_sync.contains(&primary));
+        let view = state.members[&primary].join_view;
         let back = Command::InSync {
             name: "s".into(),
             epoch: 2,
             server: primary,
+            join_view: Some(view),
         };
         assert_eq!(state.apply(back), Response::Done);
         assert!(state.streams["s"].in_sync.contains(&primary));
@@ -941,6 +963,7 @@ mod tests {
             name: "s".into(),
             epoch,
             server: 3,
+            join_view: None,
         });
         assert_eq!(state.streams["s"].availability, Availability::Available);
         let text: Vec<&str> = state.transitions.iter().map(|t| t.what.as_str()).collect();

@@ -346,6 +346,7 @@ async fn handshake(
                     )));
                 }
             }
+            server.router.note_peer_incarnation(from, incarnation);
             (version, Opener::Peer(from))
         }
         Frame::ControlHello { version, from } => {

@@ -329,11 +329,13 @@ async fn propose_event(server: Arc<ServerState>, control: Control, event: Contro
             stream,
             epoch,
             server,
+            join_view,
         } => (
             Command::InSync {
                 name: stream.clone(),
                 epoch,
                 server,
+                join_view,
             },
             stream,
             epoch,

@@ -42,11 +42,13 @@ pub(crate) enum ControlEvent {
         first_version: u64,
         members: Vec<ServerId>,
     },
-    /// A replica caught up with the primary of `epoch`.
+    /// A replica caught up with the primary of `epoch`; `join_view` is
+    /// the incarnation of its newest link here.
     InSync {
         stream: String,
         epoch: u64,
         server: ServerId,
+        join_view: Option<u64>,
     },
 }
 
@@ -73,6 +75,8 @@ pub struct Router {
     /// Set once the links run: a peer added later gets its task at once.
     links_stop: Mutex<Option<watch::Receiver<bool>>>,
     queue_max: usize,
+    /// The incarnation each peer's newest inbound link announced.
+    peer_incarnations: Mutex<HashMap<ServerId, u64>>,
     /// Each connected client's connections: (connection, note sender).
     clients: Mutex<HashMap<u128, Vec<ClientConnection>>>,
     next_connection: AtomicU64,
@@ -102,6 +106,7 @@ impl Router {
             peer_receivers: Mutex::new(receivers),
             links_stop: Mutex::new(None),
             queue_max: queue_max.max(1),
+            peer_incarnations: Mutex::new(HashMap::new()),
             clients: Mutex::new(HashMap::new()),
             next_connection: AtomicU64::new(1),
             metrics: RouterMetrics::default(),
@@ -149,6 +154,24 @@ impl Router {
     ) {
         let incarnation = Arc::clone(&self.incarnation);
         tokio::spawn(run_link(self.me, incarnation, id, address, receiver, stop));
+    }
+
+    /// A peer's link to this server opened, announcing the process's
+    /// incarnation.
+    pub(crate) fn note_peer_incarnation(&self, id: ServerId, incarnation: u64) {
+        self.peer_incarnations
+            .lock()
+            .expect("router lock")
+            .insert(id, incarnation);
+    }
+
+    /// The incarnation of the newest link `id` opened to this server.
+    pub(crate) fn peer_incarnation(&self, id: ServerId) -> Option<u64> {
+        self.peer_incarnations
+            .lock()
+            .expect("router lock")
+            .get(&id)
+            .copied()
     }
 
     /// Whether `id` has a link (a configured peer, or one learned since).

@@ -516,6 +516,7 @@ impl Stream {
                         stream: self.name.clone(),
                         epoch: core.replica.epoch(),
                         server,
+                        join_view: self.router.peer_incarnation(server),
                     }),
                 }
             }

@@ -409,10 +409,12 @@ impl World<'_> {
                         .replica
                         .as_ref()
                         .map_or(0, Replica::epoch);
+                    // The simulated peers carry no incarnation.
                     let command = Command::InSync {
                         name,
                         epoch,
                         server: backup,
+                        join_view: None,
                     };
                     self.propose(command, None);
                 }
@@ -596,7 +598,23 @@ impl World<'_> {
             let holding = (1..=self.config.servers)
                 .filter(|&id| self.holds_same(id, server, shown))
                 .count();
-            if holding < quorum {
+            let record = self.servers[server as usize - 1]
+                .log
+                .get(shown as usize - 1)
+                .cloned();
+            if holding >= quorum {
+                if let Some(record) = record {
+                    self.quorum_reached.entry(shown).or_insert(record);
+                }
+                continue;
+            }
+            // Committed before: this record reached its quorum once, and
+            // copies dropped since (refilled replicas) are being restored.
+            let reached = match (&record, self.quorum_reached.get(&shown)) {
+                (Some(record), Some(reached)) => self.same_record(record, reached),
+                _ => false,
+            };
+            if !reached {
                 self.fail(format!(
                     "server {server}: version {shown} visible while only {holding} logs hold it (quorum {quorum}, {rule:?})"
                 ));

@@ -57,8 +57,10 @@ pub(crate) fn describe(msg: &Msg) -> String {
         Msg::Tagged(content) => format!("tagged {}", show(&content.event)),
         Msg::Reserve { event, .. } => format!("reserve {}", show(event)),
         Msg::Placed {
-            version, content, ..
-        } => format!("placed {} @{version}", show(&content.event)),
+            version,
+            epoch,
+            content,
+        } => format!("placed {} @{version} e{epoch}", show(&content.event)),
         Msg::Ack {
             event,
             version,

@@ -11,8 +11,7 @@ use std::sync::Arc;
 use checker::Sent;
 use control::state::Command;
 use engine::replication::{
-    AckRule, Acknowledged, Bytes, Entry, Msg, Node, Placement, Producer, Replica, ReplicaMetrics,
-    ServerId,
+    AckRule, Acknowledged, Entry, Msg, Node, Placement, Producer, Replica, ReplicaMetrics, ServerId,
 };
 use proto::EventId;
 
@@ -146,13 +145,9 @@ pub(crate) struct Server {
 pub(crate) struct Client {
     pub(crate) id: u128,
     pub(crate) slot: usize,
-    session: u64,
     pub(crate) producer: Producer,
     /// The placement the producer routes by.
     placement: Placement,
-    /// Key and payload of every message not done yet, by sequence: a
-    /// producer built for a new placement sends them again.
-    unfinished: BTreeMap<u64, (Bytes, Bytes)>,
     /// Messages this process sends in total.
     pub(crate) quota: u32,
     pub(crate) sent: Vec<Sent>,
@@ -182,6 +177,10 @@ pub(crate) struct World<'a> {
     /// The ack rule the record now at each version was stamped under, and
     /// how many logs must hold the version before anyone may see it.
     pub(crate) rules: BTreeMap<u64, (AckRule, usize)>,
+    /// Each version's record as it was when its commit quorum of logs
+    /// held it: a replica refilled from an empty log later shows the
+    /// same record while fewer logs hold it again for a while.
+    pub(crate) quorum_reached: BTreeMap<u64, Entry>,
     /// The ack rule each event was first stamped under.
     pub(crate) stamped_rules: BTreeMap<EventId, AckRule>,
     /// Events some client sent by the client-async flow (`Tagged`): a
@@ -238,6 +237,7 @@ impl<'a> World<'a> {
             heal_at: config.heal_deadline_ms,
             senders_done: false,
             rules: BTreeMap::new(),
+            quorum_reached: BTreeMap::new(),
             stamped_rules: BTreeMap::new(),
             tagged: BTreeSet::new(),
             first_low_water: BTreeMap::new(),
@@ -403,10 +403,8 @@ impl<'a> World<'a> {
         self.clients.push(Client {
             id,
             slot,
-            session,
             producer,
             placement,
-            unfinished: BTreeMap::new(),
             quota,
             sent: Vec::new(),
             acknowledged: Vec::new(),
@@ -476,10 +474,7 @@ impl<'a> World<'a> {
             let now = self.now;
             let mut out = Vec::new();
             let state = &mut self.clients[client];
-            let event = state
-                .producer
-                .send(Arc::clone(&key), Arc::clone(&payload), now, &mut out);
-            state.unfinished.insert(event.sequence, (key, payload));
+            let event = state.producer.send(key, payload, now, &mut out);
             state.sent.push(Sent { event, digest });
             self.counters.messages_sent += 1;
             self.route(client, out);
@@ -492,7 +487,6 @@ impl<'a> World<'a> {
     fn collect(&mut self, client: usize) {
         for completion in self.clients[client].producer.take_completed() {
             let event = completion.event;
-            self.clients[client].unfinished.remove(&event.sequence);
             match completion.outcome {
                 Ok(acknowledged) => {
                     self.counters.messages_acked += 1;
@@ -565,10 +559,11 @@ impl<'a> World<'a> {
     }
 
     /// A client sees a control state. A new placement (another primary,
-    /// epoch or set of live replicas) gets a new producer of the same
-    /// session, which sends every unfinished message again with its event
-    /// id and content: the new primary answers those it has with their
-    /// versions.
+    /// epoch or set of live replicas) goes to its producer, which sends
+    /// every unfinished message again with its event id and content (as
+    /// the client library's publisher does): the new primary answers those
+    /// it has with their versions, and logs the others marked
+    /// possible-duplicate when the epoch changed.
     fn client_observe(&mut self, client: usize, index: usize) {
         let state = &mut self.clients[client];
         if state.crashed || index <= state.seen {
@@ -583,26 +578,10 @@ impl<'a> World<'a> {
         }
         let now = self.now;
         let state = &mut self.clients[client];
-        let mut producer = Producer::new(
-            state.id,
-            state.session,
-            self.config.protocol,
-            placement.clone(),
-            self.config.producer,
-        );
         let mut out = Vec::new();
-        for (&sequence, (key, payload)) in &state.unfinished {
-            producer.resume_after(sequence - 1);
-            let event = producer.send(Arc::clone(key), Arc::clone(payload), now, &mut out);
-            assert_eq!(
-                event.sequence, sequence,
-                "a resent message keeps its event id"
-            );
-        }
-        producer.resume_after(state.sent.len() as u64);
-        state.producer = producer;
+        state.producer.reconfigure(placement.clone(), now, &mut out);
         state.placement = placement;
-        let (id, resent) = (state.id, state.unfinished.len());
+        let (id, resent) = (state.id, state.producer.in_flight());
         self.note(|| {
             format!(
                 "client {} follows the new placement, resending {resent}",

@@ -30,6 +30,14 @@ fn kill_loop(servers: u32, kills: u32, protocol: Protocol, seed: u64) {
     let figures = failover::run(args).unwrap();
     let report = &figures.report;
     assert!(report.is_clean(), "{servers} servers, {protocol}: {report}");
+    let reads = &figures.reads;
+    assert!(reads.is_clean(), "{servers} servers, {protocol}: {reads}");
+    // Every server ran a reader for the whole loop; the ones on the final
+    // replicas read to the newest acknowledged version.
+    assert!(
+        reads.deliveries >= figures.acknowledged,
+        "{servers} servers, {protocol}: {reads}"
+    );
     assert_eq!(figures.kills.len(), kills as usize);
     for kill in &figures.kills {
         assert!(
@@ -48,6 +56,7 @@ fn kill_loop(servers: u32, kills: u32, protocol: Protocol, seed: u64) {
     );
     let json = read_json(&folder.path().join("figures.json"));
     assert_eq!(json["checker"]["lost"], 0);
+    assert_eq!(json["reads"]["not_in_log"], 0);
     assert_eq!(json["kills"].as_array().unwrap().len(), kills as usize);
 }
 

@@ -2,6 +2,8 @@
 //! injected alone and counted exactly, the histories that must stay clean,
 //! and a seeded randomized test over single faults.
 
+mod reads;
+
 use std::time::Instant;
 
 use checker::{check, digest, Acked, ClientHistory, EventId, Logged, ReplicaLog, Report, Sent};

@@ -56,6 +56,12 @@ struct Pending {
     /// The primary's version, once known (`version-request`,
     /// `returns-version`).
     version: Option<u64>,
+    /// The epoch of the primary's `Stamped` that gave `version` as new:
+    /// the replicas may build the record from this copy in that epoch.
+    /// `None` when the version came any other way (a duplicate, an ack),
+    /// and the replicas take the primary's record instead: it may have
+    /// been stamped in an earlier epoch, and its header says which.
+    stamped_in: Option<u64>,
     acks: Vec<(ServerId, u64)>,
     duplicate: bool,
     sent_at: u64,
@@ -149,6 +155,7 @@ impl Producer {
             pending.content.resent |= failover;
             pending.acks.clear();
             pending.version = None;
+            pending.stamped_in = None;
             pending.sent_at = now;
         }
         for pending in self.pending.values() {
@@ -188,6 +195,7 @@ impl Producer {
             flow: self.protocol.flow(self.mode),
             rule: self.protocol.ack_rule(self.mode),
             version: None,
+            stamped_in: None,
             acks: Vec::new(),
             duplicate: false,
             sent_at: now,
@@ -221,12 +229,16 @@ impl Producer {
         };
         match msg {
             Msg::Stamped {
-                version, duplicate, ..
+                version,
+                epoch,
+                duplicate,
+                ..
             } => {
                 if pending.version.is_some() || from != self.placement.primary {
                     return;
                 }
                 pending.version = Some(version);
+                pending.stamped_in = (!duplicate).then_some(epoch);
                 pending.duplicate |= duplicate;
                 pending.sent_at = now;
                 let pending = &self.pending[&event.sequence];
@@ -243,6 +255,7 @@ impl Producer {
                     // replica's (a replica that came back may ack a stale
                     // copy).
                     pending.version = Some(version);
+                    pending.stamped_in = None;
                     pending.acks.retain(|(_, acked)| *acked == version);
                 }
                 if pending.version.is_some_and(|known| known != version) {
@@ -250,6 +263,7 @@ impl Producer {
                     // message at, so it wins: a `Stamped` can be a stale
                     // answer naming a reservation voided since.
                     pending.version = Some(version);
+                    pending.stamped_in = None;
                     pending.acks.retain(|(_, acked)| *acked == version);
                 }
                 if !pending.acks.iter().any(|(server, _)| *server == from) {
@@ -277,6 +291,7 @@ impl Producer {
                 Refusal::VersionVoid => {
                     // The version was voided: ask for a new one.
                     pending.version = None;
+                    pending.stamped_in = None;
                     pending.acks.clear();
                     pending.sent_at = now;
                     let pending = &self.pending[&event.sequence];
@@ -374,12 +389,12 @@ impl Producer {
                     } else {
                         Msg::Placed {
                             version,
-                            // 0: the primary had logged it already, so the
+                            // 0: the primary had logged it already (or the
+                            // version came without a fresh stamp), so the
                             // replicas take its record, not this copy.
-                            epoch: if pending.duplicate {
-                                0
-                            } else {
-                                self.placement.epoch
+                            epoch: match pending.stamped_in {
+                                Some(epoch) if !pending.duplicate => epoch,
+                                _ => 0,
                             },
                             content: content.clone(),
                         }

@@ -221,7 +221,7 @@ pub struct Replica {
     counting: BTreeSet<ServerId>,
     all_logged: u64,
     /// First version → how many logs make it committed.
-    quorum: BTreeMap<u64, usize>,
+    quorum: BTreeMap<u64, AckRule>,
     active: HashMap<u128, u64>,
     mode: HybridMode,
     commit_sent_at: Option<u64>,
@@ -265,8 +265,6 @@ impl Replica {
         settings: ReplicaSettings,
     ) -> Replica {
         let replicas = placement.replicas.len();
-        let initial_quorum =
-            Protocol::commit_quorum(protocol.ack_rule(HybridMode::ServerSync), replicas);
         Replica {
             stream,
             me,
@@ -282,7 +280,7 @@ impl Replica {
             peer_logged: BTreeMap::new(),
             counting: placement.backups().collect(),
             all_logged: 0,
-            quorum: BTreeMap::from([(1, initial_quorum)]),
+            quorum: BTreeMap::from([(1, protocol.ack_rule(HybridMode::ServerSync))]),
             active: HashMap::new(),
             mode: HybridMode::choose(replicas, 0),
             commit_sent_at: None,
@@ -450,6 +448,10 @@ impl Replica {
             // new one keeps (under the rules that commit on fewer than
             // every log); readers keep what they have seen, no more.
             self.committed = self.visible;
+            // The versions past it came from an earlier epoch, whose rule
+            // for each this replica may not know (a hybrid's mode): they
+            // commit on every log that counts.
+            self.quorum = BTreeMap::from([(self.committed + 1, AckRule::EveryReplica)]);
             self.held.clear();
             self.bindings.clear();
             self.unbound.clear();
@@ -904,11 +906,12 @@ impl Replica {
         }
     }
 
+    /// Versions from `version` on commit under `rule`. The rule, not a
+    /// count, is kept: how many logs it asks for follows the replica set
+    /// as it is when the commit point moves.
     fn note_quorum(&mut self, version: u64, rule: AckRule) {
-        let quorum = Protocol::commit_quorum(rule, self.placement.replicas.len());
-        let current = self.quorum.values().next_back().copied();
-        if current != Some(quorum) {
-            self.quorum.insert(version, quorum);
+        if self.quorum.values().next_back() != Some(&rule) {
+            self.quorum.insert(version, rule);
         }
     }
 
@@ -966,7 +969,12 @@ impl Replica {
         reached.sort_unstable_by(|a, b| b.cmp(a));
         self.all_logged = *reached.last().expect("the primary is a replica");
         let mut committed = self.committed;
-        let segments: Vec<(u64, usize)> = self.quorum.iter().map(|(v, q)| (*v, *q)).collect();
+        let replicas = self.placement.replicas.len();
+        let segments: Vec<(u64, usize)> = self
+            .quorum
+            .iter()
+            .map(|(v, rule)| (*v, Protocol::commit_quorum(*rule, replicas)))
+            .collect();
         for (index, &(start, quorum)) in segments.iter().enumerate() {
             let end = segments
                 .get(index + 1)
