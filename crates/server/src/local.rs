@@ -179,7 +179,7 @@ impl LocalCluster {
             .map_err(|e| format!("binding a loopback port: {e}"))?;
         let address = listener.local_addr().expect("bound listener");
         let id = self.addresses.len() as u32 + 1;
-        let mut config = ServerConfig::new(&folder.join(format!("server-{id}")));
+        let mut config = ServerConfig::new(folder.join(format!("server-{id}")));
         config.cluster = ClusterConfig {
             me: id,
             peers: self
