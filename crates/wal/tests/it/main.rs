@@ -1,4 +1,5 @@
 //! Integration tests of the write-ahead log through its public API.
 
 mod basics;
+mod checkpoint;
 mod crash;
