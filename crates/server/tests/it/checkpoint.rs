@@ -1,0 +1,185 @@
+//! Checkpoints and retention in a running server: streams write
+//! checkpoints in the background, a restart recovers from the newest one
+//! (its dedupe table included), and retention deletes covered segments,
+//! after which readers of an older version are told the oldest available.
+
+use std::time::Duration;
+
+use client::{Client, ClientError, DurabilityConfig, ErrorCode};
+use server::{ServerConfig, StreamMeta};
+
+use crate::harness::{fetch_all, quick_client_config, TestServer};
+
+/// Waits until `condition` holds, for at most `limit`.
+async fn wait_until(limit: Duration, what: &str, condition: impl Fn() -> bool) {
+    let deadline = tokio::time::Instant::now() + limit;
+    while !condition() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {limit:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+fn checkpointing_config(data: &std::path::Path) -> ServerConfig {
+    let mut config = ServerConfig::new(data);
+    config.segment_bytes_max = 4096;
+    config.checkpoint_interval = Duration::from_millis(30);
+    config.checkpoint_records = 0;
+    // Keep as little as retention may: only what no checkpoint covers.
+    config.retain_bytes = 1;
+    config
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_recovers_from_a_checkpoint_that_remembers_event_ids_whose_records_retention_deleted(
+) {
+    let data = tempfile::tempdir().unwrap();
+    let config = checkpointing_config(data.path());
+    let server = TestServer::start(config.clone()).await;
+    let address = server.address;
+    let client = Client::connect(quick_client_config(address)).await.unwrap();
+    let stream = client
+        .create_stream("kept", DurabilityConfig::Sync)
+        .await
+        .unwrap();
+    let original = client
+        .producer_with_session(stream.id, 77, 1)
+        .send(b"k", b"the first message")
+        .await
+        .unwrap();
+    assert_eq!(original.version, 1);
+    let handle = server.state.stream_by_name("kept").unwrap();
+    let mut producer = client.producer(stream.id);
+    // Two rounds, each followed by its checkpoint: retention deletes only
+    // what both kept checkpoints cover.
+    for round in 0..2u64 {
+        for index in 0..50u32 {
+            producer.send(b"", &[index as u8; 500]).await.unwrap();
+        }
+        let last = 1 + 50 * (round + 1);
+        wait_until(Duration::from_secs(10), "a checkpoint of the round", || {
+            handle.checkpointed() >= last
+        })
+        .await;
+    }
+    wait_until(Duration::from_secs(10), "retention", || {
+        handle.log.first_version() > 1
+    })
+    .await;
+    let oldest = handle.log.first_version();
+    assert!(oldest <= 101, "the last segment stays: {oldest}");
+    drop(handle);
+
+    // Readers of a deleted version are told the oldest available.
+    match client.fetch(stream.id, 1, 10).await {
+        Err(ClientError::Server {
+            code: ErrorCode::VersionUnavailable,
+            message,
+        }) => assert!(
+            message.contains(&format!("the oldest available is {oldest}")),
+            "{message}"
+        ),
+        other => panic!("fetch from version 1: {other:?}"),
+    }
+    let mut subscription = client.subscribe(stream.id, 1).await.unwrap();
+    let first = tokio::time::timeout(Duration::from_secs(5), subscription.next())
+        .await
+        .expect("an answer within 5 s");
+    match first {
+        Some(Err(ClientError::Server {
+            code: ErrorCode::VersionUnavailable,
+            message,
+        })) => assert!(message.contains(&oldest.to_string()), "{message}"),
+        other => panic!("subscribe from version 1: {other:?}"),
+    }
+    let client_id = client.client_id();
+    drop(subscription);
+    drop(client);
+    server.stop().await;
+
+    let server = TestServer::start_at(config, address).await;
+    let handle = server.state.stream_by_name("kept").unwrap();
+    assert_eq!(handle.log.first_version(), oldest);
+    assert_eq!(handle.log.last_version(), 101);
+    assert_eq!(handle.checkpointed(), 101, "recovered from the checkpoint");
+    drop(handle);
+    let mut client_config = quick_client_config(address);
+    client_config.client_id = Some(client_id);
+    let again = Client::connect(client_config).await.unwrap();
+    // Version 1's record is gone from the log; only the checkpoint's
+    // dedupe table can still answer its retry.
+    let retry = again
+        .producer_with_session(stream.id, 77, 1)
+        .send(b"k", b"the first message")
+        .await
+        .unwrap();
+    assert!(retry.duplicate, "the retry after a restart: {retry:?}");
+    assert_eq!(retry.version, 1);
+    let next = again
+        .producer_with_session(stream.id, 78, 1)
+        .send(b"", b"next")
+        .await
+        .unwrap();
+    assert_eq!(next.version, 102);
+    let mut from = oldest;
+    let mut versions = Vec::new();
+    loop {
+        let page = again.fetch(stream.id, from, 1000).await.unwrap();
+        let Some(last) = page.last() else { break };
+        from = last.version + 1;
+        versions.extend(page.iter().map(|r| r.version));
+    }
+    assert_eq!(versions, (oldest..=102).collect::<Vec<_>>());
+    drop(again);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_retention_checkpoints_keep_the_whole_log_readable() {
+    let data = tempfile::tempdir().unwrap();
+    let mut config = checkpointing_config(data.path());
+    config.retain_bytes = 0;
+    let server = TestServer::start(config.clone()).await;
+    let client = Client::connect(quick_client_config(server.address))
+        .await
+        .unwrap();
+    let stream = client
+        .create_stream("whole", DurabilityConfig::Sync)
+        .await
+        .unwrap();
+    let mut producer = client.producer(stream.id);
+    for index in 0..60u32 {
+        producer.send(b"", &[index as u8; 500]).await.unwrap();
+    }
+    let handle = server.state.stream_by_name("whole").unwrap();
+    wait_until(Duration::from_secs(10), "a checkpoint", || {
+        handle.checkpointed() >= 60
+    })
+    .await;
+    assert_eq!(handle.log.first_version(), 1);
+    assert_eq!(fetch_all(&client, stream.id).await.len(), 60);
+    drop(handle);
+    drop(client);
+    server.stop().await;
+}
+
+#[test]
+fn a_meta_file_without_retention_takes_the_servers_and_its_own_overrides_it() {
+    let mut config = ServerConfig::new("/unused");
+    config.retain_bytes = 1000;
+    config.retain_ms = 5000;
+    let plain =
+        r#"{"format": 1, "id": 5, "name": "s", "durability": "sync", "pages": 0, "page_size": 0}"#;
+    let meta: StreamMeta = serde_json::from_str(plain).unwrap();
+    assert_eq!(meta.retain_bytes, None);
+    let retention = meta.retention(&config);
+    assert_eq!((retention.bytes, retention.ms), (1000, 5000));
+    // Unset fields are not written back.
+    assert!(!serde_json::to_string(&meta).unwrap().contains("retain"));
+    let own = r#"{"format": 1, "id": 5, "name": "s", "durability": "sync", "pages": 0, "page_size": 0, "retain_bytes": 0, "retain_ms": 60000}"#;
+    let meta: StreamMeta = serde_json::from_str(own).unwrap();
+    let retention = meta.retention(&config);
+    assert_eq!((retention.bytes, retention.ms), (0, 60_000));
+}
