@@ -97,4 +97,7 @@ pub async fn run(
     if let Some(membership) = membership {
         let _ = membership.await;
     }
+    for stream in server.streams() {
+        stream.stop_checkpoints().await;
+    }
 }

@@ -212,6 +212,10 @@ pub struct Stream {
     /// The first version a peer last asked for below the oldest retained
     /// one, so the condition is logged once, not at every retry.
     retained_asked: AtomicU64,
+    /// The checkpoint task, awaited at shutdown: a checkpoint being
+    /// written holds the stream, and the log must be closed before the
+    /// server returns.
+    checkpoint_task: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 pub fn log_config(durability: DurabilityConfig, config: &ServerConfig) -> LogConfig {
@@ -323,6 +327,7 @@ impl Stream {
             retention: meta.retention(config),
             checkpointed: AtomicU64::new(report.checkpoint.unwrap_or(0)),
             retained_asked: AtomicU64::new(0),
+            checkpoint_task: Mutex::new(None),
         };
         stream.drive(|replica, now, out| replica.start(now, out));
         Ok(stream)
@@ -676,23 +681,32 @@ impl Stream {
     }
 
     /// Writes a checkpoint of the state machine, then applies retention.
-    /// The state is copied under the stream's lock; the I/O runs on a
-    /// blocking thread without it, once the version the state reflects is
-    /// durable and visible (a version readers may not see yet could still
-    /// be cut back after a failover). Returns the checkpoint's version, or
-    /// `None` when there was nothing new, or the version did not become
-    /// durable and visible within `wait`.
+    /// Returns the checkpoint's version, or `None` when there was nothing
+    /// new, or the version did not become durable and visible within
+    /// `wait`.
     pub async fn checkpoint(
         self: &Arc<Self>,
         retention: Retention,
         wait: Duration,
     ) -> Result<Option<u64>, String> {
+        match self.checkpoint_ready(wait).await {
+            Some((through, state)) => self.write_checkpoint(through, state, retention).await,
+            None => Ok(None),
+        }
+    }
+
+    /// Copies the state machine's state under the stream's lock, then
+    /// waits (off the lock) until the version it reflects is durable and
+    /// visible: a version readers may not see yet could still be cut back
+    /// after a failover. `None` when there is nothing new to checkpoint or
+    /// the wait ran out.
+    async fn checkpoint_ready(&self, wait: Duration) -> Option<(u64, Vec<u8>)> {
         if self.durability == DurabilityConfig::Memory || self.deleted.load(Ordering::Acquire) {
-            return Ok(None);
+            return None;
         }
         let (through, state) = self.lock().replica.checkpoint_state();
         if through == 0 || through <= self.checkpointed() {
-            return Ok(None);
+            return None;
         }
         let mut visible = self.visible();
         let mut progress = self.log.progress();
@@ -702,11 +716,19 @@ impl Stream {
             durable && visible.wait_for(|v| *v >= through).await.is_ok()
         })
         .await;
-        if reached != Ok(true) {
-            return Ok(None);
-        }
+        (reached == Ok(true)).then_some((through, state))
+    }
+
+    /// Writes the checkpoint and applies retention on a blocking thread,
+    /// without the stream's lock.
+    async fn write_checkpoint(
+        self: &Arc<Self>,
+        through: u64,
+        state: Vec<u8>,
+        retention: Retention,
+    ) -> Result<Option<u64>, String> {
         let stream = Arc::clone(self);
-        let written = tokio::task::spawn_blocking(move || {
+        let retained = tokio::task::spawn_blocking(move || {
             let now = wall_clock_ms();
             stream.log.checkpoint(through, &state, now)?;
             stream.checkpointed.store(through, Ordering::Release);
@@ -715,13 +737,22 @@ impl Stream {
         .await
         .map_err(|error| format!("the checkpoint task failed: {error}"))?
         .map_err(|error| error.to_string())?;
-        if written.segments_deleted > 0 {
+        if retained.segments_deleted > 0 {
             eprintln!(
                 "stamplog: stream {:?}: retention deleted {} segments ({} bytes); the log now starts at version {}",
-                self.name, written.segments_deleted, written.bytes_deleted, written.first_version
+                self.name, retained.segments_deleted, retained.bytes_deleted, retained.first_version
             );
         }
         Ok(Some(through))
+    }
+
+    /// Waits for the checkpoint task to end (it ends once `stop` fires),
+    /// so no checkpoint holds the stream after the server stops.
+    pub(crate) async fn stop_checkpoints(&self) {
+        let task = self.checkpoint_task.lock().expect("task lock").take();
+        if let Some(task) = task {
+            let _ = task.await;
+        }
     }
 
     /// Starts the stream's background work: log progress into the state
@@ -736,7 +767,8 @@ impl Stream {
         if self.durability != DurabilityConfig::Memory && checkpoints.is_on() {
             let weak = Arc::downgrade(self);
             let stopping = stop.clone();
-            tokio::spawn(run_checkpoints(weak, checkpoints, stopping));
+            let task = tokio::spawn(run_checkpoints(weak, checkpoints, stopping));
+            *self.checkpoint_task.lock().expect("task lock") = Some(task);
         }
         let weak = Arc::downgrade(self);
         let mut progress = self.log.progress();
@@ -850,7 +882,19 @@ async fn run_checkpoints(
         }
         last = Instant::now();
         let wait = schedule.interval.max(CHECKPOINT_POLL);
-        if let Err(error) = stream.checkpoint(stream.retention, wait).await {
+        // The wait for durability ends at once on stop; a checkpoint
+        // being written is finished.
+        let ready = tokio::select! {
+            ready = stream.checkpoint_ready(wait) => ready,
+            _ = stopping.wait_for(|s| *s) => return,
+        };
+        let Some((through, state)) = ready else {
+            continue;
+        };
+        let written = stream
+            .write_checkpoint(through, state, stream.retention)
+            .await;
+        if let Err(error) = written {
             eprintln!(
                 "stamplog: stream {:?}: checkpoint failed: {error}",
                 stream.name

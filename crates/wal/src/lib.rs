@@ -10,6 +10,7 @@
 //! later append succeeds and the durable version never moves again.
 
 pub mod checkpoint;
+pub mod experiment;
 pub mod fault;
 pub mod storage;
 

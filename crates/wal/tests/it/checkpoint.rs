@@ -157,6 +157,9 @@ fn recovery_from_a_checkpoint_visits_only_the_records_after_it() {
         let next = payload(41, 700);
         append(&opened.log, 41, &encode(STREAM, 41, &next)).unwrap();
         wait_durable(&opened.log, 41, &context);
+        let mut longer = payloads.clone();
+        longer.push(next);
+        assert_reads(&opened.log, &longer, 1, &context);
     }
 }
 
@@ -638,4 +641,66 @@ fn a_checkpoint_of_a_version_not_yet_durable_is_refused() {
     assert_eq!(decoded.segments.len(), 8);
     assert_eq!(decoded.segments[7].last_version, 40);
     assert_eq!(decoded.blob, Fold::of(&payloads).encode());
+}
+
+#[test]
+fn checkpoints_and_retention_while_appending_keep_every_record_readable_across_restarts() {
+    let storage: Arc<dyn Storage> = Arc::new(FaultStorage::new());
+    let config = sync_config(4096);
+    let mut payloads: Vec<Vec<u8>> = Vec::new();
+    for round in 0..3 {
+        let context = format!("round {round}");
+        let opened = open_from_checkpoint(storage.clone(), config.clone())
+            .unwrap_or_else(|error| panic!("{context}: {error}"));
+        assert_eq!(opened.fold, Fold::of(&payloads), "{context}");
+        let log = Arc::new(opened.log);
+        let first = payloads.len() as u64 + 1;
+        let count = 300;
+        let new: Vec<Vec<u8>> = (first..first + count)
+            .map(|v| payload(v, 100 + (v as usize * 37) % 900))
+            .collect();
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let checkpointer = {
+            let log = Arc::clone(&log);
+            let done = Arc::clone(&done);
+            let mut all = payloads.clone();
+            all.extend(new.iter().cloned());
+            std::thread::spawn(move || {
+                let mut written = 0;
+                while !done.load(Ordering::SeqCst) {
+                    let through = log.durable_version();
+                    if through > 0 {
+                        let blob = Fold::of(&all[..through as usize]).encode();
+                        log.checkpoint(through, &blob, 1000).unwrap();
+                        log.retain(Retention { bytes: 1, ms: 0 }, 1000).unwrap();
+                        written += 1;
+                    }
+                    std::thread::sleep(std::time::Duration::from_micros(300));
+                }
+                written
+            })
+        };
+        for (index, bytes) in new.iter().enumerate() {
+            let version = first + index as u64;
+            append(&log, version, &encode(STREAM, version, bytes)).unwrap();
+            if version.is_multiple_of(25) {
+                // Room for the checkpointer, which mostly finds records
+                // appended past the durable version (a checkpoint that
+                // cuts its last segment short).
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        }
+        wait_durable(&log, first + count - 1, &context);
+        done.store(true, Ordering::SeqCst);
+        assert!(
+            checkpointer.join().unwrap() > 0,
+            "{context}: checkpoints written"
+        );
+        payloads.extend(new);
+        let oldest = log.first_version();
+        assert!(oldest > 1, "{context}: retention deleted something");
+        assert_reads(&log, &payloads, oldest, &context);
+        let log = Arc::into_inner(log).expect("the only handle");
+        drop(log);
+    }
 }

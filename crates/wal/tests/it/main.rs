@@ -3,3 +3,4 @@
 mod basics;
 mod checkpoint;
 mod crash;
+mod experiment;
