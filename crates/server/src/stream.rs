@@ -675,6 +675,12 @@ impl Stream {
             .send_peer(to, self.id, Msg::Replicate { entries });
     }
 
+    /// The state machine's state as a checkpoint would hold it: its
+    /// version and bytes (the same state always gives the same bytes).
+    pub fn machine_state(&self) -> (u64, Vec<u8>) {
+        self.lock().replica.checkpoint_state()
+    }
+
     /// The version of the newest checkpoint written or recovered from.
     pub fn checkpointed(&self) -> u64 {
         self.checkpointed.load(Ordering::Acquire)

@@ -167,7 +167,8 @@ impl Log {
     }
 
     /// Deletes the oldest whole segments that `retention` lets go and that
-    /// every kept checkpoint covers, oldest first; never the last segment.
+    /// every kept checkpoint covers (once two are kept), oldest first;
+    /// never the last segment.
     /// `now_ms` is ms since the Unix epoch. Readers of a deleted version
     /// get [`crate::ReadError::Retained`] naming the oldest one left.
     pub fn retain(&self, retention: Retention, now_ms: u64) -> Result<Retained, LogError> {
@@ -178,7 +179,11 @@ impl Log {
             .expect("maintenance lock poisoned");
         let doomed: Vec<(u64, u64)> = {
             let state = lock(&shared.state);
-            let covered = state.checkpoints.iter().copied().min();
+            // Nothing goes until two checkpoints are kept, so a damaged
+            // newest one always leaves one that recovers the log.
+            let covered = (state.checkpoints.len() >= CHECKPOINTS_KEPT)
+                .then(|| state.checkpoints.iter().copied().min())
+                .flatten();
             match covered {
                 Some(covered) if !retention.keeps_everything() => {
                     doomed_segments(&state.segments, retention, covered, now_ms)

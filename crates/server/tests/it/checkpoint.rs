@@ -185,3 +185,111 @@ fn a_meta_file_without_retention_takes_the_servers_and_its_own_overrides_it() {
     let retention = meta.retention(&config);
     assert_eq!((retention.bytes, retention.ms), (0, 60_000));
 }
+
+/// Opens a server's state on `image` (without serving) and returns the
+/// state machine of the stream `name` and its log's first version.
+async fn recovered_state(config: ServerConfig, name: &str) -> ((u64, Vec<u8>), u64, u64) {
+    let name = name.to_string();
+    tokio::task::spawn_blocking(move || {
+        let state = server::ServerState::open(config).expect("the server opens");
+        let stream = state.stream_by_name(&name).expect("the stream exists");
+        let found = (
+            stream.machine_state(),
+            stream.log.first_version(),
+            stream.checkpointed(),
+        );
+        drop(stream);
+        drop(state);
+        found
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn power_loss_after_checkpoints_and_retention_recovers_the_same_state_machine() {
+    use wal::fault::{CrashMode, FaultStorage};
+    let storage = FaultStorage::new();
+    let settings = |storage: &FaultStorage| {
+        let mut config = crate::harness::fault_config(storage);
+        config.segment_bytes_max = 4096;
+        config.checkpoint_interval = Duration::ZERO;
+        config.checkpoint_records = 0;
+        config.retain_bytes = 1;
+        config
+    };
+    let server = TestServer::start(settings(&storage)).await;
+    let client = Client::connect(quick_client_config(server.address))
+        .await
+        .unwrap();
+    let stream = client
+        .create_stream("machine", DurabilityConfig::Sync)
+        .await
+        .unwrap();
+    let handle = server.state.stream_by_name("machine").unwrap();
+    let mut producers: Vec<_> = (1..=3)
+        .map(|session| client.producer_with_session(stream.id, session, 1))
+        .collect();
+    let mut images = Vec::new();
+    for round in 0..3u32 {
+        for index in 0..60u32 {
+            let producer = &mut producers[(index % 3) as usize];
+            producer.send(b"", &[round as u8; 400]).await.unwrap();
+        }
+        let written = handle
+            .checkpoint(handle.retention, Duration::from_secs(5))
+            .await
+            .unwrap();
+        assert_eq!(written, Some(u64::from(60 * (round + 1))));
+        let live = handle.machine_state();
+        let first = handle.log.first_version();
+        for mode in [CrashMode::DurableOnly, CrashMode::TornTail] {
+            images.push((
+                format!("round {round}, {mode:?}"),
+                storage.crash(mode, 9),
+                live.clone(),
+                first,
+            ));
+        }
+        // The newest checkpoint damaged: the one before it serves, and
+        // the records after it rebuild the same state.
+        let damaged = storage.crash(CrashMode::DurableOnly, 9);
+        let folder = std::path::Path::new("/stamplog/streams/machine/log");
+        let newest = folder.join(wal::checkpoint::checkpoint_name(live.0));
+        damaged.flip_bit(&newest, 300).unwrap();
+        images.push((
+            format!("round {round}, newest checkpoint damaged"),
+            damaged,
+            live,
+            first,
+        ));
+    }
+    assert!(handle.log.first_version() > 1, "retention deleted segments");
+    drop(handle);
+    drop(client);
+    server.stop().await;
+    for (context, image, live, first) in images {
+        let (recovered, recovered_first, checkpointed) =
+            recovered_state(settings(&image), "machine").await;
+        assert_eq!(recovered.0, live.0, "{context}: last version");
+        assert_eq!(
+            recovered.1, live.1,
+            "{context}: the same dedupe table and epoch"
+        );
+        assert_eq!(
+            recovered_first, first,
+            "{context}: the log starts where it did"
+        );
+        if context.contains("damaged") {
+            assert!(
+                checkpointed < live.0,
+                "{context}: the damaged one is skipped"
+            );
+        } else {
+            assert_eq!(
+                checkpointed, live.0,
+                "{context}: the newest checkpoint serves"
+            );
+        }
+    }
+}

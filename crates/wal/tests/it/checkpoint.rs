@@ -305,8 +305,14 @@ fn retention_deletes_only_covered_segments_oldest_first_and_names_the_oldest_lef
     let retained = log.retain(keep_little, 5000).unwrap();
     assert_eq!(retained.segments_deleted, 0);
     assert_eq!(log.first_version(), 1);
+    checkpoint(&log, &payloads, 21, 1000);
+    assert_eq!(
+        log.retain(keep_little, 5000).unwrap().segments_deleted,
+        0,
+        "one checkpoint is not enough"
+    );
     checkpoint(&log, &payloads, 23, 1000);
-    // Segments 1..=20 are covered; 21..=25 holds version 24, not covered.
+    // Segments 1..=20 are covered by both; 21..=25 is not.
     let retained = log.retain(keep_little, 5000).unwrap();
     assert_eq!(retained.segments_deleted, 4);
     assert_eq!(retained.first_version, 21);
@@ -350,7 +356,7 @@ fn retention_by_bytes_keeps_at_least_the_limit_and_by_age_counts_from_when_a_seg
     let segment_bytes = 32 + 5 * (80 + 700) as u64;
     let opened = open_from_checkpoint_ok(&storage, config.clone(), "first open");
     let log = opened.log;
-    checkpoint(&log, &payloads, 40, 10_000);
+    checkpoint(&log, &payloads, 39, 10_000);
     checkpoint(&log, &payloads, 40, 10_000);
     // Keep at least three segments' worth.
     let by_bytes = Retention {
@@ -365,6 +371,7 @@ fn retention_by_bytes_keeps_at_least_the_limit_and_by_age_counts_from_when_a_seg
     let (config, storage, payloads) = forty_records();
     let log = open_from_checkpoint_ok(&storage, config, "second log").log;
     // Segments seen closed by the checkpoint at 10 s age from then.
+    checkpoint(&log, &payloads, 39, 10_000);
     checkpoint(&log, &payloads, 40, 10_000);
     let by_age = Retention {
         bytes: 0,
