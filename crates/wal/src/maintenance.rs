@@ -33,6 +33,13 @@ impl Retention {
     }
 }
 
+/// A checkpoint's segment table, and where the segment holding its
+/// version is cut (table position, file, a record offset before the cut).
+type CoveredTable = (
+    Vec<CheckpointSegment>,
+    Option<(usize, std::sync::Arc<dyn StorageFile>, u64)>,
+);
+
 /// What a checkpoint wrote.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CheckpointWritten {
@@ -87,43 +94,7 @@ impl Log {
                 "version {through} is not durable (durable: {durable})"
             )));
         }
-        let (mut table, cut) = {
-            let mut state = lock(&shared.state);
-            if through + 1 < state.first_version {
-                return Err(LogError::Checkpoint(format!(
-                    "version {through} is older than the log's first, {}",
-                    state.first_version
-                )));
-            }
-            let count = state.segments.len();
-            let mut table = Vec::new();
-            let mut cut = None;
-            for (position, segment) in state.segments.iter_mut().enumerate() {
-                if segment.base > through {
-                    break;
-                }
-                if position + 1 < count && segment.sealed_at_ms == 0 {
-                    segment.sealed_at_ms = now_ms;
-                }
-                let file = segment.file.clone().expect("a durable segment has a file");
-                if segment.last_version > through {
-                    cut = Some((table.len(), file, segment.seek(through)));
-                }
-                table.push(CheckpointSegment {
-                    base: segment.base,
-                    last_version: segment.last_version.min(through),
-                    length: segment.length,
-                    sealed_at_ms: segment.sealed_at_ms,
-                    index: segment
-                        .index
-                        .iter()
-                        .copied()
-                        .filter(|&(v, _)| v <= through)
-                        .collect(),
-                });
-            }
-            (table, cut)
-        };
+        let (mut table, cut) = self.covered_table(through, now_ms)?;
         if table.is_empty() {
             // Retention deleted the segment ending at `through`: the
             // checkpoint covers nothing on disk, yet still carries the
@@ -159,6 +130,50 @@ impl Log {
             .map_err(io_error(&shared.folder))?;
         lock(&shared.state).checkpoints = keep;
         Ok(CheckpointWritten { through, bytes })
+    }
+
+    /// The segment table up to `through`, copied under the log's lock,
+    /// and, when the segment holding `through` goes on past it, where to
+    /// find the end of `through`'s record (the table entry, the file and a
+    /// record offset at or before it). Stamps the segments first seen
+    /// closed with `now_ms`.
+    fn covered_table(&self, through: u64, now_ms: u64) -> Result<CoveredTable, LogError> {
+        let shared = &self.shared;
+        let mut state = lock(&shared.state);
+        if through + 1 < state.first_version {
+            return Err(LogError::Checkpoint(format!(
+                "version {through} is older than the log's first, {}",
+                state.first_version
+            )));
+        }
+        let count = state.segments.len();
+        let mut table = Vec::new();
+        let mut cut = None;
+        for (position, segment) in state.segments.iter_mut().enumerate() {
+            if segment.base > through {
+                break;
+            }
+            if position + 1 < count && segment.sealed_at_ms == 0 {
+                segment.sealed_at_ms = now_ms;
+            }
+            let file = segment.file.clone().expect("a durable segment has a file");
+            if segment.last_version > through {
+                cut = Some((table.len(), file, segment.seek(through)));
+            }
+            table.push(CheckpointSegment {
+                base: segment.base,
+                last_version: segment.last_version.min(through),
+                length: segment.length,
+                sealed_at_ms: segment.sealed_at_ms,
+                index: segment
+                    .index
+                    .iter()
+                    .copied()
+                    .filter(|&(v, _)| v <= through)
+                    .collect(),
+            });
+        }
+        Ok((table, cut))
     }
 
     /// The versions of the checkpoints the log keeps, newest first.
