@@ -908,3 +908,101 @@ async fn run_checkpoints(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Peer;
+    use proto::{EventId, Record, RecordHeader};
+
+    /// Writes a log of `count` records of stream 5 into `folder` with the
+    /// wal directly, with checkpoints (holding the state machine's state)
+    /// at `checkpoints`, then retention that keeps as little as it may.
+    fn retained_log(
+        storage: &wal::fault::FaultStorage,
+        folder: &Path,
+        count: u64,
+        checkpoints: &[u64],
+    ) {
+        let config = LogConfig {
+            segment_bytes_max: 4096,
+            ..LogConfig::default()
+        };
+        let log = Log::open(Arc::new(storage.clone()), folder, 5, config, &mut |_| {}).unwrap();
+        let mut machine = engine::StreamMachine::new(1, engine::DedupeLimits::default());
+        for version in 1..=count {
+            let header = RecordHeader {
+                flags: 0,
+                stream: 5,
+                version,
+                epoch: 1,
+                event: EventId {
+                    client: 9,
+                    session: 1,
+                    sequence: version,
+                },
+                low_water: version,
+            };
+            let mut bytes = Vec::new();
+            Record {
+                header,
+                key: b"",
+                payload: &[7; 500],
+            }
+            .encode(&mut bytes);
+            log.append(version, &bytes).unwrap();
+            machine.record(&header);
+            while log.durable_version() < version {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+            if checkpoints.contains(&version) {
+                log.checkpoint(version, &machine.encode_state(), 0).unwrap();
+            }
+        }
+        log.retain(Retention { bytes: 1, ms: 0 }, 0).unwrap();
+        assert!(log.first_version() > 1);
+    }
+
+    #[test]
+    fn a_peer_asking_for_a_retained_version_is_served_nothing_and_nothing_panics() {
+        let storage = wal::fault::FaultStorage::new();
+        let folder = Path::new("/data/streams/s");
+        retained_log(&storage, &folder.join("log"), 40, &[20, 30]);
+        let mut config = ServerConfig::new("/data");
+        config.storage = Arc::new(storage);
+        config.segment_bytes_max = 4096;
+        config.cluster.peers = vec![Peer {
+            id: 2,
+            address: "127.0.0.1:9".into(),
+        }];
+        let router = Arc::new(Router::new(&config.cluster, 16));
+        let placement = Placement {
+            replicas: vec![1],
+            primary: 1,
+            epoch: 1,
+        };
+        let meta = StreamMeta::new(
+            5,
+            "s",
+            DurabilityConfig::Sync,
+            Protocol::OneHopAckClient,
+            &placement,
+        );
+        let stream = Stream::open(&meta, folder, &config, Arc::clone(&router), None).unwrap();
+        assert_eq!(
+            stream.checkpointed(),
+            30,
+            "recovered from the newest checkpoint"
+        );
+        assert_eq!(stream.machine_state().0, 40);
+        let oldest = stream.log.first_version();
+        assert!(oldest > 1 && oldest <= 21, "the log starts at {oldest}");
+        let sent = || router.metrics.peer_sent.load(Ordering::Relaxed);
+        stream.serve(2, 1, 10);
+        stream.serve(2, 1, 10);
+        assert_eq!(sent(), 0, "nothing is served from before the log");
+        assert_eq!(stream.retained_asked.load(Ordering::Relaxed), 1);
+        stream.serve(2, oldest, oldest + 3);
+        assert_eq!(sent(), 1, "what the log keeps is served");
+    }
+}
