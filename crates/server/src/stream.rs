@@ -743,13 +743,32 @@ impl Stream {
         .await
         .map_err(|error| format!("the checkpoint task failed: {error}"))?
         .map_err(|error| error.to_string())?;
+        self.report_retention(&retained);
+        Ok(Some(through))
+    }
+
+    /// Applies retention without a new checkpoint, on a blocking thread.
+    async fn apply_retention(
+        self: &Arc<Self>,
+        retention: Retention,
+    ) -> Result<Option<u64>, String> {
+        let stream = Arc::clone(self);
+        let retained =
+            tokio::task::spawn_blocking(move || stream.log.retain(retention, wall_clock_ms()))
+                .await
+                .map_err(|error| format!("the retention task failed: {error}"))?
+                .map_err(|error| error.to_string())?;
+        self.report_retention(&retained);
+        Ok(None)
+    }
+
+    fn report_retention(&self, retained: &wal::Retained) {
         if retained.segments_deleted > 0 {
             eprintln!(
                 "stamplog: stream {:?}: retention deleted {} segments ({} bytes); the log now starts at version {}",
                 self.name, retained.segments_deleted, retained.bytes_deleted, retained.first_version
             );
         }
-        Ok(Some(through))
     }
 
     /// Waits for the checkpoint task to end (it ends once `stop` fires),
@@ -894,12 +913,19 @@ async fn run_checkpoints(
             ready = stream.checkpoint_ready(wait) => ready,
             _ = stopping.wait_for(|s| *s) => return,
         };
-        let Some((through, state)) = ready else {
-            continue;
+        let written = match ready {
+            Some((through, state)) => {
+                stream
+                    .write_checkpoint(through, state, stream.retention)
+                    .await
+            }
+            // Nothing new to checkpoint: segments still age out of an
+            // idle stream.
+            None if stream.retention.ms > 0 && due_by_time => {
+                stream.apply_retention(stream.retention).await
+            }
+            None => continue,
         };
-        let written = stream
-            .write_checkpoint(through, state, stream.retention)
-            .await;
         if let Err(error) = written {
             eprintln!(
                 "stamplog: stream {:?}: checkpoint failed: {error}",
