@@ -281,3 +281,32 @@ pub async fn shutdown_signal() {
         _ = terminate.recv() => {}
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checkpoint_and_retention_keys_come_from_the_file_and_flags_override_them() {
+        let folder = tempfile::tempdir().unwrap();
+        let path = folder.path().join("stamplog.toml");
+        std::fs::write(
+            &path,
+            "checkpoint_interval_ms = 500\ncheckpoint_records = 7\nretain_bytes = 1000\nretain_ms = 5\n",
+        )
+        .unwrap();
+        let args = ServerArgs {
+            config: Some(path),
+            retain_ms: Some(60_000),
+            ..ServerArgs::default()
+        };
+        let (_, config) = resolve(&args).unwrap();
+        assert_eq!(config.checkpoint_interval, Duration::from_millis(500));
+        assert_eq!(config.checkpoint_records, 7);
+        assert_eq!(config.retain_bytes, 1000);
+        assert_eq!(config.retain_ms, 60_000, "the flag overrides the file");
+        let (_, defaults) = resolve(&ServerArgs::default()).unwrap();
+        assert_eq!(defaults.checkpoint_interval, Duration::from_secs(10));
+        assert_eq!((defaults.retain_bytes, defaults.retain_ms), (0, 0));
+    }
+}
