@@ -47,6 +47,25 @@ pub struct ServerArgs {
     /// `memory` streams: bytes of messages kept for readers. [default: 67108864]
     #[arg(long)]
     pub memory_retain_bytes: Option<usize>,
+    /// Disk streams: write a checkpoint of each stream's state this often,
+    /// in milliseconds, so a restart replays only the log after it
+    /// (0: never by time). [default: 10000]
+    #[arg(long)]
+    pub checkpoint_interval_ms: Option<u64>,
+    /// Disk streams: also write a checkpoint once this many versions were
+    /// logged since the last one (0: never by count). [default: 1000000]
+    #[arg(long)]
+    pub checkpoint_records: Option<u64>,
+    /// Retention of streams that set none: keep at least this many bytes
+    /// of log; older whole segments that a checkpoint covers are deleted
+    /// (0: no size limit). [default: 0]
+    #[arg(long)]
+    pub retain_bytes: Option<u64>,
+    /// Retention of streams that set none: delete whole segments closed
+    /// this many milliseconds ago that a checkpoint covers (0: no age
+    /// limit). [default: 0]
+    #[arg(long)]
+    pub retain_ms: Option<u64>,
     /// This server's id in the cluster (1 and up). [default: 1]
     #[arg(long)]
     pub id: Option<u32>,
@@ -116,6 +135,10 @@ struct ServerFile {
     pending_bytes_max: Option<usize>,
     page_flush_ms: Option<u64>,
     memory_retain_bytes: Option<usize>,
+    checkpoint_interval_ms: Option<u64>,
+    checkpoint_records: Option<u64>,
+    retain_bytes: Option<u64>,
+    retain_ms: Option<u64>,
     id: Option<u32>,
     peers: Option<Vec<PeerEntry>>,
     roles: Option<Vec<String>>,
@@ -159,6 +182,12 @@ pub fn resolve(args: &ServerArgs) -> anyhow::Result<(String, server::ServerConfi
     merge!(segment_bytes_max);
     merge!(pending_bytes_max);
     merge!(memory_retain_bytes);
+    merge!(checkpoint_records);
+    merge!(retain_bytes);
+    merge!(retain_ms);
+    if let Some(milliseconds) = args.checkpoint_interval_ms.or(file.checkpoint_interval_ms) {
+        config.checkpoint_interval = Duration::from_millis(milliseconds);
+    }
     if let Some(milliseconds) = args.page_flush_ms.or(file.page_flush_ms) {
         config.page_flush_interval = Duration::from_millis(milliseconds);
     }
@@ -250,5 +279,34 @@ pub async fn shutdown_signal() {
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         _ = terminate.recv() => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checkpoint_and_retention_keys_come_from_the_file_and_flags_override_them() {
+        let folder = tempfile::tempdir().unwrap();
+        let path = folder.path().join("stamplog.toml");
+        std::fs::write(
+            &path,
+            "checkpoint_interval_ms = 500\ncheckpoint_records = 7\nretain_bytes = 1000\nretain_ms = 5\n",
+        )
+        .unwrap();
+        let args = ServerArgs {
+            config: Some(path),
+            retain_ms: Some(60_000),
+            ..ServerArgs::default()
+        };
+        let (_, config) = resolve(&args).unwrap();
+        assert_eq!(config.checkpoint_interval, Duration::from_millis(500));
+        assert_eq!(config.checkpoint_records, 7);
+        assert_eq!(config.retain_bytes, 1000);
+        assert_eq!(config.retain_ms, 60_000, "the flag overrides the file");
+        let (_, defaults) = resolve(&ServerArgs::default()).unwrap();
+        assert_eq!(defaults.checkpoint_interval, Duration::from_secs(10));
+        assert_eq!((defaults.retain_bytes, defaults.retain_ms), (0, 0));
     }
 }

@@ -128,6 +128,142 @@ impl DedupeTable {
     }
 }
 
+/// Why a state snapshot could not be decoded.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("bad state snapshot: {0}")]
+pub struct SnapshotError(pub String);
+
+/// Reads little-endian values from a snapshot, failing at the end rather
+/// than panicking.
+pub(crate) struct SnapshotReader<'a> {
+    bytes: &'a [u8],
+}
+
+impl<'a> SnapshotReader<'a> {
+    pub(crate) fn new(bytes: &'a [u8]) -> Self {
+        SnapshotReader { bytes }
+    }
+
+    pub(crate) fn remaining(&self) -> usize {
+        self.bytes.len()
+    }
+
+    fn take<const N: usize>(&mut self) -> Result<[u8; N], SnapshotError> {
+        if self.bytes.len() < N {
+            return Err(SnapshotError(format!(
+                "cut short: {N} more bytes needed, {} left",
+                self.bytes.len()
+            )));
+        }
+        let (head, rest) = self.bytes.split_at(N);
+        self.bytes = rest;
+        Ok(head.try_into().expect("N bytes"))
+    }
+
+    pub(crate) fn u32(&mut self) -> Result<u32, SnapshotError> {
+        self.take::<4>().map(u32::from_le_bytes)
+    }
+
+    pub(crate) fn u64(&mut self) -> Result<u64, SnapshotError> {
+        self.take::<8>().map(u64::from_le_bytes)
+    }
+
+    fn u128(&mut self) -> Result<u128, SnapshotError> {
+        self.take::<16>().map(u128::from_le_bytes)
+    }
+
+    /// A count of items of `item_bytes` each, no more than the bytes left
+    /// can hold, so garbage cannot make the decoder allocate without limit.
+    fn count(&mut self, item_bytes: usize, what: &str) -> Result<usize, SnapshotError> {
+        let count = self.u64()?;
+        if count > (self.remaining() / item_bytes) as u64 {
+            return Err(SnapshotError(format!(
+                "{count} {what} cannot fit in the {} bytes left",
+                self.remaining()
+            )));
+        }
+        Ok(count as usize)
+    }
+}
+
+/// Bytes of a session's fixed part in a snapshot: client, session, low-water
+/// mark, entry count.
+const SESSION_SNAPSHOT_BYTES: usize = 16 + 8 + 8 + 8;
+/// Bytes of one entry in a snapshot: sequence, version.
+const ENTRY_SNAPSHOT_BYTES: usize = 16;
+
+impl DedupeTable {
+    /// Appends the table's whole state to `out`: the same table always
+    /// gives the same bytes (sessions in key order), at most 40 bytes per
+    /// session and 16 per entry. Limits are configuration and not included.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        let mut keys: Vec<&SessionKey> = self.sessions.keys().collect();
+        keys.sort_unstable();
+        out.extend_from_slice(&(keys.len() as u64).to_le_bytes());
+        for key in keys {
+            let state = &self.sessions[key];
+            out.extend_from_slice(&key.0.to_le_bytes());
+            out.extend_from_slice(&key.1.to_le_bytes());
+            out.extend_from_slice(&state.low_water.to_le_bytes());
+            out.extend_from_slice(&(state.versions.len() as u64).to_le_bytes());
+            for (&sequence, &version) in &state.versions {
+                out.extend_from_slice(&sequence.to_le_bytes());
+                out.extend_from_slice(&version.to_le_bytes());
+            }
+        }
+    }
+
+    /// Reads a table that [`DedupeTable::encode`] wrote, checking that
+    /// sessions and sequences ascend, that no entry sits below its
+    /// session's low-water mark, and that no version passes
+    /// `last_version`. Never panics, whatever the bytes.
+    pub(crate) fn decode(
+        reader: &mut SnapshotReader<'_>,
+        limits: DedupeLimits,
+        last_version: u64,
+    ) -> Result<DedupeTable, SnapshotError> {
+        let mut table = DedupeTable::new(limits);
+        let sessions = reader.count(SESSION_SNAPSHOT_BYTES, "sessions")?;
+        let mut previous: Option<SessionKey> = None;
+        for _ in 0..sessions {
+            let key: SessionKey = (reader.u128()?, reader.u64()?);
+            if previous.is_some_and(|p| p >= key) {
+                return Err(SnapshotError(format!("session {key:?} out of order")));
+            }
+            previous = Some(key);
+            let low_water = reader.u64()?;
+            let entries = reader.count(ENTRY_SNAPSHOT_BYTES, "entries")?;
+            let mut versions = BTreeMap::new();
+            let mut last_sequence = None;
+            for _ in 0..entries {
+                let sequence = reader.u64()?;
+                let version = reader.u64()?;
+                if sequence < low_water || last_sequence.is_some_and(|l| l >= sequence) {
+                    return Err(SnapshotError(format!(
+                        "session {key:?}: sequence {sequence} out of order or below its low-water mark {low_water}"
+                    )));
+                }
+                if version == 0 || version > last_version {
+                    return Err(SnapshotError(format!(
+                        "session {key:?}: version {version} outside 1..={last_version}"
+                    )));
+                }
+                last_sequence = Some(sequence);
+                versions.insert(sequence, version);
+            }
+            table.entries += versions.len();
+            table.sessions.insert(
+                key,
+                Session {
+                    low_water,
+                    versions,
+                },
+            );
+        }
+        Ok(table)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

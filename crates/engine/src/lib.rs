@@ -11,5 +11,5 @@ mod dedupe;
 pub mod replication;
 mod stream;
 
-pub use dedupe::{DedupeLimits, DedupeTable, Lookup};
-pub use stream::{Decision, Rejection, StreamMachine};
+pub use dedupe::{DedupeLimits, DedupeTable, Lookup, SnapshotError};
+pub use stream::{Decision, Rejection, StreamMachine, STATE_FORMAT_VERSION};

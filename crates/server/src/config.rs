@@ -130,6 +130,19 @@ pub struct ServerConfig {
     /// Records waiting for room in a stream's log; past it the stream
     /// refuses new messages with `Busy`.
     pub log_backlog_bytes_max: usize,
+    /// How often each disk stream writes a checkpoint of its state (zero:
+    /// never). A restart then replays only the log after the newest one.
+    pub checkpoint_interval: Duration,
+    /// A stream also writes a checkpoint once this many versions have been
+    /// logged since its last one, checked every second (0: no such
+    /// trigger).
+    pub checkpoint_records: u64,
+    /// Default retention of a stream whose meta file names none: keep at
+    /// least this many bytes of log (0: no size limit).
+    pub retain_bytes: u64,
+    /// Default retention: delete segments closed this long ago (0: no age
+    /// limit). Only segments a checkpoint covers are ever deleted.
+    pub retain_ms: u64,
 }
 
 impl ServerConfig {
@@ -155,6 +168,10 @@ impl ServerConfig {
             tick_interval: Duration::from_millis(10),
             peer_queue_max: 65_536,
             log_backlog_bytes_max: 64 * 1024 * 1024,
+            checkpoint_interval: Duration::from_secs(10),
+            checkpoint_records: 1_000_000,
+            retain_bytes: 0,
+            retain_ms: 0,
         }
     }
 

@@ -66,7 +66,11 @@ pub async fn run(
     } else {
         server.router.start_links(stop.subscribe());
         for stream in server.streams() {
-            stream.start_tasks(server.config.tick_interval, stop.subscribe());
+            stream.start_tasks(
+                server.config.tick_interval,
+                crate::stream::CheckpointSchedule::of(&server.config),
+                stop.subscribe(),
+            );
         }
     }
     tokio::pin!(shutdown);
@@ -92,5 +96,8 @@ pub async fn run(
     while connections.join_next().await.is_some() {}
     if let Some(membership) = membership {
         let _ = membership.await;
+    }
+    for stream in server.streams() {
+        stream.stop_checkpoints().await;
     }
 }

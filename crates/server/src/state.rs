@@ -471,7 +471,11 @@ impl ServerState {
             .by_name
             .insert(stream.name.clone(), Arc::clone(&stream));
         drop(registry);
-        stream.start_tasks(self.config.tick_interval, self.stop.subscribe());
+        stream.start_tasks(
+            self.config.tick_interval,
+            crate::stream::CheckpointSchedule::of(&self.config),
+            self.stop.subscribe(),
+        );
     }
 
     /// A stream with nothing logged yet, as clients see it.
@@ -514,6 +518,8 @@ impl ServerState {
             replicas: Vec::new(),
             primary: 0,
             epoch: placed.epoch,
+            retain_bytes: None,
+            retain_ms: None,
         }
         .durability()
         .unwrap_or(DurabilityConfig::Sync);
@@ -594,7 +600,11 @@ impl ServerState {
             .insert(name.to_string(), Arc::clone(&stream));
         drop(registry);
         if tokio::runtime::Handle::try_current().is_ok() {
-            stream.start_tasks(self.config.tick_interval, self.stop.subscribe());
+            stream.start_tasks(
+                self.config.tick_interval,
+                crate::stream::CheckpointSchedule::of(&self.config),
+                self.stop.subscribe(),
+            );
         }
         Ok(stream)
     }
@@ -785,6 +795,7 @@ impl ServerState {
                     "committed_version": info.committed_version,
                     "failed": stream.log.failure().map(|f| f.to_string()),
                     "dedupe_entries": stream.dedupe_entries(),
+                    "checkpoints": stream.log.checkpoints(),
                     "replication": stream.replication_status(),
                     "log": {
                         "appends": metrics.appends,

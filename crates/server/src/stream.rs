@@ -3,7 +3,7 @@
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -11,7 +11,7 @@ use engine::replication::{Effect, Entry, Msg, Node, Placement, Protocol, Replica
 use proto::DurabilityConfig;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
-use wal::{AppendError, Durability, Log, LogConfig, LogError};
+use wal::{AppendError, Durability, Log, LogConfig, LogError, ReadError, Retention};
 
 use crate::config::ServerConfig;
 use crate::replication::{ControlEvent, Router};
@@ -41,6 +41,14 @@ pub struct StreamMeta {
     pub primary: ServerId,
     #[serde(default = "default_epoch")]
     pub epoch: u64,
+    /// Retention: keep at least this many bytes of log; absent: the
+    /// server's `retain_bytes`; 0: no size limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retain_bytes: Option<u64>,
+    /// Retention: delete segments closed this long ago; absent: the
+    /// server's `retain_ms`; 0: no age limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retain_ms: Option<u64>,
 }
 
 fn default_protocol() -> String {
@@ -75,6 +83,16 @@ impl StreamMeta {
             replicas: placement.replicas.clone(),
             primary: placement.primary,
             epoch: placement.epoch,
+            retain_bytes: None,
+            retain_ms: None,
+        }
+    }
+
+    /// The stream's retention: its own settings, else the server's.
+    pub fn retention(&self, config: &ServerConfig) -> Retention {
+        Retention {
+            bytes: self.retain_bytes.unwrap_or(config.retain_bytes),
+            ms: self.retain_ms.unwrap_or(config.retain_ms),
         }
     }
 
@@ -187,6 +205,17 @@ pub struct Stream {
     router: Arc<Router>,
     backlog_bytes_max: usize,
     gate: Mutex<Gate>,
+    /// What the log keeps behind its newest checkpoints.
+    pub retention: Retention,
+    /// The version of the newest checkpoint written (or recovered from).
+    checkpointed: AtomicU64,
+    /// The first version a peer last asked for below the oldest retained
+    /// one, so the condition is logged once, not at every retry.
+    retained_asked: AtomicU64,
+    /// The checkpoint task, awaited at shutdown: a checkpoint being
+    /// written holds the stream, and the log must be closed before the
+    /// server returns.
+    checkpoint_task: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 pub fn log_config(durability: DurabilityConfig, config: &ServerConfig) -> LogConfig {
@@ -243,15 +272,38 @@ impl Stream {
         }
         let mut settings = config.replication;
         settings.dedupe = engine::DedupeLimits::default();
-        let mut replica = Replica::new(meta.id, config.cluster.me, placement, protocol, settings);
-        let log = Log::open(
+        let replica = Replica::new(meta.id, config.cluster.me, placement, protocol, settings);
+        // Recovery starts from the newest usable checkpoint's state and
+        // replays only the records after it.
+        let replica = std::cell::RefCell::new(replica);
+        let (log, report) = Log::open_checkpointed(
             config.storage.clone(),
             &folder.join("log"),
             meta.id,
             log_config,
-            &mut |record| replica.recovered(&record.header),
+            &mut |state| {
+                replica
+                    .borrow_mut()
+                    .restore(state)
+                    .map(|_| ())
+                    .map_err(|error| error.to_string())
+            },
+            &mut |record| replica.borrow_mut().recovered(&record.header),
         )
         .map_err(|error: LogError| error.to_string())?;
+        let replica = replica.into_inner();
+        for skipped in &report.ignored {
+            eprintln!(
+                "stamplog: stream {:?}: checkpoint not used: {skipped}",
+                meta.name
+            );
+        }
+        if let Some(through) = report.checkpoint {
+            eprintln!(
+                "stamplog: stream {:?} recovered from its checkpoint at version {through}, replaying {} records after it",
+                meta.name, report.records_visited
+            );
+        }
         let stream = Stream {
             deleted: AtomicBool::new(false),
             id: meta.id,
@@ -272,6 +324,10 @@ impl Stream {
                 availability: control::Availability::Available,
                 since: Instant::now(),
             }),
+            retention: meta.retention(config),
+            checkpointed: AtomicU64::new(report.checkpoint.unwrap_or(0)),
+            retained_asked: AtomicU64::new(0),
+            checkpoint_task: Mutex::new(None),
         };
         stream.drive(|replica, now, out| replica.start(now, out));
         Ok(stream)
@@ -587,8 +643,22 @@ impl Stream {
         const SERVE_BYTES_MAX: usize = 4 * 1024 * 1024;
         let mut records = Vec::new();
         let count = (to_version + 1).saturating_sub(from) as usize;
-        let Ok(read) = self.log.read(from, count, SERVE_BYTES_MAX, &mut records) else {
-            return;
+        let read = match self.log.read(from, count, SERVE_BYTES_MAX, &mut records) {
+            Ok(read) => read,
+            Err(ReadError::Retained { oldest, .. }) => {
+                // Catching a replica up from behind the retained log needs
+                // a checkpoint transfer, which the protocol does not have:
+                // say so once per asked-for version rather than at every
+                // retry, and serve nothing.
+                if self.retained_asked.swap(from, Ordering::Relaxed) != from {
+                    eprintln!(
+                        "stamplog: stream {:?}: server {to} asks for version {from}, but this log keeps versions from {oldest} only; that replica cannot catch up from this log",
+                        self.name
+                    );
+                }
+                return;
+            }
+            Err(_) => return,
         };
         if read == 0 {
             return;
@@ -606,10 +676,126 @@ impl Stream {
             .send_peer(to, self.id, Msg::Replicate { entries });
     }
 
+    /// The state machine's state as a checkpoint would hold it: its
+    /// version and bytes (the same state always gives the same bytes).
+    pub fn machine_state(&self) -> (u64, Vec<u8>) {
+        self.lock().replica.checkpoint_state()
+    }
+
+    /// The version of the newest checkpoint written or recovered from.
+    pub fn checkpointed(&self) -> u64 {
+        self.checkpointed.load(Ordering::Acquire)
+    }
+
+    /// Writes a checkpoint of the state machine, then applies retention.
+    /// Returns the checkpoint's version, or `None` when there was nothing
+    /// new, or the version did not become durable and visible within
+    /// `wait`.
+    pub async fn checkpoint(
+        self: &Arc<Self>,
+        retention: Retention,
+        wait: Duration,
+    ) -> Result<Option<u64>, String> {
+        match self.checkpoint_ready(wait).await {
+            Some((through, state)) => self.write_checkpoint(through, state, retention).await,
+            None => Ok(None),
+        }
+    }
+
+    /// Copies the state machine's state under the stream's lock, then
+    /// waits (off the lock) until the version it reflects is durable and
+    /// visible: a version readers may not see yet could still be cut back
+    /// after a failover. `None` when there is nothing new to checkpoint or
+    /// the wait ran out.
+    async fn checkpoint_ready(&self, wait: Duration) -> Option<(u64, Vec<u8>)> {
+        if self.durability == DurabilityConfig::Memory || self.deleted.load(Ordering::Acquire) {
+            return None;
+        }
+        let (through, state) = self.lock().replica.checkpoint_state();
+        if through == 0 || through <= self.checkpointed() {
+            return None;
+        }
+        let mut visible = self.visible();
+        let mut progress = self.log.progress();
+        let reached = tokio::time::timeout(wait, async {
+            let durable = progress.wait_for(|p| p.durable >= through || p.failed.is_some());
+            let durable = durable.await.map(|p| p.failed.is_none()).unwrap_or(false);
+            durable && visible.wait_for(|v| *v >= through).await.is_ok()
+        })
+        .await;
+        (reached == Ok(true)).then_some((through, state))
+    }
+
+    /// Writes the checkpoint and applies retention on a blocking thread,
+    /// without the stream's lock.
+    async fn write_checkpoint(
+        self: &Arc<Self>,
+        through: u64,
+        state: Vec<u8>,
+        retention: Retention,
+    ) -> Result<Option<u64>, String> {
+        let stream = Arc::clone(self);
+        let retained = tokio::task::spawn_blocking(move || {
+            let now = wall_clock_ms();
+            stream.log.checkpoint(through, &state, now)?;
+            stream.checkpointed.store(through, Ordering::Release);
+            stream.log.retain(retention, now)
+        })
+        .await
+        .map_err(|error| format!("the checkpoint task failed: {error}"))?
+        .map_err(|error| error.to_string())?;
+        self.report_retention(&retained);
+        Ok(Some(through))
+    }
+
+    /// Applies retention without a new checkpoint, on a blocking thread.
+    async fn apply_retention(
+        self: &Arc<Self>,
+        retention: Retention,
+    ) -> Result<Option<u64>, String> {
+        let stream = Arc::clone(self);
+        let retained =
+            tokio::task::spawn_blocking(move || stream.log.retain(retention, wall_clock_ms()))
+                .await
+                .map_err(|error| format!("the retention task failed: {error}"))?
+                .map_err(|error| error.to_string())?;
+        self.report_retention(&retained);
+        Ok(None)
+    }
+
+    fn report_retention(&self, retained: &wal::Retained) {
+        if retained.segments_deleted > 0 {
+            eprintln!(
+                "stamplog: stream {:?}: retention deleted {} segments ({} bytes); the log now starts at version {}",
+                self.name, retained.segments_deleted, retained.bytes_deleted, retained.first_version
+            );
+        }
+    }
+
+    /// Waits for the checkpoint task to end (it ends once `stop` fires),
+    /// so no checkpoint holds the stream after the server stops.
+    pub(crate) async fn stop_checkpoints(&self) {
+        let task = self.checkpoint_task.lock().expect("task lock").take();
+        if let Some(task) = task {
+            let _ = task.await;
+        }
+    }
+
     /// Starts the stream's background work: log progress into the state
-    /// machine, clock ticks, and the backlog. Each task ends when the
-    /// stream is dropped or `stop` fires.
-    pub(crate) fn start_tasks(self: &Arc<Self>, tick: Duration, stop: watch::Receiver<bool>) {
+    /// machine, clock ticks, the backlog and checkpoints. Each task ends
+    /// when the stream is dropped or `stop` fires.
+    pub(crate) fn start_tasks(
+        self: &Arc<Self>,
+        tick: Duration,
+        checkpoints: CheckpointSchedule,
+        stop: watch::Receiver<bool>,
+    ) {
+        if self.durability != DurabilityConfig::Memory && checkpoints.is_on() {
+            let weak = Arc::downgrade(self);
+            let stopping = stop.clone();
+            let task = tokio::spawn(run_checkpoints(weak, checkpoints, stopping));
+            *self.checkpoint_task.lock().expect("task lock") = Some(task);
+        }
         let weak = Arc::downgrade(self);
         let mut progress = self.log.progress();
         let mut stopping = stop.clone();
@@ -649,5 +835,201 @@ impl Stream {
                 stream.drive(|replica, now, out| replica.on_tick(now, out));
             }
         });
+    }
+}
+
+/// Milliseconds since the Unix epoch: checkpoints date the segments they
+/// see closed with it, and age retention counts from there, across
+/// restarts.
+pub fn wall_clock_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_millis() as u64)
+}
+
+/// When a stream writes checkpoints.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CheckpointSchedule {
+    /// Zero: never by time.
+    pub interval: Duration,
+    /// Versions logged since the last checkpoint that call for the next
+    /// one (0: never by count).
+    pub records: u64,
+}
+
+impl CheckpointSchedule {
+    pub(crate) fn of(config: &ServerConfig) -> Self {
+        CheckpointSchedule {
+            interval: config.checkpoint_interval,
+            records: config.checkpoint_records,
+        }
+    }
+
+    fn is_on(&self) -> bool {
+        !self.interval.is_zero() || self.records > 0
+    }
+}
+
+/// How often the checkpoint task looks at the record count.
+const CHECKPOINT_POLL: Duration = Duration::from_secs(1);
+
+/// A stream's checkpoint task: a checkpoint every interval, or sooner once
+/// enough versions were logged, then retention.
+async fn run_checkpoints(
+    weak: Weak<Stream>,
+    schedule: CheckpointSchedule,
+    mut stopping: watch::Receiver<bool>,
+) {
+    let poll = if schedule.interval.is_zero() {
+        CHECKPOINT_POLL
+    } else {
+        schedule.interval.min(CHECKPOINT_POLL)
+    };
+    let mut last = Instant::now();
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(poll) => {}
+            _ = stopping.wait_for(|s| *s) => return,
+        }
+        let Some(stream) = weak.upgrade() else {
+            return;
+        };
+        if stream.deleted.load(Ordering::Acquire) || stream.log.failure().is_some() {
+            return;
+        }
+        let due_by_time = !schedule.interval.is_zero() && last.elapsed() >= schedule.interval;
+        let logged = stream
+            .log
+            .durable_version()
+            .saturating_sub(stream.checkpointed());
+        let due_by_count = schedule.records > 0 && logged >= schedule.records;
+        if !due_by_time && !due_by_count {
+            continue;
+        }
+        last = Instant::now();
+        let wait = schedule.interval.max(CHECKPOINT_POLL);
+        // The wait for durability ends at once on stop; a checkpoint
+        // being written is finished.
+        let ready = tokio::select! {
+            ready = stream.checkpoint_ready(wait) => ready,
+            _ = stopping.wait_for(|s| *s) => return,
+        };
+        let written = match ready {
+            Some((through, state)) => {
+                stream
+                    .write_checkpoint(through, state, stream.retention)
+                    .await
+            }
+            // Nothing new to checkpoint: segments still age out of an
+            // idle stream.
+            None if stream.retention.ms > 0 && due_by_time => {
+                stream.apply_retention(stream.retention).await
+            }
+            None => continue,
+        };
+        if let Err(error) = written {
+            eprintln!(
+                "stamplog: stream {:?}: checkpoint failed: {error}",
+                stream.name
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Peer;
+    use proto::{EventId, Record, RecordHeader};
+
+    /// Writes a log of `count` records of stream 5 into `folder` with the
+    /// wal directly, with checkpoints (holding the state machine's state)
+    /// at `checkpoints`, then retention that keeps as little as it may.
+    fn retained_log(
+        storage: &wal::fault::FaultStorage,
+        folder: &Path,
+        count: u64,
+        checkpoints: &[u64],
+    ) {
+        let config = LogConfig {
+            segment_bytes_max: 4096,
+            ..LogConfig::default()
+        };
+        let log = Log::open(Arc::new(storage.clone()), folder, 5, config, &mut |_| {}).unwrap();
+        let mut machine = engine::StreamMachine::new(1, engine::DedupeLimits::default());
+        for version in 1..=count {
+            let header = RecordHeader {
+                flags: 0,
+                stream: 5,
+                version,
+                epoch: 1,
+                event: EventId {
+                    client: 9,
+                    session: 1,
+                    sequence: version,
+                },
+                low_water: version,
+            };
+            let mut bytes = Vec::new();
+            Record {
+                header,
+                key: b"",
+                payload: &[7; 500],
+            }
+            .encode(&mut bytes);
+            log.append(version, &bytes).unwrap();
+            machine.record(&header);
+            while log.durable_version() < version {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+            if checkpoints.contains(&version) {
+                log.checkpoint(version, &machine.encode_state(), 0).unwrap();
+            }
+        }
+        log.retain(Retention { bytes: 1, ms: 0 }, 0).unwrap();
+        assert!(log.first_version() > 1);
+    }
+
+    #[test]
+    fn a_peer_asking_for_a_retained_version_is_served_nothing_and_nothing_panics() {
+        let storage = wal::fault::FaultStorage::new();
+        let folder = Path::new("/data/streams/s");
+        retained_log(&storage, &folder.join("log"), 40, &[20, 30]);
+        let mut config = ServerConfig::new("/data");
+        config.storage = Arc::new(storage);
+        config.segment_bytes_max = 4096;
+        config.cluster.peers = vec![Peer {
+            id: 2,
+            address: "127.0.0.1:9".into(),
+        }];
+        let router = Arc::new(Router::new(&config.cluster, 16));
+        let placement = Placement {
+            replicas: vec![1],
+            primary: 1,
+            epoch: 1,
+        };
+        let meta = StreamMeta::new(
+            5,
+            "s",
+            DurabilityConfig::Sync,
+            Protocol::OneHopAckClient,
+            &placement,
+        );
+        let stream = Stream::open(&meta, folder, &config, Arc::clone(&router), None).unwrap();
+        assert_eq!(
+            stream.checkpointed(),
+            30,
+            "recovered from the newest checkpoint"
+        );
+        assert_eq!(stream.machine_state().0, 40);
+        let oldest = stream.log.first_version();
+        assert!(oldest > 1 && oldest <= 21, "the log starts at {oldest}");
+        let sent = || router.metrics.peer_sent.load(Ordering::Relaxed);
+        stream.serve(2, 1, 10);
+        stream.serve(2, 1, 10);
+        assert_eq!(sent(), 0, "nothing is served from before the log");
+        assert_eq!(stream.retained_asked.load(Ordering::Relaxed), 1);
+        stream.serve(2, oldest, oldest + 3);
+        assert_eq!(sent(), 1, "what the log keeps is served");
     }
 }

@@ -40,7 +40,7 @@ pub(crate) fn strip_voids(records: Vec<u8>, count: u32) -> (Vec<u8>, u32) {
 
 pub(crate) fn read_error_code(error: &ReadError) -> ErrorCode {
     match error {
-        ReadError::Unavailable { .. } => ErrorCode::VersionUnavailable,
+        ReadError::Retained { .. } => ErrorCode::VersionUnavailable,
         ReadError::Io(_) | ReadError::Corrupt { .. } => ErrorCode::Internal,
     }
 }

@@ -9,23 +9,30 @@
 //! Invariant: after a failed write or fsync the log is latched failed: no
 //! later append succeeds and the durable version never moves again.
 
+pub mod checkpoint;
+pub mod experiment;
 pub mod fault;
 pub mod storage;
 
 pub use storage::{FileStorage, Storage, StorageFile};
 mod config;
 mod log;
+mod maintenance;
 mod recovery;
 pub mod segment;
 mod writer;
 
 pub use config::{Durability, LogConfig};
 pub use log::{AppendError, Log, LogError, LogMetrics, Progress, ReadError};
+pub use maintenance::{CheckpointWritten, Retained, Retention};
+pub use recovery::RecoveryReport;
 
 /// Reads the log of `stream` in `folder` without changing anything: calls
 /// `visit` with every valid record in version order and returns the last
 /// version. A torn tail ends the scan as it would end recovery (and is left
 /// in place); corruption before it is the same error the log would report.
+/// A log whose oldest segments retention deleted is read from its first
+/// segment on disk.
 /// For checking the folder of a stopped server.
 pub fn inspect(
     storage: &dyn Storage,
@@ -33,7 +40,7 @@ pub fn inspect(
     stream: u64,
     visit: &mut dyn FnMut(&proto::Record<'_>),
 ) -> Result<u64, LogError> {
-    let recovered = recovery::recover(storage, folder, stream, recovery::Mode::ReadOnly, visit)?;
+    let recovered = recovery::inspect(storage, folder, stream, visit)?;
     Ok(recovered.last_version)
 }
 
@@ -42,6 +49,7 @@ pub fn inspect(
 /// the cut go first, newest first, then the segment holding the cut is
 /// shortened, so a crash at any step leaves a valid log that ends between
 /// the old end and the cut, and running it again finishes the job.
+/// Checkpoints past the cut are removed before any segment is touched.
 /// For a replica whose tail no one else agrees with after a failover.
 pub fn truncate_after(
     storage: &dyn Storage,

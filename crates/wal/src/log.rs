@@ -19,7 +19,7 @@ use proto::Record;
 use tokio::sync::{watch, Notify};
 
 use crate::config::{Durability, LogConfig};
-use crate::recovery::{self, Segment};
+use crate::recovery::{self, Recovered, RecoveryReport, Segment};
 use crate::storage::{Storage, StorageFile};
 
 #[derive(Debug, thiserror::Error)]
@@ -38,6 +38,9 @@ pub enum LogError {
     },
     #[error("bad log configuration: {0}")]
     Config(String),
+    /// A checkpoint asked for versions the log cannot cover.
+    #[error("cannot checkpoint: {0}")]
+    Checkpoint(String),
 }
 
 /// Why an append was not taken.
@@ -55,8 +58,10 @@ pub enum AppendError {
 
 #[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ReadError {
-    #[error("version {requested} is no longer retained; the oldest available is {first}")]
-    Unavailable { requested: u64, first: u64 },
+    /// The version is older than the oldest the log keeps: retention
+    /// deleted it (or, for `Memory`, the ring dropped it).
+    #[error("version {requested} is no longer retained; the oldest available is {oldest}")]
+    Retained { requested: u64, oldest: u64 },
     #[error("read failed: {0}")]
     Io(String),
     #[error("record at version {version} is damaged: {reason}")]
@@ -134,6 +139,9 @@ pub(crate) struct State {
     /// Memory durability: the retained records.
     pub(crate) memory: VecDeque<(u64, Arc<[u8]>)>,
     pub(crate) memory_bytes: usize,
+    /// The versions of the valid checkpoint files on disk, newest first
+    /// (at most [`crate::checkpoint::CHECKPOINTS_KEPT`]).
+    pub(crate) checkpoints: Vec<u64>,
 }
 
 pub(crate) struct Shared {
@@ -149,16 +157,19 @@ pub(crate) struct Shared {
     pub(crate) progress: watch::Sender<Progress>,
     pub(crate) counters: Counters,
     pub(crate) latency_samples: Mutex<Vec<u64>>,
+    /// Held while a checkpoint is written or retention deletes segments,
+    /// so the two never interleave; appends and reads do not take it.
+    pub(crate) maintenance: Mutex<()>,
 }
 
 /// One stream's write-ahead log. Dropping it writes and syncs everything
 /// pending and stops the I/O thread.
 pub struct Log {
-    shared: Arc<Shared>,
+    pub(crate) shared: Arc<Shared>,
     io_thread: Option<JoinHandle<()>>,
 }
 
-fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
+pub(crate) fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
     // A panic while holding the lock is a broken invariant; the state may be
     // inconsistent, so propagate it rather than go on.
     state.lock().expect("log state lock poisoned")
@@ -167,6 +178,8 @@ fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
 impl Log {
     /// Opens the log in `folder` (creating it when absent), recovers it, and
     /// calls `visit` with every valid record in version order.
+    /// Every segment is scanned: checkpoints are not used, and a log whose
+    /// oldest segments retention deleted does not open this way.
     pub fn open(
         storage: Arc<dyn Storage>,
         folder: &Path,
@@ -175,18 +188,70 @@ impl Log {
         visit: &mut dyn FnMut(&Record<'_>),
     ) -> Result<Log, LogError> {
         config.validate().map_err(LogError::Config)?;
-        let (segments, last_version) = match config.durability {
-            Durability::Memory => (Vec::new(), 0),
-            _ => {
-                let recovered = recovery::recover(
-                    storage.as_ref(),
-                    folder,
-                    stream,
-                    recovery::Mode::Repair,
-                    visit,
-                )?;
-                (recovered.segments, recovered.last_version)
-            }
+        let recovered = match config.durability {
+            Durability::Memory => None,
+            _ => Some(recovery::recover(
+                storage.as_ref(),
+                folder,
+                stream,
+                recovery::Mode::Repair,
+                visit,
+            )?),
+        };
+        Log::start(storage, folder, stream, config, recovered)
+    }
+
+    /// Opens the log in `folder` (creating it when absent) from its newest
+    /// usable checkpoint: `restore` gets the checkpoint's blob, and `visit`
+    /// only the records after the checkpoint's version, in order. Covered
+    /// segments are checked (header and length) but not scanned, so the
+    /// time this takes grows with the log after the checkpoint. A damaged
+    /// checkpoint, one `restore` refuses, or one that claims more than the
+    /// segments on disk hold, is skipped for the one before it; with none
+    /// left, every segment is scanned and `restore` is not called. The
+    /// report says which checkpoint was used and which were skipped, why.
+    pub fn open_checkpointed(
+        storage: Arc<dyn Storage>,
+        folder: &Path,
+        stream: u64,
+        config: LogConfig,
+        restore: &mut dyn FnMut(&[u8]) -> Result<(), String>,
+        visit: &mut dyn FnMut(&Record<'_>),
+    ) -> Result<(Log, RecoveryReport), LogError> {
+        config.validate().map_err(LogError::Config)?;
+        let recovered = match config.durability {
+            Durability::Memory => None,
+            _ => Some(recovery::recover_checkpointed(
+                storage.as_ref(),
+                folder,
+                stream,
+                recovery::Mode::Repair,
+                restore,
+                visit,
+            )?),
+        };
+        let report = recovered
+            .as_ref()
+            .map(|r| r.report.clone())
+            .unwrap_or_default();
+        let log = Log::start(storage, folder, stream, config, recovered)?;
+        Ok((log, report))
+    }
+
+    fn start(
+        storage: Arc<dyn Storage>,
+        folder: &Path,
+        stream: u64,
+        config: LogConfig,
+        recovered: Option<Recovered>,
+    ) -> Result<Log, LogError> {
+        let (segments, last_version, checkpoints) = match recovered {
+            None => (Vec::new(), 0, Vec::new()),
+            Some(recovered) => (
+                recovered.segments,
+                recovered.last_version,
+                recovered.checkpoints,
+            ),
         };
         let first_version = segments.first().map_or(1, |s| s.base);
         let state = State {
@@ -201,6 +266,7 @@ impl Log {
             shutdown: false,
             memory: VecDeque::new(),
             memory_bytes: 0,
+            checkpoints,
         };
         let (progress, _) = watch::channel(Progress {
             durable: last_version,
@@ -217,6 +283,7 @@ impl Log {
             progress,
             counters: Counters::default(),
             latency_samples: Mutex::new(Vec::new()),
+            maintenance: Mutex::new(()),
         });
         let io_thread = match shared.config.durability {
             Durability::Memory => None,
@@ -371,9 +438,9 @@ impl Log {
         let durable = self.durable_version();
         let state = lock(&self.shared.state);
         if from < state.first_version {
-            return Err(ReadError::Unavailable {
+            return Err(ReadError::Retained {
                 requested: from,
-                first: state.first_version,
+                oldest: state.first_version,
             });
         }
         if from > durable || max_records == 0 {

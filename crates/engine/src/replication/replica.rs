@@ -312,6 +312,30 @@ impl Replica {
         self.next_version = self.machine.last_version() + 1;
     }
 
+    /// The state a checkpoint keeps: the version it reflects (every record
+    /// up to it was recorded, none after) and its bytes. The caller writes
+    /// the checkpoint only once that version is durable.
+    pub fn checkpoint_state(&self) -> (u64, Vec<u8>) {
+        (self.machine.last_version(), self.machine.encode_state())
+    }
+
+    /// Takes the state of a checkpoint at startup, before the records
+    /// after it are replayed with [`Replica::recovered`]; returns the
+    /// checkpoint's version. A replica that has recorded anything already
+    /// is a broken caller.
+    pub fn restore(&mut self, bytes: &[u8]) -> Result<u64, crate::SnapshotError> {
+        assert_eq!(
+            self.machine.last_version(),
+            0,
+            "a checkpoint is restored before any record is replayed"
+        );
+        let mut machine = StreamMachine::decode_state(bytes, self.settings.dedupe)?;
+        machine.raise_epoch(self.machine.epoch());
+        self.machine = machine;
+        self.next_version = self.machine.last_version() + 1;
+        Ok(self.machine.last_version())
+    }
+
     /// Startup is over: the log holds (durably) every recovered version.
     pub fn start(&mut self, now: u64, out: &mut Vec<Effect>) {
         self.logged = self.machine.last_version();
@@ -1587,6 +1611,54 @@ mod tests {
         if let Some(last) = last {
             replica.on_logged(last, now, out);
         }
+    }
+
+    #[test]
+    fn a_replica_restored_from_a_checkpoint_matches_one_that_replayed_the_whole_log() {
+        let settings = ReplicaSettings::default();
+        let mut primary = Replica::new(
+            7,
+            1,
+            Placement {
+                replicas: vec![1],
+                primary: 1,
+                epoch: 1,
+            },
+            Protocol::OneHopAckClient,
+            settings,
+        );
+        let mut out = Vec::new();
+        primary.start(0, &mut out);
+        for sequence in 1..=20 {
+            for client in [42, 43] {
+                primary.on_client(client, write(client, sequence), 1, &mut out);
+            }
+        }
+        let headers: Vec<RecordHeader> = appended(&out).iter().map(|e| e.header).collect();
+        assert_eq!(headers.len(), 40);
+        let fresh = || Replica::new(7, 1, placement(), Protocol::OneHopAckClient, settings);
+        let mut whole = fresh();
+        headers.iter().for_each(|h| whole.recovered(h));
+        for cut in [0, 1, 17, 40] {
+            let mut before = fresh();
+            headers[..cut].iter().for_each(|h| before.recovered(h));
+            let (version, state) = before.checkpoint_state();
+            assert_eq!(version, cut as u64);
+            let mut restored = fresh();
+            assert_eq!(restored.restore(&state), Ok(cut as u64));
+            headers[cut..].iter().for_each(|h| restored.recovered(h));
+            assert_eq!(
+                restored.checkpoint_state(),
+                whole.checkpoint_state(),
+                "cut {cut}"
+            );
+            assert_eq!(restored.dedupe_entries(), whole.dedupe_entries());
+        }
+        let mut damaged = whole.checkpoint_state().1;
+        damaged.truncate(damaged.len() - 1);
+        let mut refused = fresh();
+        assert!(refused.restore(&damaged).is_err());
+        assert_eq!(refused.last_version(), 0, "a refused state changes nothing");
     }
 
     #[test]

@@ -170,9 +170,9 @@ fn memory_log_keeps_a_bounded_ring_and_names_the_oldest_version() {
     let mut out = Vec::new();
     assert_eq!(
         log.read(1, 10, 1 << 20, &mut out),
-        Err(ReadError::Unavailable {
+        Err(ReadError::Retained {
             requested: 1,
-            first
+            oldest: first
         })
     );
 }

@@ -13,16 +13,16 @@ use wal::{AppendError, Durability, Log, LogConfig, LogError};
 
 use crate::basics::encode;
 
-const STREAM: u64 = 7;
+pub(crate) const STREAM: u64 = 7;
 const FOLDER: &str = "/wal";
 
-fn folder() -> &'static Path {
+pub(crate) fn folder() -> &'static Path {
     Path::new(FOLDER)
 }
 
 /// A payload whose bytes depend on its version, so a record read back under
 /// the wrong version or with damaged content is noticed.
-fn payload(version: u64, size: usize) -> Vec<u8> {
+pub(crate) fn payload(version: u64, size: usize) -> Vec<u8> {
     (0..size)
         .map(|i| {
             (version as usize)
@@ -32,11 +32,14 @@ fn payload(version: u64, size: usize) -> Vec<u8> {
         .collect()
 }
 
-type Recovered = Vec<(u64, Vec<u8>)>;
+pub(crate) type Recovered = Vec<(u64, Vec<u8>)>;
 
 /// Opens the log in `FOLDER` of `storage`; returns it with every record the
 /// recovery visited (version and payload).
-fn open(storage: &FaultStorage, config: LogConfig) -> Result<(Log, Recovered), LogError> {
+pub(crate) fn open(
+    storage: &FaultStorage,
+    config: LogConfig,
+) -> Result<(Log, Recovered), LogError> {
     let mut seen = Vec::new();
     let log = Log::open(
         Arc::new(storage.clone()),
@@ -54,7 +57,11 @@ fn open(storage: &FaultStorage, config: LogConfig) -> Result<(Log, Recovered), L
     Ok((log, seen))
 }
 
-fn open_ok(storage: &FaultStorage, config: LogConfig, context: &str) -> (Log, Recovered) {
+pub(crate) fn open_ok(
+    storage: &FaultStorage,
+    config: LogConfig,
+    context: &str,
+) -> (Log, Recovered) {
     match open(storage, config) {
         Ok(opened) => opened,
         Err(error) => panic!("{context}: recovery failed: {error}"),
@@ -81,7 +88,7 @@ fn durable_or_failed(log: &Log, version: u64) -> bool {
     }
 }
 
-fn wait_durable(log: &Log, version: u64, context: &str) {
+pub(crate) fn wait_durable(log: &Log, version: u64, context: &str) {
     assert!(
         durable_or_failed(log, version),
         "{context}: log failed before version {version} was durable: {:?}",
@@ -90,7 +97,7 @@ fn wait_durable(log: &Log, version: u64, context: &str) {
 }
 
 /// Appends one record, retrying while the buffer is full.
-fn append(log: &Log, version: u64, record: &[u8]) -> Result<(), AppendError> {
+pub(crate) fn append(log: &Log, version: u64, record: &[u8]) -> Result<(), AppendError> {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         match log.append(version, record) {
@@ -108,7 +115,7 @@ fn append(log: &Log, version: u64, record: &[u8]) -> Result<(), AppendError> {
 
 /// Reads every durable record from `from` on through `Log::read`, in
 /// batches of at most `max_records` records and `max_bytes` bytes.
-fn read_back(log: &Log, from: u64, max_records: usize, max_bytes: usize) -> Recovered {
+pub(crate) fn read_back(log: &Log, from: u64, max_records: usize, max_bytes: usize) -> Recovered {
     let mut found: Recovered = Vec::new();
     let mut next = from;
     loop {
@@ -236,7 +243,7 @@ fn layout(storage: &FaultStorage) -> Vec<SegmentLayout> {
         .collect()
 }
 
-fn sync_config(segment_bytes_max: u64) -> LogConfig {
+pub(crate) fn sync_config(segment_bytes_max: u64) -> LogConfig {
     LogConfig {
         segment_bytes_max,
         ..LogConfig::default()
@@ -246,7 +253,7 @@ fn sync_config(segment_bytes_max: u64) -> LogConfig {
 /// Writes records 1..=sizes.len() with the given payload sizes into a new
 /// log, waits until all are durable and closes the log. Returns the storage
 /// and the payloads.
-fn durable_log(config: &LogConfig, sizes: &[usize]) -> (FaultStorage, Vec<Vec<u8>>) {
+pub(crate) fn durable_log(config: &LogConfig, sizes: &[usize]) -> (FaultStorage, Vec<Vec<u8>>) {
     let storage = FaultStorage::new();
     let (log, seen) = open_ok(&storage, config.clone(), "new log");
     assert!(seen.is_empty());
@@ -264,7 +271,7 @@ fn durable_log(config: &LogConfig, sizes: &[usize]) -> (FaultStorage, Vec<Vec<u8
 }
 
 /// A crashed copy of a closed log: exactly its durable content.
-fn copy_of(storage: &FaultStorage) -> FaultStorage {
+pub(crate) fn copy_of(storage: &FaultStorage) -> FaultStorage {
     storage.crash(CrashMode::DurableOnly, 0)
 }
 

@@ -1,4 +1,6 @@
 //! Integration tests of the write-ahead log through its public API.
 
 mod basics;
+mod checkpoint;
 mod crash;
+mod experiment;
