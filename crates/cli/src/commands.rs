@@ -122,6 +122,15 @@ pub struct StatusArgs {
 }
 
 #[derive(clap::Args, Debug)]
+pub struct RetireArgs {
+    #[command(flatten)]
+    pub address: ServerAddress,
+    /// The id of the server to retire. It must be stopped, and removed from
+    /// the view (after `suspect_ms`), first.
+    pub id: u32,
+}
+
+#[derive(clap::Args, Debug)]
 pub struct StreamsArgs {
     #[command(flatten)]
     pub address: ServerAddress,
@@ -305,6 +314,18 @@ pub fn status(args: StatusArgs) -> anyhow::Result<()> {
         } else {
             print_status(&json);
         }
+        Ok(())
+    })
+}
+
+pub fn retire(args: RetireArgs) -> anyhow::Result<()> {
+    runtime()?.block_on(async {
+        let client = connect(&args.address).await?;
+        client.retire_server(args.id).await?;
+        println!(
+            "server {} is no longer a voter of the control plane",
+            args.id
+        );
         Ok(())
     })
 }

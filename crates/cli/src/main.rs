@@ -37,6 +37,10 @@ enum Command {
     Status(commands::StatusArgs),
     /// Create, list or delete streams.
     Streams(commands::StreamsArgs),
+    /// Take a server that has left the cluster for good out of the control
+    /// plane's voters, so its majority no longer counts it. Stop the server
+    /// and wait until it is removed from the view first.
+    Retire(commands::RetireArgs),
     /// Start three local server processes in a temporary folder, send a
     /// workload to a stream replicated on all three, kill the primary with
     /// SIGKILL midway and restart it, read every replica back, and let the
@@ -63,6 +67,7 @@ fn main() {
         Command::Tail(args) => commands::tail(args),
         Command::Status(args) => commands::status(args),
         Command::Streams(args) => commands::streams(args),
+        Command::Retire(args) => commands::retire(args),
         Command::Demo(args) => demo::run(args),
         Command::Check(args) => check::run(args),
         Command::Bench { experiment } => bench::run(experiment),

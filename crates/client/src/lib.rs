@@ -270,6 +270,20 @@ impl Client {
         }
     }
 
+    /// Takes a server that has left the cluster for good (stopped, and
+    /// removed from the view) out of the control plane's voters, so the
+    /// cluster's majority no longer counts it. A server still in the view,
+    /// the last voter, and the server asked are refused.
+    pub async fn retire_server(&self, server: u32) -> Result<(), ClientError> {
+        match self
+            .request(|request| Frame::RetireServer { request, server })
+            .await?
+        {
+            Frame::Ok { .. } => Ok(()),
+            other => Err(ClientError::Protocol(format!("{other:?}"))),
+        }
+    }
+
     /// Sets what a stream of a cluster requires of its live in-sync
     /// replicas (`roles` they must cover, `min_in_sync` of them) and what
     /// it does while that is not met: [`LossAction::ReadOnly`] refuses

@@ -59,6 +59,7 @@ struct Inner {
 enum Operation {
     Propose(Proposal),
     AddVoter { id: ServerId, address: String },
+    RemoveVoter { id: ServerId },
 }
 
 impl Operation {
@@ -69,6 +70,7 @@ impl Operation {
                 id: *id,
                 address: address.clone(),
             },
+            Operation::RemoveVoter { id } => Request::RemoveVoter { id: *id },
         }
     }
 
@@ -79,6 +81,7 @@ impl Operation {
             Operation::AddVoter { id, address } => {
                 format!("add server {id} at {address} as a voter")
             }
+            Operation::RemoveVoter { id } => format!("retire server {id} from the voters"),
         }
     }
 }
@@ -207,6 +210,24 @@ impl Control {
         self.until_committed(Operation::AddVoter { id, address })
             .await
             .map(|_| ())
+    }
+
+    /// Takes a server that has left the view for good out of the voters,
+    /// so the cluster's majority no longer counts it. Refused while it is
+    /// a member of the view, and for the last voter.
+    pub async fn remove_voter(&self, id: ServerId) -> Result<(), ControlError> {
+        self.until_committed(Operation::RemoveVoter { id })
+            .await
+            .map(|_| ())
+    }
+
+    /// The Raft voters, as this server knows them.
+    pub fn voters(&self) -> Vec<ServerId> {
+        let membership = self.inner.raft.metrics().borrow().membership_config.clone();
+        membership
+            .voter_ids()
+            .filter_map(|id| ServerId::try_from(id).ok())
+            .collect()
     }
 
     /// Serves one inbound control connection whose `ControlHello` has been
@@ -355,7 +376,9 @@ impl Control {
         // may take longer than one request's timeout.
         let timeout = match operation {
             Operation::Propose(_) => self.inner.config.rpc_timeout,
-            Operation::AddVoter { .. } => deadline.saturating_duration_since(Instant::now()),
+            Operation::AddVoter { .. } | Operation::RemoveVoter { .. } => {
+                deadline.saturating_duration_since(Instant::now())
+            }
         };
         let reply = self
             .inner
@@ -377,6 +400,7 @@ impl Control {
             match operation {
                 Operation::Propose(proposal) => self.write(proposal.clone()).await,
                 Operation::AddVoter { id, address } => self.add(*id, address).await,
+                Operation::RemoveVoter { id } => self.retire(*id).await,
             }
         };
         match tokio::time::timeout_at(deadline, work).await {
@@ -430,6 +454,45 @@ impl Control {
             .inner
             .raft
             .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([node_id])), false)
+            .await
+            .map_err(|error| self.refusal(error))?;
+        Ok(Committed {
+            response: Response::Done,
+            index: changed.log_id.index,
+        })
+    }
+
+    /// Takes `id` out of the voters (and the Raft nodes), once it has left
+    /// the view: a member still in the view is refused, and so is the last
+    /// voter.
+    async fn retire(&self, id: ServerId) -> Result<Committed, Refusal> {
+        if self.inner.state.borrow().members.contains_key(&id) {
+            return Err(Refusal::Refused(format!(
+                "server {id} is a member of the current view; stop it (and wait for it to be removed) first"
+            )));
+        }
+        let node_id = u64::from(id);
+        let membership = self.inner.raft.metrics().borrow().membership_config.clone();
+        let voters: BTreeSet<u64> = membership.voter_ids().collect();
+        if !voters.contains(&node_id) && membership.membership().get_node(&node_id).is_none() {
+            let index = membership.log_id().map_or(0, |log_id| log_id.index);
+            return Ok(Committed {
+                response: Response::Done,
+                index,
+            });
+        }
+        if voters.len() == 1 && voters.contains(&node_id) {
+            return Err(Refusal::Refused(format!(
+                "server {id} is the last voter; the cluster needs one"
+            )));
+        }
+        let changed = self
+            .inner
+            .raft
+            .change_membership(
+                ChangeMembers::RemoveVoters(BTreeSet::from([node_id])),
+                false,
+            )
             .await
             .map_err(|error| self.refusal(error))?;
         Ok(Committed {
@@ -510,6 +573,10 @@ impl Control {
                 let deadline = Instant::now() + COMMIT_DEADLINE;
                 let operation = Operation::AddVoter { id, address };
                 Reply::Committed(self.lead(&operation, deadline).await)
+            }
+            Request::RemoveVoter { id } => {
+                let deadline = Instant::now() + COMMIT_DEADLINE;
+                Reply::Committed(self.lead(&Operation::RemoveVoter { id }, deadline).await)
             }
             Request::Heartbeat { id, join_view } => Reply::Heartbeat(self.heard(id, join_view)),
         }

@@ -51,6 +51,11 @@ pub(crate) enum Request {
         id: ServerId,
         address: String,
     },
+    /// Take `id`, gone from the view, out of the voters (sent to the
+    /// leader).
+    RemoveVoter {
+        id: ServerId,
+    },
 }
 
 /// The answer to a [`Request`] of the same name. Raft errors travel as
@@ -61,7 +66,7 @@ pub(crate) enum Reply {
     AppendEntries(Result<AppendEntriesResponse<u64>, String>),
     Vote(Result<VoteResponse<u64>, String>),
     Snapshot(Result<SnapshotResponse<u64>, String>),
-    /// Answers both `Forward` and `AddVoter`.
+    /// Answers `Forward`, `AddVoter` and `RemoveVoter`.
     Committed(Result<Committed, Refusal>),
     Heartbeat(Result<(), Refusal>),
 }

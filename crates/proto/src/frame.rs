@@ -52,6 +52,7 @@ mod kind {
     pub const PEER: u8 = 0x0F;
     pub const CONTROL_HELLO: u8 = 0x10;
     pub const SET_REQUIREMENT: u8 = 0x11;
+    pub const RETIRE_SERVER: u8 = 0x12;
     pub const HELLO_OK: u8 = 0x81;
     pub const STREAM_INFO: u8 = 0x82;
     pub const STREAM_LIST: u8 = 0x83;
@@ -281,6 +282,12 @@ pub enum Frame {
         action: u8,
         block_ms: u32,
         roles: Vec<String>,
+    },
+    /// Takes a server that has left the view for good out of the control
+    /// plane's voters, so the cluster's majority no longer counts it.
+    RetireServer {
+        request: u64,
+        server: u32,
     },
     ListStreams {
         request: u64,
@@ -827,6 +834,11 @@ impl Frame {
                 }
                 kind::SET_REQUIREMENT
             }
+            Frame::RetireServer { request, server } => {
+                out.extend_from_slice(&request.to_le_bytes());
+                out.extend_from_slice(&server.to_le_bytes());
+                kind::RETIRE_SERVER
+            }
             Frame::ListStreams { request } => {
                 out.extend_from_slice(&request.to_le_bytes());
                 kind::LIST_STREAMS
@@ -1187,6 +1199,14 @@ impl Frame {
                 })(),
                 "set-requirement",
             ),
+            kind::RETIRE_SERVER => (
+                (|| {
+                    let request = reader.u64()?;
+                    let server = reader.u32()?;
+                    Some(Frame::RetireServer { request, server })
+                })(),
+                "retire-server",
+            ),
             kind::LIST_STREAMS => (
                 reader.u64().map(|request| Frame::ListStreams { request }),
                 "list-streams",
@@ -1468,6 +1488,10 @@ mod tests {
                 action: 2,
                 block_ms: 1500,
                 roles: vec!["east".into(), "ssd".into()],
+            },
+            Frame::RetireServer {
+                request: 10,
+                server: 4,
             },
             Frame::Peer {
                 stream: 5,

@@ -711,6 +711,10 @@ impl Connection {
                 };
                 self.outgoing.send(&done_or_error(request, result)).await
             }
+            Frame::RetireServer { request, server } => {
+                let result = self.server.retire_server(server).await;
+                self.outgoing.send(&done_or_error(request, result)).await
+            }
             Frame::OpenStream { request, name } if !self.server.is_ready() => {
                 let message = format!(
                     "this server is joining the cluster; {name:?} is not open here yet: retry"

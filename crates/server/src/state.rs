@@ -720,6 +720,36 @@ impl ServerState {
         }
     }
 
+    /// Takes a server that has left the view for good out of the control
+    /// plane's voters.
+    pub async fn retire_server(&self, server: ServerId) -> Result<(), StreamError> {
+        use proto::ErrorCode;
+        let Some(control) = self.control.get().filter(|_| self.is_ready()) else {
+            return Err(if self.config.cluster.is_multi() {
+                joining()
+            } else {
+                StreamError::new(
+                    ErrorCode::InvalidArgument,
+                    "a server without peers has no control plane",
+                )
+            });
+        };
+        if server == self.config.cluster.me {
+            return Err(StreamError::new(
+                ErrorCode::InvalidArgument,
+                format!("server {server} is this one; ask another server to retire it"),
+            ));
+        }
+        match control.remove_voter(server).await {
+            Ok(()) => Ok(()),
+            Err(error @ control::ControlError::Refused { .. }) => Err(StreamError::new(
+                ErrorCode::InvalidArgument,
+                error.to_string(),
+            )),
+            Err(error) => Err(StreamError::new(ErrorCode::Internal, error.to_string())),
+        }
+    }
+
     /// Deletes a stream and its files; blocking disk work.
     pub fn delete_stream(&self, name: &str) -> Result<(), StreamError> {
         use proto::ErrorCode;
@@ -834,6 +864,7 @@ impl ServerState {
             "view": state.view,
             "incarnation": self.router.incarnation(),
             "leader": control.leader(),
+            "voters": control.voters(),
             "lead_member": state.lead_member().map(|m| m.id),
             "members": state.members.values().map(|m| serde_json::json!({
                 "id": m.id,

@@ -416,3 +416,84 @@ async fn a_server_no_one_was_configured_with_joins_and_holds_a_replica() {
     assert!(report.is_clean(), "{report}");
     assert_eq!(report.acknowledged, 400, "{report}");
 }
+
+/// Waits until server `client` talks to shows a view of `members` members.
+async fn wait_members(client: &Client, members: usize) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let status: serde_json::Value =
+            serde_json::from_str(&client.status().await.unwrap()).unwrap();
+        if status["cluster"]["members"].as_array().map(Vec::len) == Some(members) {
+            return status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the view never had {members} members: {status}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A cluster grown to four voters loses two servers: with one of them
+/// retired first, the other three voters are still a majority, so the
+/// control plane removes the second one in a new view. A live member, the
+/// server asked itself, and an unknown id change nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retired_server_no_longer_counts_toward_the_majority() {
+    let folder = tempfile::tempdir().unwrap();
+    let fast = |config: &mut server::ServerConfig| {
+        config.cluster.heartbeat_interval = Duration::from_millis(50);
+        config.cluster.suspect_timeout = Duration::from_millis(400);
+    };
+    let mut cluster = LocalCluster::start(3, folder.path(), fast).await.unwrap();
+    cluster.add_server(folder.path(), fast).await.unwrap();
+    let client = Client::connect(ClientConfig::new(cluster.address(1).to_string()))
+        .await
+        .unwrap();
+    let status = wait_members(&client, 4).await;
+    assert_eq!(
+        status["cluster"]["voters"].as_array().unwrap().len(),
+        4,
+        "{status}"
+    );
+
+    for live in [2, 1] {
+        let refused = client.retire_server(live).await;
+        assert!(
+            matches!(
+                refused,
+                Err(client::ClientError::Server {
+                    code: client::ErrorCode::InvalidArgument,
+                    ..
+                })
+            ),
+            "server {live} is live: {refused:?}"
+        );
+    }
+    cluster.stop_server(4).await;
+    wait_members(&client, 3).await;
+    client.retire_server(4).await.unwrap();
+    // Asked again, it is already done.
+    client.retire_server(4).await.unwrap();
+    let status: serde_json::Value = serde_json::from_str(&client.status().await.unwrap()).unwrap();
+    let voters: Vec<u64> = status["cluster"]["voters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect();
+    assert_eq!(voters, vec![1, 2, 3]);
+
+    // Two of the three voters left are a majority: losing server 3 still
+    // makes a new view.
+    cluster.stop_server(3).await;
+    let status = wait_members(&client, 2).await;
+    let ids: Vec<u64> = status["cluster"]["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_u64().unwrap())
+        .collect();
+    assert_eq!(ids, vec![1, 2]);
+    cluster.stop().await;
+}
