@@ -2,6 +2,7 @@
 //! client library and raw sockets.
 
 mod bad_input;
+mod commit_interval;
 mod failover;
 mod faults;
 mod harness;
