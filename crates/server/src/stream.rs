@@ -407,6 +407,12 @@ impl Stream {
         self.lock().replica.commit_interval_ms() as u32
     }
 
+    /// Acknowledgements the state machine holds back (waiting for the log,
+    /// the other replicas or an output commit boundary).
+    pub fn pending_acks(&self) -> usize {
+        self.lock().replica.pending_acks()
+    }
+
     pub fn dedupe_entries(&self) -> usize {
         self.lock().replica.dedupe_entries()
     }
