@@ -6,21 +6,29 @@
 //! A cluster of `--replicas` servers runs in this process on loopback
 //! (`LocalCluster`; one server by default). For each interval T one stream
 //! is created with `commit_interval_ms = T` and durability `sync`, and one
-//! publisher streams `--messages` payloads with up to `--window` in flight.
-//! Each message's ack latency runs from the moment it is handed to the
-//! connection to the moment it is done by its protocol's ack rule.
+//! publisher writes to it in two phases, as the seed measured throughput
+//! (TPC-C, saturated) and response time (WebStone) apart:
 //!
-//! Throughput is measured in the steady state: from the ack of the first
-//! message after the warm-up to the last ack that arrived while the
-//! publisher was still sending, so neither the start nor the final
-//! boundary's wait (up to T with nothing left to send) counts. Acks leave in
-//! batches at boundaries, and both ends of that span are such releases, so
-//! the span holds whole intervals.
+//! 1. **Throughput**: `--messages` payloads as fast as the window allows
+//!    (`--window` in flight). Measured in the steady state: from the ack of
+//!    the first message after the warm-up to the last ack that arrived
+//!    while the publisher was still sending, so neither the start nor the
+//!    final boundary's wait (up to T with nothing left to send) counts.
+//!    Acks leave in batches at boundaries, and both ends of that span are
+//!    such releases, so the span holds whole intervals. A saturated closed
+//!    loop's latency is only the window over the rate (Little's law), so
+//!    this phase reports no latency.
+//! 2. **Latency**: `--latency-messages` payloads offered at a fixed rate
+//!    (`--rate`, by default half the first interval's throughput), with the
+//!    same window. Each ack latency runs from the moment the message is
+//!    handed to the connection to the moment it is done by its protocol's
+//!    ack rule.
 //!
-//! The space overhead is the seed's bandwidth × T: the payload bytes one
-//! interval's acks hold back. The experiment also samples the primary's
-//! acks held back (waiting for the log or a boundary) every millisecond
-//! and reports the peak, in messages and payload bytes.
+//! The space overhead is the seed's bandwidth × T (with the throughput
+//! phase's bandwidth): the payload bytes one interval's acks hold back. The
+//! experiment also samples the primary's acks held back (waiting for the
+//! log or a boundary) every millisecond in the latency phase and reports
+//! the peak, in messages and payload bytes.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -56,10 +64,17 @@ pub struct CommitIntervalArgs {
     /// group commit).
     #[arg(long, value_delimiter = ',', default_value = "0,5,20,50,100,160")]
     pub intervals: Vec<u32>,
-    /// Messages per interval.
-    #[arg(long, default_value_t = 100_000)]
+    /// Messages of the throughput phase, per interval.
+    #[arg(long, default_value_t = 500_000)]
     pub messages: usize,
-    /// Messages at the start of each run left out of every figure.
+    /// Messages of the latency phase, per interval.
+    #[arg(long, default_value_t = 50_000)]
+    pub latency_messages: usize,
+    /// Messages per second offered in the latency phase [default: half
+    /// the first interval's throughput].
+    #[arg(long)]
+    pub rate: Option<f64>,
+    /// Messages at the start of each phase left out of its figures.
     #[arg(long, default_value_t = 5_000)]
     pub warmup: usize,
     /// Payload bytes of each message (units B, KB = 1000, KiB = 1024).
@@ -90,16 +105,19 @@ impl Default for CommitIntervalArgs {
 #[derive(Clone, Debug)]
 pub struct IntervalRow {
     pub interval_ms: u32,
-    /// Messages acknowledged (all that were sent).
+    /// Messages acknowledged in both phases (all that were sent).
     pub messages: usize,
-    /// Steady-state messages per second.
+    /// Steady-state messages per second of the throughput phase.
     pub messages_per_second: f64,
     /// Payload megabytes (10^6) per second.
     pub megabytes_per_second: f64,
     /// `messages_per_second` over the baseline's.
     pub throughput_ratio: f64,
-    /// Ack latency of the messages after the warm-up, in milliseconds.
+    /// Ack latency of the latency phase's messages after the warm-up, in
+    /// milliseconds.
     pub latency_ms: Summary,
+    /// Messages per second offered in the latency phase.
+    pub offered_rate: f64,
     /// Mean latency minus the baseline's mean, in milliseconds.
     pub mean_increase_ms: f64,
     /// `mean_increase_ms` over T/2 (the expected cost: a message waits half
@@ -107,8 +125,8 @@ pub struct IntervalRow {
     pub increase_over_half_interval: Option<f64>,
     /// The seed's space overhead: payload bandwidth × T, in bytes.
     pub held_per_interval_bytes: f64,
-    /// Peak acks the primary held back at once (waiting for the log, the
-    /// other replicas or a boundary).
+    /// Peak acks the primary held back at once in the latency phase
+    /// (waiting for the log, the other replicas or a boundary).
     pub peak_held_acks: usize,
     /// `peak_held_acks` × payload bytes.
     pub peak_held_bytes: usize,
@@ -136,8 +154,12 @@ pub fn run(args: CommitIntervalArgs) -> anyhow::Result<CommitIntervalFigures> {
         "intervals above 10,000 ms are refused by the server"
     );
     ensure!(
-        args.messages > args.warmup + 1,
-        "--messages must exceed --warmup by at least 2"
+        args.messages > args.warmup + 1 && args.latency_messages > args.warmup + 1,
+        "--messages and --latency-messages must exceed --warmup by at least 2"
+    );
+    ensure!(
+        args.rate.is_none_or(|rate| rate > 0.0),
+        "--rate must be above 0"
     );
     ensure!(args.replicas >= 1, "--replicas must be at least 1");
     ensure!(args.window >= 1, "--window must be at least 1");
@@ -147,7 +169,7 @@ pub fn run(args: CommitIntervalArgs) -> anyhow::Result<CommitIntervalFigures> {
     );
     let data = args.output.data_folder("commit-interval")?;
     let runtime = output::runtime()?;
-    let total = (args.messages * args.intervals.len()) as u64;
+    let total = ((args.messages + args.latency_messages) * args.intervals.len()) as u64;
     let bar = progress::bar(total, "interval", args.output.quiet);
     let runs = runtime.block_on(measure(&args, data.path(), &bar))?;
     bar.finish_and_clear();
@@ -158,14 +180,21 @@ pub fn run(args: CommitIntervalArgs) -> anyhow::Result<CommitIntervalFigures> {
     Ok(figures)
 }
 
-/// What one interval's run observed.
-struct Run {
-    interval_ms: u32,
+/// What one phase observed.
+struct Phase {
     /// Submit and ack instants of every message, in submission order.
     submitted: Vec<Instant>,
     acked: Vec<Instant>,
     /// When the last message was handed to the connection.
     last_submit: Instant,
+}
+
+/// What one interval's run observed.
+struct Run {
+    interval_ms: u32,
+    saturated: Phase,
+    paced: Phase,
+    offered_rate: f64,
     peak_held_acks: usize,
 }
 
@@ -182,10 +211,13 @@ async fn measure(
     let client = Client::connect(ClientConfig::new(address))
         .await
         .context("cannot connect to the cluster")?;
-    let mut runs = Vec::new();
+    let mut runs: Vec<Run> = Vec::new();
     for &interval_ms in &args.intervals {
-        bar.set_message(format!("T = {interval_ms} ms"));
-        runs.push(run_interval(&cluster, &client, args, interval_ms, bar).await?);
+        let rate = args.rate.or_else(|| {
+            let first = runs.first()?;
+            Some(steady_rate(&first.saturated, args.warmup).0 / 2.0)
+        });
+        runs.push(run_interval(&cluster, &client, args, interval_ms, rate, bar).await?);
     }
     drop(client);
     cluster.stop().await;
@@ -197,6 +229,7 @@ async fn run_interval(
     client: &Client,
     args: &CommitIntervalArgs,
     interval_ms: u32,
+    rate: Option<f64>,
     bar: &ProgressBar,
 ) -> anyhow::Result<Run> {
     let name = format!("commit-interval-{interval_ms}");
@@ -228,6 +261,12 @@ async fn run_interval(
     )
     .await
     .with_context(|| format!("cannot connect a publisher to {name}"))?;
+    bar.set_message(format!("T = {interval_ms} ms, throughput"));
+    let saturated = stream_messages(&publisher, args, args.messages, None, bar).await?;
+    let offered_rate = rate.unwrap_or_else(|| steady_rate(&saturated, args.warmup).0 / 2.0);
+    bar.set_message(format!(
+        "T = {interval_ms} ms, latency at {offered_rate:.0} msgs/s"
+    ));
     let sampling = Arc::new(AtomicBool::new(true));
     let peak = Arc::new(AtomicUsize::new(0));
     let sampler = tokio::spawn(sample_held_acks(
@@ -235,12 +274,19 @@ async fn run_interval(
         Arc::clone(&sampling),
         Arc::clone(&peak),
     ));
-    let outcome = stream_messages(&publisher, args, bar).await;
+    let paced = stream_messages(
+        &publisher,
+        args,
+        args.latency_messages,
+        Some(offered_rate),
+        bar,
+    )
+    .await;
     sampling.store(false, Ordering::Release);
     sampler.await.context("the sampler panicked")?;
     drop(stream);
     drop(publisher);
-    let (submitted, acked, last_submit) = outcome?;
+    let paced = paced?;
     // The run's log is of no further use; deleting it keeps the disk from
     // filling over many runs.
     client
@@ -249,9 +295,9 @@ async fn run_interval(
         .with_context(|| format!("cannot delete stream {name}"))?;
     Ok(Run {
         interval_ms,
-        submitted,
-        acked,
-        last_submit,
+        saturated,
+        paced,
+        offered_rate,
         peak_held_acks: peak.load(Ordering::Acquire),
     })
 }
@@ -271,22 +317,30 @@ async fn sample_held_acks(
     }
 }
 
-type Instants = (Vec<Instant>, Vec<Instant>, Instant);
-
-/// Publishes `--messages` payloads with up to `--window` in flight;
-/// returns each message's submit and ack instants and the last submit.
+/// Publishes `messages` payloads with up to `--window` in flight, as fast
+/// as that allows or at `rate` messages per second; returns each message's
+/// submit and ack instants and the last submit.
 async fn stream_messages(
     publisher: &Publisher,
     args: &CommitIntervalArgs,
+    messages: usize,
+    rate: Option<f64>,
     bar: &ProgressBar,
-) -> anyhow::Result<Instants> {
+) -> anyhow::Result<Phase> {
     let payload: Vec<u8> = (0..args.size).map(|index| (index % 251) as u8).collect();
     // The collector awaits acks in submission order; the channel is bounded
     // so a lagging collector slows the publisher instead of growing a queue.
     let (sender, receiver) = mpsc::channel::<PendingPublish>(args.window * 2);
-    let collector = tokio::spawn(collect_acks(receiver, args.messages, bar.clone()));
-    let mut submitted = Vec::with_capacity(args.messages);
-    for _ in 0..args.messages {
+    let collector = tokio::spawn(collect_acks(receiver, messages, bar.clone()));
+    let mut submitted = Vec::with_capacity(messages);
+    let started = tokio::time::Instant::now();
+    for index in 0..messages {
+        if let Some(rate) = rate {
+            let due = started + Duration::from_secs_f64(index as f64 / rate);
+            if due > tokio::time::Instant::now() {
+                tokio::time::sleep_until(due).await;
+            }
+        }
         let pending = publisher
             .submit(b"", &payload)
             .await
@@ -300,12 +354,15 @@ async fn stream_messages(
     drop(sender);
     let acked = collector.await.context("the ack collector panicked")??;
     ensure!(
-        acked.len() == args.messages,
-        "{} of {} messages were acknowledged",
+        acked.len() == messages,
+        "{} of {messages} messages were acknowledged",
         acked.len(),
-        args.messages
     );
-    Ok((submitted, acked, last_submit))
+    Ok(Phase {
+        submitted,
+        acked,
+        last_submit,
+    })
 }
 
 async fn collect_acks(
@@ -325,7 +382,7 @@ async fn collect_acks(
 /// Steady-state messages per second and the span's seconds: from the ack
 /// of the first message after the warm-up to the last ack that came while
 /// the publisher was still sending (or, when none did, the last ack).
-fn steady_rate(run: &Run, warmup: usize) -> (f64, f64) {
+fn steady_rate(run: &Phase, warmup: usize) -> (f64, f64) {
     let first = warmup.min(run.acked.len() - 1);
     let last = run
         .acked
@@ -352,11 +409,12 @@ fn rows_of(runs: &[Run], args: &CommitIntervalArgs) -> Vec<IntervalRow> {
     let measured: Vec<(f64, f64, Summary)> = runs
         .iter()
         .map(|run| {
-            let (rate, span) = steady_rate(run, args.warmup);
+            let (rate, span) = steady_rate(&run.saturated, args.warmup);
             let latencies: Vec<f64> = run
+                .paced
                 .submitted
                 .iter()
-                .zip(&run.acked)
+                .zip(&run.paced.acked)
                 .skip(args.warmup)
                 .map(|(sent, acked)| acked.saturating_duration_since(*sent).as_secs_f64() * 1e3)
                 .collect();
@@ -372,11 +430,12 @@ fn rows_of(runs: &[Run], args: &CommitIntervalArgs) -> Vec<IntervalRow> {
             let bandwidth = rate * args.size as f64;
             IntervalRow {
                 interval_ms: run.interval_ms,
-                messages: run.acked.len(),
+                messages: run.saturated.acked.len() + run.paced.acked.len(),
                 messages_per_second: *rate,
                 megabytes_per_second: bandwidth / 1e6,
                 throughput_ratio: rate / base_rate,
                 latency_ms: *latency,
+                offered_rate: run.offered_rate,
                 mean_increase_ms: increase,
                 increase_over_half_interval: (run.interval_ms > 0).then(|| increase / half),
                 held_per_interval_bytes: bandwidth * f64::from(run.interval_ms) / 1e3,
@@ -390,10 +449,13 @@ fn rows_of(runs: &[Run], args: &CommitIntervalArgs) -> Vec<IntervalRow> {
 
 /// The seed's sensitivity table: one row per interval.
 pub fn table(figures: &CommitIntervalFigures, args: &CommitIntervalArgs) -> Table {
+    let offered = figures.rows.first().map_or(0.0, |row| row.offered_rate);
     let title = format!(
-        "Output commit interval: {} messages of {} per interval, R = {}, {}, window {}, durability sync",
+        "Output commit interval: {} of {} per interval for throughput, {} at {} msgs/s for latency; R = {}, {}, window {}, durability sync",
         args.messages,
         format_bytes(args.size),
+        args.latency_messages,
+        fixed(offered, 0),
         args.replicas,
         args.protocol.name(),
         args.window
@@ -412,7 +474,7 @@ pub fn table(figures: &CommitIntervalFigures, args: &CommitIntervalArgs) -> Tabl
             "T/2 ms",
             "increase / (T/2)",
             "held per interval (bandwidth × T)",
-            "peak held acks",
+            "peak held acks (latency phase)",
             "peak held bytes",
         ],
     );
@@ -429,12 +491,16 @@ pub fn table(figures: &CommitIntervalFigures, args: &CommitIntervalArgs) -> Tabl
             fixed(f64::from(row.interval_ms) / 2.0, 1),
             row.increase_over_half_interval
                 .map_or_else(|| "-".to_string(), |ratio| fixed(ratio, 2)),
-            format_bytes(row.held_per_interval_bytes.round() as usize),
+            megabytes(row.held_per_interval_bytes),
             row.peak_held_acks.to_string(),
-            format_bytes(row.peak_held_bytes),
+            megabytes(row.peak_held_bytes as f64),
         ]);
     }
     table
+}
+
+fn megabytes(bytes: f64) -> String {
+    format!("{} MB", fixed(bytes / 1e6, 2))
 }
 
 fn write_report(args: &CommitIntervalArgs, figures: &CommitIntervalFigures) -> anyhow::Result<()> {
@@ -447,6 +513,7 @@ fn write_report(args: &CommitIntervalArgs, figures: &CommitIntervalFigures) -> a
     let json = serde_json::json!({
         "experiment": "commit-interval",
         "messages": args.messages,
+        "latency_messages": args.latency_messages,
         "warmup": args.warmup,
         "size_bytes": args.size,
         "window": args.window,
@@ -468,6 +535,7 @@ fn row_json(row: &IntervalRow) -> serde_json::Value {
         "megabytes_per_second": row.megabytes_per_second,
         "throughput_ratio": row.throughput_ratio,
         "ack_latency_ms": row.latency_ms.to_json(),
+        "offered_rate": row.offered_rate,
         "mean_increase_ms": row.mean_increase_ms,
         "increase_over_half_interval": row.increase_over_half_interval,
         "held_per_interval_bytes": row.held_per_interval_bytes,

@@ -13,6 +13,8 @@ fn commit_interval_with_tiny_parameters_reports_every_interval_and_its_latency_c
     let args = CommitIntervalArgs {
         intervals: vec![0, 100],
         messages: 600,
+        latency_messages: 300,
+        rate: Some(3000.0),
         warmup: 50,
         size: 1000,
         window: 1000,
@@ -23,8 +25,9 @@ fn commit_interval_with_tiny_parameters_reports_every_interval_and_its_latency_c
     let intervals: Vec<u32> = figures.rows.iter().map(|row| row.interval_ms).collect();
     assert_eq!(intervals, [0, 100]);
     for row in &figures.rows {
-        assert_eq!(row.messages, 600, "{row:?}");
-        assert_eq!(row.latency_ms.count, 550, "the warm-up is left out");
+        assert_eq!(row.messages, 900, "{row:?}");
+        assert_eq!(row.latency_ms.count, 250, "the warm-up is left out");
+        assert_eq!(row.offered_rate, 3000.0);
         assert!(row.messages_per_second > 0.0 && row.megabytes_per_second > 0.0);
         assert!(row.throughput_ratio.is_finite() && row.throughput_ratio > 0.0);
         assert!(row.latency_ms.p50 <= row.latency_ms.p99);
@@ -62,6 +65,7 @@ fn commit_interval_flags_parse_and_default_to_the_seeds_intervals() {
     assert_eq!(defaults.intervals, [0, 5, 20, 50, 100, 160]);
     assert_eq!(defaults.size, 1000);
     assert_eq!(defaults.replicas, 1);
+    assert_eq!(defaults.rate, None, "half the first interval's throughput");
     let line = BenchLine::parse_from([
         "bench",
         "commit-interval",
