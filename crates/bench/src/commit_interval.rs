@@ -24,6 +24,10 @@
 //!    handed to the connection to the moment it is done by its protocol's
 //!    ack rule.
 //!
+//! The list of intervals runs `--rounds` times, reversed every other round,
+//! so a shared machine's drift hits every interval alike: throughput is the
+//! median of the rounds, latency pools every round's messages.
+//!
 //! The space overhead is the seed's bandwidth × T (with the throughput
 //! phase's bandwidth): the payload bytes one interval's acks hold back. The
 //! experiment also samples the primary's acks held back (waiting for the
@@ -65,15 +69,20 @@ pub struct CommitIntervalArgs {
     #[arg(long, value_delimiter = ',', default_value = "0,5,20,50,100,160")]
     pub intervals: Vec<u32>,
     /// Messages of the throughput phase, per interval.
-    #[arg(long, default_value_t = 500_000)]
+    #[arg(long, default_value_t = 300_000)]
     pub messages: usize,
     /// Messages of the latency phase, per interval.
-    #[arg(long, default_value_t = 50_000)]
+    #[arg(long, default_value_t = 30_000)]
     pub latency_messages: usize,
     /// Messages per second offered in the latency phase [default: half
     /// the first interval's throughput].
     #[arg(long)]
     pub rate: Option<f64>,
+    /// Times the whole list of intervals runs, in order and then reversed
+    /// in turn, so the drift of a shared machine hits every interval
+    /// alike; throughput is the median of the rounds, latency pools them.
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
     /// Messages at the start of each phase left out of its figures.
     #[arg(long, default_value_t = 5_000)]
     pub warmup: usize,
@@ -107,8 +116,11 @@ pub struct IntervalRow {
     pub interval_ms: u32,
     /// Messages acknowledged in both phases (all that were sent).
     pub messages: usize,
-    /// Steady-state messages per second of the throughput phase.
+    /// Steady-state messages per second of the throughput phase, the
+    /// median of the rounds.
     pub messages_per_second: f64,
+    /// Each round's steady-state messages per second, in run order.
+    pub round_rates: Vec<f64>,
     /// Payload megabytes (10^6) per second.
     pub megabytes_per_second: f64,
     /// `messages_per_second` over the baseline's.
@@ -162,6 +174,7 @@ pub fn run(args: CommitIntervalArgs) -> anyhow::Result<CommitIntervalFigures> {
         "--rate must be above 0"
     );
     ensure!(args.replicas >= 1, "--replicas must be at least 1");
+    ensure!(args.rounds >= 1, "--rounds must be at least 1");
     ensure!(args.window >= 1, "--window must be at least 1");
     ensure!(
         args.size <= 1024 * 1024,
@@ -169,7 +182,8 @@ pub fn run(args: CommitIntervalArgs) -> anyhow::Result<CommitIntervalFigures> {
     );
     let data = args.output.data_folder("commit-interval")?;
     let runtime = output::runtime()?;
-    let total = ((args.messages + args.latency_messages) * args.intervals.len()) as u64;
+    let total =
+        ((args.messages + args.latency_messages) * args.intervals.len() * args.rounds) as u64;
     let bar = progress::bar(total, "interval", args.output.quiet);
     let runs = runtime.block_on(measure(&args, data.path(), &bar))?;
     bar.finish_and_clear();
@@ -212,12 +226,18 @@ async fn measure(
         .await
         .context("cannot connect to the cluster")?;
     let mut runs: Vec<Run> = Vec::new();
-    for &interval_ms in &args.intervals {
-        let rate = args.rate.or_else(|| {
-            let first = runs.first()?;
-            Some(steady_rate(&first.saturated, args.warmup).0 / 2.0)
-        });
-        runs.push(run_interval(&cluster, &client, args, interval_ms, rate, bar).await?);
+    for round in 0..args.rounds {
+        let mut order = args.intervals.clone();
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        for interval_ms in order {
+            let rate = args.rate.or_else(|| {
+                let first = runs.first()?;
+                Some(steady_rate(&first.saturated, args.warmup).0 / 2.0)
+            });
+            runs.push(run_interval(&cluster, &client, args, interval_ms, rate, bar).await?);
+        }
     }
     drop(client);
     cluster.stop().await;
@@ -405,43 +425,91 @@ fn steady_rate(run: &Phase, warmup: usize) -> (f64, f64) {
     ((last - first) as f64 / span, span)
 }
 
-fn rows_of(runs: &[Run], args: &CommitIntervalArgs) -> Vec<IntervalRow> {
-    let measured: Vec<(f64, f64, Summary)> = runs
+/// One interval's runs over every round, pooled.
+struct Pooled {
+    interval_ms: u32,
+    rates: Vec<f64>,
+    median_rate: f64,
+    span_seconds: f64,
+    latency: Summary,
+    offered_rate: f64,
+    messages: usize,
+    peak_held_acks: usize,
+}
+
+fn pool(interval_ms: u32, runs: &[&Run], warmup: usize) -> Pooled {
+    let measured: Vec<(f64, f64)> = runs
         .iter()
-        .map(|run| {
-            let (rate, span) = steady_rate(&run.saturated, args.warmup);
-            let latencies: Vec<f64> = run
-                .paced
-                .submitted
+        .map(|run| steady_rate(&run.saturated, warmup))
+        .collect();
+    let rates: Vec<f64> = measured.iter().map(|(rate, _)| *rate).collect();
+    let mut sorted = rates.clone();
+    sorted.sort_by(f64::total_cmp);
+    // The lower median for an even count: no round counts twice.
+    let median_rate = sorted[(sorted.len() - 1) / 2];
+    let latencies: Vec<f64> = runs
+        .iter()
+        .flat_map(|run| {
+            let paced = &run.paced;
+            paced.submitted.iter().zip(&paced.acked).skip(warmup)
+        })
+        .map(|(sent, acked)| acked.saturating_duration_since(*sent).as_secs_f64() * 1e3)
+        .collect();
+    Pooled {
+        interval_ms,
+        rates,
+        median_rate,
+        span_seconds: measured.iter().map(|(_, span)| span).sum(),
+        latency: Summary::of(&latencies),
+        offered_rate: runs[0].offered_rate,
+        messages: runs
+            .iter()
+            .map(|run| run.saturated.acked.len() + run.paced.acked.len())
+            .sum(),
+        peak_held_acks: runs.iter().map(|run| run.peak_held_acks).max().unwrap_or(0),
+    }
+}
+
+fn rows_of(runs: &[Run], args: &CommitIntervalArgs) -> Vec<IntervalRow> {
+    let mut intervals: Vec<u32> = Vec::new();
+    for run in runs {
+        if !intervals.contains(&run.interval_ms) {
+            intervals.push(run.interval_ms);
+        }
+    }
+    let pooled: Vec<Pooled> = intervals
+        .iter()
+        .map(|&interval_ms| {
+            let of_interval: Vec<&Run> = runs
                 .iter()
-                .zip(&run.paced.acked)
-                .skip(args.warmup)
-                .map(|(sent, acked)| acked.saturating_duration_since(*sent).as_secs_f64() * 1e3)
+                .filter(|run| run.interval_ms == interval_ms)
                 .collect();
-            (rate, span, Summary::of(&latencies))
+            pool(interval_ms, &of_interval, args.warmup)
         })
         .collect();
-    let (base_rate, _, base_latency) = &measured[0];
-    runs.iter()
-        .zip(&measured)
-        .map(|(run, (rate, span, latency))| {
-            let half = f64::from(run.interval_ms) / 2.0;
-            let increase = latency.mean - base_latency.mean;
+    let base = &pooled[0];
+    pooled
+        .iter()
+        .map(|pooled| {
+            let rate = pooled.median_rate;
+            let half = f64::from(pooled.interval_ms) / 2.0;
+            let increase = pooled.latency.mean - base.latency.mean;
             let bandwidth = rate * args.size as f64;
             IntervalRow {
-                interval_ms: run.interval_ms,
-                messages: run.saturated.acked.len() + run.paced.acked.len(),
-                messages_per_second: *rate,
+                interval_ms: pooled.interval_ms,
+                messages: pooled.messages,
+                messages_per_second: rate,
+                round_rates: pooled.rates.clone(),
                 megabytes_per_second: bandwidth / 1e6,
-                throughput_ratio: rate / base_rate,
-                latency_ms: *latency,
-                offered_rate: run.offered_rate,
+                throughput_ratio: rate / base.median_rate,
+                latency_ms: pooled.latency,
+                offered_rate: pooled.offered_rate,
                 mean_increase_ms: increase,
-                increase_over_half_interval: (run.interval_ms > 0).then(|| increase / half),
-                held_per_interval_bytes: bandwidth * f64::from(run.interval_ms) / 1e3,
-                peak_held_acks: run.peak_held_acks,
-                peak_held_bytes: run.peak_held_acks * args.size,
-                span_seconds: *span,
+                increase_over_half_interval: (pooled.interval_ms > 0).then(|| increase / half),
+                held_per_interval_bytes: bandwidth * f64::from(pooled.interval_ms) / 1e3,
+                peak_held_acks: pooled.peak_held_acks,
+                peak_held_bytes: pooled.peak_held_acks * args.size,
+                span_seconds: pooled.span_seconds,
             }
         })
         .collect()
@@ -451,9 +519,10 @@ fn rows_of(runs: &[Run], args: &CommitIntervalArgs) -> Vec<IntervalRow> {
 pub fn table(figures: &CommitIntervalFigures, args: &CommitIntervalArgs) -> Table {
     let offered = figures.rows.first().map_or(0.0, |row| row.offered_rate);
     let title = format!(
-        "Output commit interval: {} of {} per interval for throughput, {} at {} msgs/s for latency; R = {}, {}, window {}, durability sync",
+        "Output commit interval: {} of {} per interval and round for throughput (median of {} rounds), {} at {} msgs/s for latency; R = {}, {}, window {}, durability sync",
         args.messages,
         format_bytes(args.size),
+        args.rounds,
         args.latency_messages,
         fixed(offered, 0),
         args.replicas,
@@ -465,6 +534,7 @@ pub fn table(figures: &CommitIntervalFigures, args: &CommitIntervalArgs) -> Tabl
         &[
             "T ms",
             "msgs/s",
+            "rounds' msgs/s",
             "vs first",
             "MB/s",
             "p50 ms",
@@ -482,6 +552,11 @@ pub fn table(figures: &CommitIntervalFigures, args: &CommitIntervalArgs) -> Tabl
         table.row(vec![
             row.interval_ms.to_string(),
             fixed(row.messages_per_second, 0),
+            row.round_rates
+                .iter()
+                .map(|rate| fixed(*rate, 0))
+                .collect::<Vec<_>>()
+                .join(" "),
             fixed(row.throughput_ratio, 3),
             fixed(row.megabytes_per_second, 1),
             fixed(row.latency_ms.p50, 2),
@@ -515,6 +590,7 @@ fn write_report(args: &CommitIntervalArgs, figures: &CommitIntervalFigures) -> a
         "messages": args.messages,
         "latency_messages": args.latency_messages,
         "warmup": args.warmup,
+        "rounds": args.rounds,
         "size_bytes": args.size,
         "window": args.window,
         "replicas": args.replicas,
@@ -532,6 +608,7 @@ fn row_json(row: &IntervalRow) -> serde_json::Value {
         "interval_ms": row.interval_ms,
         "messages": row.messages,
         "messages_per_second": row.messages_per_second,
+        "round_messages_per_second": row.round_rates,
         "megabytes_per_second": row.megabytes_per_second,
         "throughput_ratio": row.throughput_ratio,
         "ack_latency_ms": row.latency_ms.to_json(),

@@ -15,6 +15,7 @@ fn commit_interval_with_tiny_parameters_reports_every_interval_and_its_latency_c
         messages: 600,
         latency_messages: 300,
         rate: Some(3000.0),
+        rounds: 2,
         warmup: 50,
         size: 1000,
         window: 1000,
@@ -25,8 +26,10 @@ fn commit_interval_with_tiny_parameters_reports_every_interval_and_its_latency_c
     let intervals: Vec<u32> = figures.rows.iter().map(|row| row.interval_ms).collect();
     assert_eq!(intervals, [0, 100]);
     for row in &figures.rows {
-        assert_eq!(row.messages, 900, "{row:?}");
-        assert_eq!(row.latency_ms.count, 250, "the warm-up is left out");
+        assert_eq!(row.messages, 2 * 900, "{row:?}");
+        assert_eq!(row.round_rates.len(), 2);
+        assert!(row.round_rates.contains(&row.messages_per_second));
+        assert_eq!(row.latency_ms.count, 2 * 250, "the warm-up is left out");
         assert_eq!(row.offered_rate, 3000.0);
         assert!(row.messages_per_second > 0.0 && row.megabytes_per_second > 0.0);
         assert!(row.throughput_ratio.is_finite() && row.throughput_ratio > 0.0);
