@@ -549,11 +549,14 @@ impl Replica {
         now: u64,
         out: &mut Vec<Effect>,
     ) {
-        self.boundary(now, out);
+        let passed = self.boundary(now, out);
         let new_epoch = placement.epoch != self.placement.epoch;
         self.placement = placement;
         if self.standalone() {
             // `unversioned`: each server logs on its own; nothing moves.
+            if passed {
+                self.finish(out);
+            }
             return;
         }
         let backups: BTreeSet<ServerId> = self.placement.backups().collect();
@@ -614,9 +617,11 @@ impl Replica {
     /// The cluster has recorded the epoch this primary announced with
     /// [`Effect::EpochStarted`]: stamping begins.
     pub fn epoch_recorded(&mut self, epoch: u64, now: u64, out: &mut Vec<Effect>) {
-        self.boundary(now, out);
+        let passed = self.boundary(now, out);
         if epoch != self.placement.epoch || self.unrecorded.is_none() {
-            self.finish(out);
+            if passed {
+                self.finish(out);
+            }
             return;
         }
         self.unrecorded = None;
