@@ -13,8 +13,10 @@
 //! | [`memory`] | F16 limits | the server's resident memory while a slow reader lags behind a fast writer |
 //! | [`patterns`] | 001, the table of seconds per million messages | the six message patterns at R = 3 per payload and durability, against the disk's limit and one fdatasync |
 //! | [`duplication`] | 002, Table II | aggregate write throughput against clients for the four duplication protocols, the hybrid and no duplication |
+//! | [`commit_interval`] | 003, the checkpoint interval sensitivity analysis | throughput, ack latency (p50, p99, mean) and the memory held per interval against the output commit interval T |
 //! | [`failover`] | F7 | time until writes are acknowledged again after a SIGKILL of the primary (or of random servers, the kill loop), with the history checker's counts |
 
+pub mod commit_interval;
 pub mod compute;
 pub mod discard;
 pub mod duplication;
@@ -32,6 +34,7 @@ pub mod replication;
 pub mod throughput;
 pub mod units;
 
+pub use commit_interval::CommitIntervalArgs;
 pub use duplication::DuplicationArgs;
 pub use failover::FailoverArgs;
 pub use logging::LoggingArgs;
@@ -66,6 +69,10 @@ pub enum BenchCommand {
     /// server-async, server-sync, client-async, client-sync, hybrid and no
     /// duplication (four servers run as a child `stamplog cluster`, R = 2).
     Duplication(DuplicationArgs),
+    /// Seed 003: throughput, ack latency (p50, p99, mean) and the memory
+    /// held per interval (bandwidth × T) against the output commit
+    /// interval T, on an in-process cluster (R = 1 by default).
+    CommitInterval(CommitIntervalArgs),
     /// F7: separate server processes; SIGKILL the primary (or random
     /// servers) under a steady write load, report the time until writes
     /// are acknowledged again (p50, max) and the history checker's counts.
@@ -82,6 +89,7 @@ pub fn run(command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Memory(args) => memory::run(args).map(drop),
         BenchCommand::Patterns(args) => patterns::run(args).map(drop),
         BenchCommand::Duplication(args) => duplication::run(args).map(drop),
+        BenchCommand::CommitInterval(args) => commit_interval::run(args).map(drop),
         BenchCommand::Failover(args) => failover::run(args).map(drop),
     }
 }

@@ -83,6 +83,34 @@ pub enum LossAction {
 
 use driver::Command;
 
+/// How a new stream is set up; everything here is fixed at creation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StreamOptions {
+    pub durability: DurabilityConfig,
+    /// Replication protocol (`one-hop-ack-client` by default).
+    pub protocol: Protocol,
+    /// Replica count; 0 picks the default (3, or the cluster's size if
+    /// smaller).
+    pub replicas: u8,
+    /// The output commit interval T in milliseconds (at most 10,000): acks
+    /// and deliveries are released only at multiples of T, for what the
+    /// servers took in before, once it is durable. 0 (the default) acks as
+    /// soon as the group commit is durable.
+    pub commit_interval_ms: u32,
+}
+
+impl StreamOptions {
+    /// The defaults, with the given durability.
+    pub fn new(durability: DurabilityConfig) -> StreamOptions {
+        StreamOptions {
+            durability,
+            protocol: Protocol::OneHopAckClient,
+            replicas: 0,
+            commit_interval_ms: 0,
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct ClientConfig {
     /// `host:port` of the server.
@@ -238,14 +266,30 @@ impl Client {
         protocol: Protocol,
         replicas: u8,
     ) -> Result<StreamInfo, ClientError> {
+        let options = StreamOptions {
+            protocol,
+            replicas,
+            ..StreamOptions::new(durability)
+        };
+        self.create_stream_with_options(name, &options).await
+    }
+
+    /// Creates a stream with every setting fixed at creation, the output
+    /// commit interval included.
+    pub async fn create_stream_with_options(
+        &self,
+        name: &str,
+        options: &StreamOptions,
+    ) -> Result<StreamInfo, ClientError> {
         let name = name.to_string();
         expect_info(
             self.request(|request| Frame::CreateStream {
                 request,
                 name,
-                durability,
-                protocol: protocol.code(),
-                replicas,
+                durability: options.durability,
+                protocol: options.protocol.code(),
+                replicas: options.replicas,
+                commit_interval_ms: options.commit_interval_ms,
             })
             .await?,
         )

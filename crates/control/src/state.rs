@@ -92,6 +92,17 @@ pub struct EpochRecord {
     pub members: Vec<ServerId>,
 }
 
+/// The longest output commit interval a stream may have: acks wait up to
+/// this long, so a longer one would only look like a stalled server.
+pub const COMMIT_INTERVAL_MS_MAX: u32 = 10_000;
+
+/// Why an output commit interval is refused.
+pub fn commit_interval_error(commit_interval_ms: u32) -> String {
+    format!(
+        "commit interval {commit_interval_ms} ms exceeds the limit of {COMMIT_INTERVAL_MS_MAX} ms"
+    )
+}
+
 /// A stream's configuration, fixed at creation.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StreamConfig {
@@ -104,6 +115,10 @@ pub struct StreamConfig {
     /// Replicas wanted (R).
     pub replicas: usize,
     pub requirement: Option<Requirement>,
+    /// The output commit interval in milliseconds (0: none); absent in
+    /// entries written before it existed.
+    #[serde(default)]
+    pub commit_interval_ms: u32,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -497,6 +512,9 @@ impl ControlState {
         if self.streams.contains_key(&name) {
             return Response::Refused(format!("a stream named {name:?} exists"));
         }
+        if config.commit_interval_ms > COMMIT_INTERVAL_MS_MAX {
+            return Response::Refused(commit_interval_error(config.commit_interval_ms));
+        }
         let eligible: Vec<ServerId> = self
             .members
             .values()
@@ -789,7 +807,45 @@ mod tests {
             page_size: 0,
             replicas,
             requirement: None,
+            commit_interval_ms: 0,
         }
+    }
+
+    #[test]
+    fn a_commit_interval_over_the_limit_is_refused_and_one_within_is_kept() {
+        let mut state = cluster(3);
+        let too_long = StreamConfig {
+            commit_interval_ms: COMMIT_INTERVAL_MS_MAX + 1,
+            ..config(3)
+        };
+        let response = state.apply(Command::CreateStream {
+            name: "slow".into(),
+            config: too_long,
+        });
+        assert!(
+            matches!(&response, Response::Refused(why) if why.contains("commit interval")),
+            "{response:?}"
+        );
+        let within = StreamConfig {
+            commit_interval_ms: 20,
+            ..config(3)
+        };
+        let Response::Stream(placed) = state.apply(Command::CreateStream {
+            name: "batched".into(),
+            config: within,
+        }) else {
+            panic!("not placed");
+        };
+        assert_eq!(placed.config.commit_interval_ms, 20);
+    }
+
+    /// Entries written before the commit interval existed lack the field.
+    #[test]
+    fn a_stream_config_without_a_commit_interval_reads_as_zero() {
+        let mut json = serde_json::to_value(config(3)).unwrap();
+        json.as_object_mut().unwrap().remove("commit_interval_ms");
+        let read: StreamConfig = serde_json::from_value(json).unwrap();
+        assert_eq!(read, config(3));
     }
 
     fn cluster(servers: ServerId) -> ControlState {

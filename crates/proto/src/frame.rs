@@ -156,6 +156,10 @@ pub struct StreamInfo {
     pub primary: u32,
     /// The replica set: server ids and client addresses.
     pub replicas: Vec<ReplicaAddress>,
+    /// The output commit interval in milliseconds (0: acks as soon as the
+    /// log holds the message). Encoded after the fixed layout, and only
+    /// when not 0, so peers that predate it read what they always did.
+    pub commit_interval_ms: u32,
 }
 
 /// One server of a stream's replica set, as clients reach it.
@@ -230,6 +234,9 @@ pub enum Frame {
         protocol: u8,
         /// Replica count; 0 picks the default (3, or fewer servers).
         replicas: u8,
+        /// The output commit interval in milliseconds; 0 (and a frame
+        /// without the field) acks as soon as the log holds a message.
+        commit_interval_ms: u32,
     },
     /// Server to server: create this replica of a stream as described.
     CreateReplica {
@@ -445,6 +452,14 @@ fn put_durability(out: &mut Vec<u8>, durability: DurabilityConfig) {
     out.extend_from_slice(&page_size.to_le_bytes());
 }
 
+/// A field added after a frame's original layout: written only when it is
+/// not 0, read as 0 when the body ends before it.
+fn put_optional_u32(out: &mut Vec<u8>, value: u32) {
+    if value != 0 {
+        out.extend_from_slice(&value.to_le_bytes());
+    }
+}
+
 fn put_info(out: &mut Vec<u8>, info: &StreamInfo) {
     out.extend_from_slice(&info.id.to_le_bytes());
     put_str16(out, &info.name);
@@ -537,6 +552,16 @@ impl Reader<'_> {
         }
     }
 
+    /// A u32 added after a layout's end: 0 when the body ends here,
+    /// malformed when fewer than 4 bytes are left.
+    fn optional_u32(&mut self) -> Option<u32> {
+        if self.remaining() == 0 {
+            Some(0)
+        } else {
+            self.u32()
+        }
+    }
+
     fn info(&mut self) -> Option<StreamInfo> {
         let mut info = StreamInfo {
             id: self.u64()?,
@@ -549,6 +574,7 @@ impl Reader<'_> {
             epoch: self.u64()?,
             primary: self.u32()?,
             replicas: Vec::new(),
+            commit_interval_ms: 0,
         };
         let count = self.u8()?;
         for _ in 0..count {
@@ -702,17 +728,20 @@ impl Frame {
                 durability,
                 protocol,
                 replicas,
+                commit_interval_ms,
             } => {
                 out.extend_from_slice(&request.to_le_bytes());
                 put_str16(out, name);
                 put_durability(out, *durability);
                 out.push(*protocol);
                 out.push(*replicas);
+                put_optional_u32(out, *commit_interval_ms);
                 kind::CREATE_STREAM
             }
             Frame::CreateReplica { request, info } => {
                 out.extend_from_slice(&request.to_le_bytes());
                 put_info(out, info);
+                put_optional_u32(out, info.commit_interval_ms);
                 kind::CREATE_REPLICA
             }
             Frame::Submit {
@@ -921,6 +950,7 @@ impl Frame {
             Frame::StreamInfo { request, info } => {
                 out.extend_from_slice(&request.to_le_bytes());
                 put_info(out, info);
+                put_optional_u32(out, info.commit_interval_ms);
                 kind::STREAM_INFO
             }
             Frame::StreamList { request, streams } => {
@@ -928,6 +958,13 @@ impl Frame {
                 out.extend_from_slice(&(streams.len() as u32).to_le_bytes());
                 for info in streams {
                     put_info(out, info);
+                }
+                // The intervals follow the whole list, only when one is set,
+                // so a list without them reads as before.
+                if streams.iter().any(|info| info.commit_interval_ms != 0) {
+                    for info in streams {
+                        out.extend_from_slice(&info.commit_interval_ms.to_le_bytes());
+                    }
                 }
                 kind::STREAM_LIST
             }
@@ -1060,16 +1097,17 @@ impl Frame {
                         durability: reader.durability()?,
                         protocol: reader.u8()?,
                         replicas: reader.u8()?,
+                        commit_interval_ms: reader.optional_u32()?,
                     })
                 })(),
                 "create-stream",
             ),
             kind::CREATE_REPLICA => (
                 (|| {
-                    Some(Frame::CreateReplica {
-                        request: reader.u64()?,
-                        info: reader.info()?,
-                    })
+                    let request = reader.u64()?;
+                    let mut info = reader.info()?;
+                    info.commit_interval_ms = reader.optional_u32()?;
+                    Some(Frame::CreateReplica { request, info })
                 })(),
                 "create-replica",
             ),
@@ -1289,10 +1327,10 @@ impl Frame {
             ),
             kind::STREAM_INFO => (
                 (|| {
-                    Some(Frame::StreamInfo {
-                        request: reader.u64()?,
-                        info: reader.info()?,
-                    })
+                    let request = reader.u64()?;
+                    let mut info = reader.info()?;
+                    info.commit_interval_ms = reader.optional_u32()?;
+                    Some(Frame::StreamInfo { request, info })
                 })(),
                 "stream-info",
             ),
@@ -1308,6 +1346,11 @@ impl Frame {
                     let mut streams = Vec::with_capacity(count);
                     for _ in 0..count {
                         streams.push(reader.info()?);
+                    }
+                    if reader.remaining() != 0 {
+                        for info in &mut streams {
+                            info.commit_interval_ms = reader.u32()?;
+                        }
                     }
                     Some(Frame::StreamList { request, streams })
                 })(),
@@ -1455,6 +1498,7 @@ mod tests {
                     address: "127.0.0.1:7401".into(),
                 },
             ],
+            commit_interval_ms: 0,
         };
         vec![
             Frame::CreateReplica {
@@ -1579,6 +1623,15 @@ mod tests {
                 durability: DurabilityConfig::Sync,
                 protocol: 5,
                 replicas: 3,
+                commit_interval_ms: 0,
+            },
+            Frame::CreateStream {
+                request: 1,
+                name: "orders".into(),
+                durability: DurabilityConfig::Sync,
+                protocol: 5,
+                replicas: 3,
+                commit_interval_ms: 20,
             },
             Frame::DeleteStream {
                 request: 2,
@@ -1629,7 +1682,31 @@ mod tests {
             },
             Frame::StreamList {
                 request: 10,
-                streams: vec![info.clone(), info],
+                streams: vec![info.clone(), info.clone()],
+            },
+            Frame::StreamList {
+                request: 10,
+                streams: vec![
+                    StreamInfo {
+                        commit_interval_ms: 160,
+                        ..info.clone()
+                    },
+                    info.clone(),
+                ],
+            },
+            Frame::StreamInfo {
+                request: 9,
+                info: StreamInfo {
+                    commit_interval_ms: 50,
+                    ..info.clone()
+                },
+            },
+            Frame::CreateReplica {
+                request: 9,
+                info: StreamInfo {
+                    commit_interval_ms: 5,
+                    ..info
+                },
             },
             Frame::Ack {
                 request: 11,
@@ -1700,6 +1777,29 @@ mod tests {
             assert_eq!(used, bytes.len());
             assert_eq!(decoded, frame);
         }
+    }
+
+    /// A client that predates the commit interval sends `CreateStream`
+    /// without it: the body ends after `replicas`, and it reads as 0.
+    #[test]
+    fn a_create_stream_without_the_commit_interval_reads_as_zero() {
+        let frame = |commit_interval_ms| Frame::CreateStream {
+            request: 1,
+            name: "orders".into(),
+            durability: DurabilityConfig::Sync,
+            protocol: 5,
+            replicas: 3,
+            commit_interval_ms,
+        };
+        let old_layout = frame(0).to_bytes();
+        let body = old_layout.len() - FRAME_HEADER_LEN;
+        assert_eq!(body, 8 + 2 + "orders".len() + 7 + 1 + 1);
+        let (decoded, _) = Frame::decode(&old_layout, 1 << 20).unwrap().unwrap();
+        assert_eq!(decoded, frame(0));
+        let with_interval = frame(20).to_bytes();
+        assert_eq!(with_interval.len(), old_layout.len() + 4);
+        let (decoded, _) = Frame::decode(&with_interval, 1 << 20).unwrap().unwrap();
+        assert_eq!(decoded, frame(20));
     }
 
     #[test]

@@ -617,6 +617,7 @@ impl Connection {
                 durability,
                 protocol,
                 replicas,
+                commit_interval_ms,
             } => {
                 let protocol = if protocol == 0 {
                     Some(Protocol::OneHopAckClient)
@@ -632,7 +633,13 @@ impl Connection {
                 };
                 let result = self
                     .server
-                    .create_replicated(&name, durability, protocol, replicas as usize)
+                    .create_replicated(
+                        &name,
+                        durability,
+                        protocol,
+                        replicas as usize,
+                        commit_interval_ms,
+                    )
                     .await;
                 let reply = match result {
                     Ok(info) => Frame::StreamInfo { request, info },

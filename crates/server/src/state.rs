@@ -255,6 +255,7 @@ impl ServerState {
             epoch: placement.epoch,
             primary: placement.primary,
             replicas: self.addresses(&placement),
+            commit_interval_ms: stream.commit_interval_ms(),
         }
     }
 
@@ -291,16 +292,23 @@ impl ServerState {
         durability: DurabilityConfig,
         protocol: Protocol,
         replicas: usize,
+        commit_interval_ms: u32,
     ) -> Result<StreamInfo, StreamError> {
         use proto::ErrorCode;
         if let Some(problem) = stream_name_error(name) {
             return Err(StreamError::new(ErrorCode::InvalidArgument, problem));
         }
+        if commit_interval_ms > control::state::COMMIT_INTERVAL_MS_MAX {
+            return Err(StreamError::new(
+                ErrorCode::InvalidArgument,
+                control::state::commit_interval_error(commit_interval_ms),
+            ));
+        }
         if self.config.cluster.is_multi() {
             return match self.control.get() {
                 Some(control) if self.is_ready() => {
-                    self.create_through_control(control, name, durability, protocol, replicas)
-                        .await
+                    let options = (durability, protocol, replicas, commit_interval_ms);
+                    self.create_through_control(control, name, options).await
                 }
                 _ => Err(joining()),
             };
@@ -314,7 +322,8 @@ impl ServerState {
                 break candidate;
             }
         };
-        let info = self.new_stream_info(id, name, durability, protocol, &placement);
+        let mut info = self.new_stream_info(id, name, durability, protocol, &placement);
+        info.commit_interval_ms = commit_interval_ms;
         for replica in &info.replicas {
             if replica.id == self.config.cluster.me {
                 let server = Arc::clone(self);
@@ -346,9 +355,12 @@ impl ServerState {
         self: &Arc<Self>,
         control: &control::Control,
         name: &str,
-        durability: DurabilityConfig,
-        protocol: Protocol,
-        replicas: usize,
+        (durability, protocol, replicas, commit_interval_ms): (
+            DurabilityConfig,
+            Protocol,
+            usize,
+            u32,
+        ),
     ) -> Result<StreamInfo, StreamError> {
         use proto::ErrorCode;
         let (mode, pages, page_size) = match durability {
@@ -365,6 +377,7 @@ impl ServerState {
                 page_size,
                 replicas,
                 requirement: None,
+                commit_interval_ms,
             },
         };
         let placed = match control.propose(command).await {
@@ -392,7 +405,8 @@ impl ServerState {
         };
         let state = control.state().borrow().clone();
         let placement = crate::membership::data_placement(&placed, &state).placement;
-        let info = self.new_stream_info(placed.id, name, durability, protocol, &placement);
+        let mut info = self.new_stream_info(placed.id, name, durability, protocol, &placement);
+        info.commit_interval_ms = placed.config.commit_interval_ms;
         for replica in &info.replicas {
             let created = if replica.id == self.config.cluster.me {
                 let server = Arc::clone(self);
@@ -458,8 +472,12 @@ impl ServerState {
         if !placement.replicas.contains(&placement.primary) {
             return Err(invalid("the primary is not in the replica set".into()));
         }
-        let stream =
-            self.create_stream_with(&info.name, info.id, info.durability, protocol, &placement)?;
+        if info.commit_interval_ms > control::state::COMMIT_INTERVAL_MS_MAX {
+            return Err(invalid(control::state::commit_interval_error(
+                info.commit_interval_ms,
+            )));
+        }
+        let stream = self.create_stream_with(info, protocol, &placement)?;
         Ok(self.stream_info(&stream))
     }
 
@@ -498,6 +516,7 @@ impl ServerState {
             epoch: placement.epoch,
             primary: placement.primary,
             replicas: self.addresses(placement),
+            commit_interval_ms: 0,
         }
     }
 
@@ -520,6 +539,7 @@ impl ServerState {
             epoch: placed.epoch,
             retain_bytes: None,
             retain_ms: None,
+            commit_interval_ms: placed.config.commit_interval_ms,
         }
         .durability()
         .unwrap_or(DurabilityConfig::Sync);
@@ -528,7 +548,10 @@ impl ServerState {
             .protocol
             .parse::<Protocol>()
             .unwrap_or(Protocol::OneHopAckClient);
-        self.new_stream_info(placed.id, &placed.name, durability, protocol, placement)
+        let mut info =
+            self.new_stream_info(placed.id, &placed.name, durability, protocol, placement);
+        info.commit_interval_ms = placed.config.commit_interval_ms;
+        info
     }
 
     pub fn stream_by_id(&self, id: u64) -> Option<Arc<Stream>> {
@@ -560,13 +583,12 @@ impl ServerState {
     /// blocking disk work.
     fn create_stream_with(
         self: &Arc<Self>,
-        name: &str,
-        id: u64,
-        durability: DurabilityConfig,
+        info: &StreamInfo,
         protocol: Protocol,
         placement: &Placement,
     ) -> Result<Arc<Stream>, StreamError> {
         use proto::ErrorCode;
+        let (name, id) = (info.name.as_str(), info.id);
         if let Some(problem) = stream_name_error(name) {
             return Err(StreamError::new(ErrorCode::InvalidArgument, problem));
         }
@@ -589,7 +611,8 @@ impl ServerState {
         // The disk work runs without the registry lock, so appends to other
         // streams go on; the busy name keeps a create or delete of the same
         // name out of the folder meanwhile.
-        let meta = StreamMeta::new(id, name, durability, protocol, placement);
+        let mut meta = StreamMeta::new(id, name, info.durability, protocol, placement);
+        meta.commit_interval_ms = info.commit_interval_ms;
         let created = self.create_files(&meta);
         let mut registry = self.streams.write().expect("registry lock poisoned");
         registry.busy_names.remove(name);

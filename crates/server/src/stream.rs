@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use engine::replication::{Effect, Entry, Msg, Node, Placement, Protocol, Replica, ServerId};
 use proto::DurabilityConfig;
 use serde::{Deserialize, Serialize};
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 use wal::{AppendError, Durability, Log, LogConfig, LogError, ReadError, Retention};
 
 use crate::config::ServerConfig;
@@ -49,6 +49,10 @@ pub struct StreamMeta {
     /// server's `retain_ms`; 0: no age limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retain_ms: Option<u64>,
+    /// The output commit interval in milliseconds (0: none; absent in
+    /// files written before it existed).
+    #[serde(default)]
+    pub commit_interval_ms: u32,
 }
 
 fn default_protocol() -> String {
@@ -83,6 +87,7 @@ impl StreamMeta {
             replicas: placement.replicas.clone(),
             primary: placement.primary,
             epoch: placement.epoch,
+            commit_interval_ms: 0,
             retain_bytes: None,
             retain_ms: None,
         }
@@ -182,6 +187,16 @@ pub fn now_ms() -> u64 {
     START.get_or_init(Instant::now).elapsed().as_millis() as u64
 }
 
+/// When the tick task must next wake for the output commit interval: the
+/// state machine says when (`Replica::wake_at`), and a step that needs an
+/// earlier wake than the one the task sleeps toward wakes it.
+#[derive(Debug)]
+struct BoundaryTimer {
+    wake: Notify,
+    /// The time (`now_ms`) the tick task sleeps toward; `u64::MAX`: none.
+    scheduled: AtomicU64,
+}
+
 /// The replication state and the records waiting for room in the log.
 struct Core {
     replica: Replica,
@@ -216,6 +231,7 @@ pub struct Stream {
     /// written holds the stream, and the log must be closed before the
     /// server returns.
     checkpoint_task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    boundary_timer: Arc<BoundaryTimer>,
 }
 
 pub fn log_config(durability: DurabilityConfig, config: &ServerConfig) -> LogConfig {
@@ -272,6 +288,7 @@ impl Stream {
         }
         let mut settings = config.replication;
         settings.dedupe = engine::DedupeLimits::default();
+        settings.commit_interval_ms = u64::from(meta.commit_interval_ms);
         let replica = Replica::new(meta.id, config.cluster.me, placement, protocol, settings);
         // Recovery starts from the newest usable checkpoint's state and
         // replays only the records after it.
@@ -328,6 +345,10 @@ impl Stream {
             checkpointed: AtomicU64::new(report.checkpoint.unwrap_or(0)),
             retained_asked: AtomicU64::new(0),
             checkpoint_task: Mutex::new(None),
+            boundary_timer: Arc::new(BoundaryTimer {
+                wake: Notify::new(),
+                scheduled: AtomicU64::new(u64::MAX),
+            }),
         };
         stream.drive(|replica, now, out| replica.start(now, out));
         Ok(stream)
@@ -432,7 +453,20 @@ impl Stream {
             "voided": metrics.voided,
             "gap_requests": metrics.gap_requests,
             "overflow_drops": metrics.overflow_drops,
+            "commit_interval_ms": replica.commit_interval_ms(),
+            "pending_acks": replica.pending_acks(),
         })
+    }
+
+    /// The output commit interval in milliseconds (0: none).
+    pub fn commit_interval_ms(&self) -> u32 {
+        self.lock().replica.commit_interval_ms() as u32
+    }
+
+    /// Acknowledgements the state machine holds back (waiting for the log,
+    /// the other replicas or an output commit boundary).
+    pub fn pending_acks(&self) -> usize {
+        self.lock().replica.pending_acks()
     }
 
     pub fn dedupe_entries(&self) -> usize {
@@ -520,6 +554,11 @@ impl Stream {
             let mut effects = Vec::new();
             step(&mut core.replica, now, &mut effects);
             self.apply(&mut core, effects, now, &mut serves);
+            if let Some(at) = core.replica.wake_at() {
+                if at < self.boundary_timer.scheduled.load(Ordering::Acquire) {
+                    self.boundary_timer.wake.notify_one();
+                }
+            }
         }
         for (to, from, to_version) in serves {
             self.serve(to, from, to_version);
@@ -820,12 +859,35 @@ impl Stream {
         });
         let weak: Weak<Stream> = Arc::downgrade(self);
         let mut stopping = stop;
+        let timer = Arc::clone(&self.boundary_timer);
         tokio::spawn(async move {
             let mut interval = tokio::time::interval(tick);
             interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
+                // The next output commit boundary, if a version waits for
+                // one; a step that needs an earlier one wakes this task
+                // (none is missed while it reads: `scheduled` says none).
+                timer.scheduled.store(u64::MAX, Ordering::Release);
+                let wake_at = match weak.upgrade() {
+                    Some(stream) => stream.lock().replica.wake_at(),
+                    None => return,
+                };
+                timer
+                    .scheduled
+                    .store(wake_at.unwrap_or(u64::MAX), Ordering::Release);
+                let boundary = async {
+                    match wake_at {
+                        Some(at) => {
+                            let wait = at.saturating_sub(now_ms());
+                            tokio::time::sleep(Duration::from_millis(wait)).await
+                        }
+                        None => std::future::pending().await,
+                    }
+                };
                 tokio::select! {
                     _ = interval.tick() => {}
+                    _ = boundary => {}
+                    _ = timer.wake.notified() => continue,
                     _ = stopping.wait_for(|s| *s) => return,
                 }
                 let Some(stream) = weak.upgrade() else {

@@ -169,6 +169,7 @@ impl SimConfig {
             unbound_max: 4_096,
             need_batch: 64,
             active_window_ms: 200,
+            commit_interval_ms: 0,
             dedupe: DedupeLimits::default(),
         }
     }

@@ -53,6 +53,7 @@ impl ControlPlane {
             page_size: 0,
             replicas: servers as usize,
             requirement: None,
+            commit_interval_ms: 0,
         };
         let response = state.apply(Command::CreateStream {
             name: name.clone(),

@@ -2,6 +2,7 @@
 //! and checks the flags parse as documented. The replication experiments
 //! (`patterns`, `duplication`) run against the real `stamplog` binary.
 
+mod commit_interval;
 mod duplication;
 mod failover;
 mod patterns;

@@ -101,7 +101,13 @@ fn bench_help_lists_every_experiment() {
         .unwrap();
     assert!(output.status.success());
     let help = String::from_utf8_lossy(&output.stdout);
-    for experiment in ["logging", "paged", "throughput", "memory"] {
+    for experiment in [
+        "logging",
+        "paged",
+        "throughput",
+        "memory",
+        "commit-interval",
+    ] {
         assert!(
             help.contains(experiment),
             "{experiment} missing from:\n{help}"

@@ -203,5 +203,6 @@ pub fn stream_config() -> StreamConfig {
         page_size: 0,
         replicas: 0,
         requirement: None,
+        commit_interval_ms: 0,
     }
 }

@@ -13,9 +13,13 @@
 //!   the primary's stamp carried by the client (`returns-version`) or the
 //!   primary's binding plus the client's content with a matching checksum;
 //! - nothing is acknowledged or made visible past the log's contiguous end,
-//!   and readers see only committed versions.
+//!   and readers see only committed versions;
+//! - with an output commit interval T (`commit_interval_ms`), acks to
+//!   clients and reader visibility leave only in whole batches: a batch is
+//!   what this replica had taken in when a multiple of T passed on its
+//!   clock, and it is released once it is durable by each output's rule.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use proto::{EventId, RecordHeader};
 
@@ -68,6 +72,11 @@ pub struct ReplicaSettings {
     /// `hybrid`: a client counts as active for this long after its last
     /// message.
     pub active_window_ms: u64,
+    /// The output commit interval T: acks to clients and reader visibility
+    /// are released only at multiples of T, for the versions taken in
+    /// before that boundary, once they are durable. 0 releases them as soon
+    /// as the log (and the ack rule) allows.
+    pub commit_interval_ms: u64,
     pub dedupe: DedupeLimits,
 }
 
@@ -82,6 +91,7 @@ impl Default for ReplicaSettings {
             unbound_max: 1 << 16,
             need_batch: 4_096,
             active_window_ms: 1_000,
+            commit_interval_ms: 0,
             dedupe: DedupeLimits::default(),
         }
     }
@@ -184,6 +194,97 @@ impl Waiters {
     }
 }
 
+/// Batches closed by boundaries whose outputs are not all released yet, at
+/// most; a further boundary widens the newest batch instead (its outputs
+/// wait longer, none leaves early). Only a log that stops making progress
+/// for this many intervals reaches it.
+const BATCHES_MAX: usize = 1024;
+
+/// The output commit interval (seed 003's checkpoint-and-buffer scheme):
+/// the boundaries at multiples of T and the batches they closed. An output
+/// (an ack, reader visibility) whose rule says "through version x" may only
+/// go through the last batch that ends at or before x: never before the
+/// boundary that closed its batch, never for a version past that batch.
+#[derive(Debug)]
+struct Boundaries {
+    /// T in milliseconds; 0 gates nothing.
+    interval_ms: u64,
+    /// The next boundary (a multiple of T on the replica's clock).
+    next_at: u64,
+    /// The last version of each closed batch not yet released in full,
+    /// ascending.
+    ends: VecDeque<u64>,
+    /// Every version up to this one was in a batch released in full (or
+    /// was in the log at startup).
+    floor: u64,
+}
+
+impl Boundaries {
+    fn new(interval_ms: u64) -> Boundaries {
+        Boundaries {
+            interval_ms,
+            next_at: 0,
+            ends: VecDeque::new(),
+            floor: 0,
+        }
+    }
+
+    fn newest_end(&self) -> u64 {
+        self.ends.back().copied().unwrap_or(self.floor)
+    }
+
+    /// Closes a batch of every version up to `last` if a boundary passed
+    /// since the last call; `true` when a new batch was closed. Every
+    /// version in the log was taken in before `now`, and so before any
+    /// boundary that passed since the previous call.
+    fn pass(&mut self, now: u64, last: u64) -> bool {
+        if self.interval_ms == 0 || now < self.next_at {
+            return false;
+        }
+        self.next_at = (now / self.interval_ms + 1) * self.interval_ms;
+        if last <= self.newest_end() {
+            return false;
+        }
+        if self.ends.len() >= BATCHES_MAX {
+            *self.ends.back_mut().expect("full") = last;
+        } else {
+            self.ends.push_back(last);
+        }
+        true
+    }
+
+    /// How far an output whose own rule allows `through` may go.
+    fn gate(&self, through: u64) -> u64 {
+        if self.interval_ms == 0 {
+            return through;
+        }
+        match self.ends.iter().rev().find(|end| **end <= through) {
+            Some(end) => *end,
+            None if self.floor <= through => self.floor,
+            // A point that moved back (a new epoch) below batches already
+            // released: everything up to it was released before.
+            None => through,
+        }
+    }
+
+    /// Forgets the batches every output has gone past.
+    fn prune(&mut self, low: u64) {
+        while let Some(&end) = self.ends.front() {
+            if end > low {
+                break;
+            }
+            self.floor = end;
+            self.ends.pop_front();
+        }
+    }
+
+    /// When the caller must tick next so a boundary is not missed: only
+    /// while versions wait for a batch.
+    fn wake_at(&self, last: u64) -> Option<u64> {
+        (self.interval_ms > 0 && last > self.newest_end()).then_some(self.next_at)
+    }
+}
+
 #[derive(Debug)]
 struct Reservation {
     event: EventId,
@@ -253,6 +354,8 @@ pub struct Replica {
     // Acknowledgements waiting for the log (or, at the primary, for all).
     after_log: Waiters,
     after_all: Waiters,
+    /// The output commit interval's batches.
+    boundaries: Boundaries,
     metrics: ReplicaMetrics,
 }
 
@@ -301,6 +404,7 @@ impl Replica {
             progress_sent_at: None,
             after_log: Waiters::default(),
             after_all: Waiters::default(),
+            boundaries: Boundaries::new(settings.commit_interval_ms),
             metrics: ReplicaMetrics::default(),
             placement,
         }
@@ -340,6 +444,9 @@ impl Replica {
     pub fn start(&mut self, now: u64, out: &mut Vec<Effect>) {
         self.logged = self.machine.last_version();
         self.next_version = self.logged + 1;
+        // What the log held at startup may have been acknowledged before.
+        self.boundaries.floor = self.logged;
+        self.boundaries.pass(now, self.logged);
         if self.is_primary() {
             // A replica set of one commits what its own log holds; a larger
             // one waits for its replicas' progress reports.
@@ -406,6 +513,27 @@ impl Replica {
         self.metrics
     }
 
+    /// The output commit interval T in milliseconds (0: none).
+    pub fn commit_interval_ms(&self) -> u64 {
+        self.boundaries.interval_ms
+    }
+
+    /// When the caller must call [`Replica::on_tick`] next so that an
+    /// output commit boundary is not missed (`None`: no version waits for
+    /// one). It may be in the past: tick at once.
+    pub fn wake_at(&self) -> Option<u64> {
+        self.boundaries.wake_at(self.machine.last_version())
+    }
+
+    /// Acknowledgements this replica holds back (waiting for the log, the
+    /// other replicas or a boundary).
+    pub fn pending_acks(&self) -> usize {
+        let count = |waiters: &Waiters| {
+            waiters.ordered.len() + waiters.late.values().map(Vec::len).sum::<usize>()
+        };
+        count(&self.after_log) + count(&self.after_all)
+    }
+
     pub fn dedupe_entries(&self) -> usize {
         self.machine.dedupe().entries()
     }
@@ -443,10 +571,14 @@ impl Replica {
         now: u64,
         out: &mut Vec<Effect>,
     ) {
+        let passed = self.boundary(now, out);
         let new_epoch = placement.epoch != self.placement.epoch;
         self.placement = placement;
         if self.standalone() {
             // `unversioned`: each server logs on its own; nothing moves.
+            if passed {
+                self.finish(out);
+            }
             return;
         }
         let backups: BTreeSet<ServerId> = self.placement.backups().collect();
@@ -511,7 +643,11 @@ impl Replica {
     /// The cluster has recorded the epoch this primary announced with
     /// [`Effect::EpochStarted`]: stamping begins.
     pub fn epoch_recorded(&mut self, epoch: u64, now: u64, out: &mut Vec<Effect>) {
+        let passed = self.boundary(now, out);
         if epoch != self.placement.epoch || self.unrecorded.is_none() {
+            if passed {
+                self.finish(out);
+            }
             return;
         }
         self.unrecorded = None;
@@ -524,6 +660,9 @@ impl Replica {
 
     /// A message from a client.
     pub fn on_client(&mut self, client: u128, msg: Msg, now: u64, out: &mut Vec<Effect>) {
+        if self.boundary(now, out) {
+            self.finish(out);
+        }
         if self.rejoining.is_some() || self.unrecorded.is_some() {
             if self.rejoin_queue.len() < self.settings.unbound_max {
                 self.rejoin_queue.push((client, msg));
@@ -581,6 +720,7 @@ impl Replica {
 
     /// A message from another server.
     pub fn on_peer(&mut self, from: ServerId, msg: Msg, now: u64, out: &mut Vec<Effect>) {
+        self.boundary(now, out);
         match msg {
             Msg::Replicate { entries }
                 if (!self.is_primary() && from == self.placement.primary)
@@ -657,8 +797,12 @@ impl Replica {
 
     /// The log now holds every version up to `through`.
     pub fn on_logged(&mut self, through: u64, now: u64, out: &mut Vec<Effect>) {
+        let passed = self.boundary(now, out);
         let through = through.min(self.machine.last_version());
         if through <= self.logged {
+            if passed {
+                self.finish(out);
+            }
             return;
         }
         self.logged = through;
@@ -673,6 +817,7 @@ impl Replica {
 
     /// Time passes: voids, gap repair, heartbeats, expiry.
     pub fn on_tick(&mut self, now: u64, out: &mut Vec<Effect>) {
+        self.boundary(now, out);
         if self.is_primary() {
             if self.unrecorded.is_some() {
                 self.finish(out);
@@ -1382,10 +1527,20 @@ impl Replica {
         out.push(Effect::Append(entry));
     }
 
+    /// A boundary of the output commit interval passed: the batch it
+    /// closed is released as far as it is durable. `true` when one passed.
+    fn boundary(&mut self, now: u64, out: &mut Vec<Effect>) -> bool {
+        let passed = self.boundaries.pass(now, self.machine.last_version());
+        if passed {
+            self.release(out);
+        }
+        passed
+    }
+
     fn wait(&mut self, rule: AckRule, version: u64, waiter: Waiter, out: &mut Vec<Effect>) {
         match rule {
             AckRule::PrimaryAfterAll if !self.standalone() => {
-                if version <= self.all_logged {
+                if version <= self.boundaries.gate(self.all_logged) {
                     self.ack(version, waiter, out);
                 } else {
                     self.after_all.push(version, waiter);
@@ -1396,7 +1551,7 @@ impl Replica {
     }
 
     fn wait_log(&mut self, version: u64, waiter: Waiter, out: &mut Vec<Effect>) {
-        if version <= self.logged {
+        if version <= self.boundaries.gate(self.logged) {
             self.ack(version, waiter, out);
         } else {
             self.after_log.push(version, waiter);
@@ -1404,10 +1559,12 @@ impl Replica {
     }
 
     fn release(&mut self, out: &mut Vec<Effect>) {
-        for (version, waiter) in self.after_log.take_through(self.logged) {
+        let logged = self.boundaries.gate(self.logged);
+        for (version, waiter) in self.after_log.take_through(logged) {
             self.ack(version, waiter, out);
         }
-        for (version, waiter) in self.after_all.take_through(self.all_logged) {
+        let all_logged = self.boundaries.gate(self.all_logged);
+        for (version, waiter) in self.after_all.take_through(all_logged) {
             self.ack(version, waiter, out);
         }
     }
@@ -1460,7 +1617,18 @@ impl Replica {
                 ));
             }
         }
-        let visible = self.logged.min(self.committed);
+        let durable = self.logged.min(self.committed);
+        let visible = self.boundaries.gate(durable);
+        if self.boundaries.interval_ms > 0 {
+            // A batch every output has gone past is no longer needed.
+            let mut low = durable;
+            let waiting_for_all =
+                !self.after_all.ordered.is_empty() || !self.after_all.late.is_empty();
+            if waiting_for_all {
+                low = low.min(self.all_logged);
+            }
+            self.boundaries.prune(low);
+        }
         if visible > self.visible {
             self.visible = visible;
             out.push(Effect::Visible(visible));

@@ -362,6 +362,7 @@ fn valid_frames(rng: &mut TestRng, connection: u64, stream: u64) -> Vec<u8> {
                 durability: DurabilityConfig::Memory,
                 protocol: 0,
                 replicas: 0,
+                commit_interval_ms: 0,
             },
             1 => Frame::DeleteStream {
                 request,

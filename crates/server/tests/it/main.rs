@@ -3,6 +3,7 @@
 
 mod bad_input;
 mod checkpoint;
+mod commit_interval;
 mod failover;
 mod faults;
 mod harness;

@@ -1,0 +1,671 @@
+//! `bench commit-interval`: seed 003's sensitivity analysis of the output
+//! commit interval (ReViveI/O: throughput overhead below 5% for checkpoint
+//! intervals of 20 to 160 ms; response time; space overhead = bandwidth ×
+//! interval).
+//!
+//! A cluster of `--replicas` servers runs in this process on loopback
+//! (`LocalCluster`; one server by default). For each interval T one stream
+//! is created with `commit_interval_ms = T` and durability `sync`, and one
+//! publisher writes to it in two phases, as the seed measured throughput
+//! (TPC-C, saturated) and response time (WebStone) apart:
+//!
+//! 1. **Throughput**: `--messages` payloads as fast as the window allows
+//!    (`--window` in flight). Measured in the steady state: from the ack of
+//!    the first message after the warm-up to the last ack that arrived
+//!    while the publisher was still sending, so neither the start nor the
+//!    final boundary's wait (up to T with nothing left to send) counts.
+//!    Acks leave in batches at boundaries, and both ends of that span are
+//!    such releases, so the span holds whole intervals. A saturated closed
+//!    loop's latency is only the window over the rate (Little's law), so
+//!    this phase reports no latency.
+//! 2. **Latency**: `--latency-messages` payloads offered at a fixed rate
+//!    (`--rate`, by default half the first interval's throughput), with the
+//!    same window. Each ack latency runs from the moment the message is
+//!    handed to the connection to the moment it is done by its protocol's
+//!    ack rule.
+//!
+//! The list of intervals runs `--rounds` times, reversed every other round,
+//! so a shared machine's drift hits every interval alike: throughput is the
+//! median of the rounds, latency pools every round's messages.
+//!
+//! The space overhead is the seed's bandwidth × T (with the throughput
+//! phase's bandwidth): the payload bytes one interval's acks hold back. The
+//! experiment also samples the primary's acks held back (waiting for the
+//! log or a boundary) every millisecond in the latency phase and reports
+//! the peak, in messages and payload bytes.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{ensure, Context};
+use clap::Parser;
+use client::{
+    Client, ClientConfig, PendingPublish, Protocol, Publisher, PublisherConfig, StreamOptions,
+};
+use indicatif::ProgressBar;
+use report::plot::{Chart, Series};
+use report::stats::Summary;
+use report::Table;
+use server::LocalCluster;
+use tokio::sync::mpsc;
+
+use crate::output::{self, Output, OutputArgs};
+use crate::progress;
+use crate::replication::parse_protocol;
+use crate::units::{fixed, format_bytes, parse_bytes};
+
+/// How often the primary's held-back acks are sampled.
+const SAMPLE_EVERY: Duration = Duration::from_millis(1);
+
+/// Options of `bench commit-interval`.
+#[derive(Parser, Debug, Clone)]
+#[command(name = "commit-interval")]
+pub struct CommitIntervalArgs {
+    /// Output commit intervals T in milliseconds, comma separated; the
+    /// first is the baseline the others are compared with (0: ack at each
+    /// group commit).
+    #[arg(long, value_delimiter = ',', default_value = "0,5,20,50,100,160")]
+    pub intervals: Vec<u32>,
+    /// Messages of the throughput phase, per interval.
+    #[arg(long, default_value_t = 300_000)]
+    pub messages: usize,
+    /// Messages of the latency phase, per interval.
+    #[arg(long, default_value_t = 30_000)]
+    pub latency_messages: usize,
+    /// Messages per second offered in the latency phase [default: half
+    /// the first interval's throughput].
+    #[arg(long)]
+    pub rate: Option<f64>,
+    /// Times the whole list of intervals runs, in order and then reversed
+    /// in turn, so the drift of a shared machine hits every interval
+    /// alike; throughput is the median of the rounds, latency pools them.
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    /// Messages at the start of each phase left out of its figures.
+    #[arg(long, default_value_t = 5_000)]
+    pub warmup: usize,
+    /// Payload bytes of each message (units B, KB = 1000, KiB = 1024).
+    #[arg(long, value_parser = parse_bytes, default_value = "1KB")]
+    pub size: usize,
+    /// Messages in flight at most. It must hold what arrives in one
+    /// interval plus one group commit (rate × (T + commit time)), or the
+    /// publisher stalls on every boundary and throughput drops.
+    #[arg(long, default_value_t = 32_768)]
+    pub window: usize,
+    /// Servers in the cluster, and replicas of each stream (R).
+    #[arg(long, default_value_t = 1)]
+    pub replicas: u8,
+    /// The streams' replication protocol.
+    #[arg(long, value_parser = parse_protocol, default_value = "one-hop-ack-client")]
+    pub protocol: Protocol,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+impl Default for CommitIntervalArgs {
+    fn default() -> Self {
+        CommitIntervalArgs::parse_from(["commit-interval"])
+    }
+}
+
+/// The figures of one interval.
+#[derive(Clone, Debug)]
+pub struct IntervalRow {
+    pub interval_ms: u32,
+    /// Messages acknowledged in both phases (all that were sent).
+    pub messages: usize,
+    /// Steady-state messages per second of the throughput phase, the
+    /// median of the rounds.
+    pub messages_per_second: f64,
+    /// Each round's steady-state messages per second, in run order.
+    pub round_rates: Vec<f64>,
+    /// Payload megabytes (10^6) per second.
+    pub megabytes_per_second: f64,
+    /// `messages_per_second` over the baseline's.
+    pub throughput_ratio: f64,
+    /// Ack latency of the latency phase's messages after the warm-up, in
+    /// milliseconds.
+    pub latency_ms: Summary,
+    /// Messages per second offered in the latency phase.
+    pub offered_rate: f64,
+    /// Mean latency minus the baseline's mean, in milliseconds.
+    pub mean_increase_ms: f64,
+    /// `mean_increase_ms` over T/2 (the expected cost: a message waits half
+    /// an interval for its boundary on average); `None` for T = 0.
+    pub increase_over_half_interval: Option<f64>,
+    /// The seed's space overhead: payload bandwidth × T, in bytes.
+    pub held_per_interval_bytes: f64,
+    /// Peak acks the primary held back at once in the latency phase
+    /// (waiting for the log, the other replicas or a boundary).
+    pub peak_held_acks: usize,
+    /// `peak_held_acks` × payload bytes.
+    pub peak_held_bytes: usize,
+    /// Seconds of the steady-state span the throughput is measured over.
+    pub span_seconds: f64,
+}
+
+/// Everything `bench commit-interval` measured.
+#[derive(Clone, Debug)]
+pub struct CommitIntervalFigures {
+    pub rows: Vec<IntervalRow>,
+}
+
+impl CommitIntervalFigures {
+    pub fn row(&self, interval_ms: u32) -> Option<&IntervalRow> {
+        self.rows.iter().find(|row| row.interval_ms == interval_ms)
+    }
+}
+
+/// Runs the experiment, prints its table, writes its files.
+pub fn run(args: CommitIntervalArgs) -> anyhow::Result<CommitIntervalFigures> {
+    ensure!(!args.intervals.is_empty(), "--intervals needs at least one");
+    ensure!(
+        args.intervals.iter().all(|t| *t <= 10_000),
+        "intervals above 10,000 ms are refused by the server"
+    );
+    ensure!(
+        args.messages > args.warmup + 1 && args.latency_messages > args.warmup + 1,
+        "--messages and --latency-messages must exceed --warmup by at least 2"
+    );
+    ensure!(
+        args.rate.is_none_or(|rate| rate > 0.0),
+        "--rate must be above 0"
+    );
+    ensure!(args.replicas >= 1, "--replicas must be at least 1");
+    ensure!(args.rounds >= 1, "--rounds must be at least 1");
+    ensure!(args.window >= 1, "--window must be at least 1");
+    ensure!(
+        args.size <= 1024 * 1024,
+        "sizes above 1 MiB exceed the server's message limit"
+    );
+    let data = args.output.data_folder("commit-interval")?;
+    let runtime = output::runtime()?;
+    let total =
+        ((args.messages + args.latency_messages) * args.intervals.len() * args.rounds) as u64;
+    let bar = progress::bar(total, "interval", args.output.quiet);
+    let runs = runtime.block_on(measure(&args, data.path(), &bar))?;
+    bar.finish_and_clear();
+    let figures = CommitIntervalFigures {
+        rows: rows_of(&runs, &args),
+    };
+    write_report(&args, &figures)?;
+    Ok(figures)
+}
+
+/// What one phase observed.
+struct Phase {
+    /// Submit and ack instants of every message, in submission order.
+    submitted: Vec<Instant>,
+    acked: Vec<Instant>,
+    /// When the last message was handed to the connection.
+    last_submit: Instant,
+}
+
+/// What one interval's run observed.
+struct Run {
+    interval_ms: u32,
+    saturated: Phase,
+    paced: Phase,
+    offered_rate: f64,
+    peak_held_acks: usize,
+}
+
+async fn measure(
+    args: &CommitIntervalArgs,
+    folder: &Path,
+    bar: &ProgressBar,
+) -> anyhow::Result<Vec<Run>> {
+    let count = usize::from(args.replicas);
+    let cluster = LocalCluster::start(count, folder, |_| {})
+        .await
+        .map_err(|problem| anyhow::anyhow!("cannot start a cluster of {count}: {problem}"))?;
+    let address = cluster.servers[0].address.to_string();
+    let client = Client::connect(ClientConfig::new(address))
+        .await
+        .context("cannot connect to the cluster")?;
+    let mut runs: Vec<Run> = Vec::new();
+    for round in 0..args.rounds {
+        let mut order = args.intervals.clone();
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        for interval_ms in order {
+            let rate = args.rate.or_else(|| {
+                let first = runs.first()?;
+                Some(steady_rate(&first.saturated, args.warmup).0 / 2.0)
+            });
+            runs.push(run_interval(&cluster, &client, args, interval_ms, rate, bar).await?);
+        }
+    }
+    drop(client);
+    cluster.stop().await;
+    Ok(runs)
+}
+
+async fn run_interval(
+    cluster: &LocalCluster,
+    client: &Client,
+    args: &CommitIntervalArgs,
+    interval_ms: u32,
+    rate: Option<f64>,
+    bar: &ProgressBar,
+) -> anyhow::Result<Run> {
+    let name = format!("commit-interval-{interval_ms}");
+    let options = StreamOptions {
+        protocol: args.protocol,
+        replicas: args.replicas,
+        commit_interval_ms: interval_ms,
+        ..StreamOptions::new(client::DurabilityConfig::Sync)
+    };
+    let info = client
+        .create_stream_with_options(&name, &options)
+        .await
+        .with_context(|| format!("cannot create stream {name}"))?;
+    let stream = cluster
+        .servers
+        .iter()
+        .find(|server| server.id == info.primary)
+        .and_then(|server| server.state.stream_by_name(&name))
+        .with_context(|| format!("the primary does not hold stream {name}"))?;
+    let publisher = Publisher::connect(
+        &info,
+        PublisherConfig {
+            window: args.window,
+            // Acks wait up to T by design: no resend before several
+            // intervals have passed.
+            retry: Duration::from_millis(5_000 + 4 * u64::from(interval_ms)),
+            ..PublisherConfig::default()
+        },
+    )
+    .await
+    .with_context(|| format!("cannot connect a publisher to {name}"))?;
+    bar.set_message(format!("T = {interval_ms} ms, throughput"));
+    let saturated = stream_messages(&publisher, args, args.messages, None, bar).await?;
+    let offered_rate = rate.unwrap_or_else(|| steady_rate(&saturated, args.warmup).0 / 2.0);
+    bar.set_message(format!(
+        "T = {interval_ms} ms, latency at {offered_rate:.0} msgs/s"
+    ));
+    let sampling = Arc::new(AtomicBool::new(true));
+    let peak = Arc::new(AtomicUsize::new(0));
+    let sampler = tokio::spawn(sample_held_acks(
+        Arc::clone(&stream),
+        Arc::clone(&sampling),
+        Arc::clone(&peak),
+    ));
+    let paced = stream_messages(
+        &publisher,
+        args,
+        args.latency_messages,
+        Some(offered_rate),
+        bar,
+    )
+    .await;
+    sampling.store(false, Ordering::Release);
+    sampler.await.context("the sampler panicked")?;
+    drop(stream);
+    drop(publisher);
+    let paced = paced?;
+    // The run's log is of no further use; deleting it keeps the disk from
+    // filling over many runs.
+    client
+        .delete_stream(&name)
+        .await
+        .with_context(|| format!("cannot delete stream {name}"))?;
+    Ok(Run {
+        interval_ms,
+        saturated,
+        paced,
+        offered_rate,
+        peak_held_acks: peak.load(Ordering::Acquire),
+    })
+}
+
+/// The largest number of acks the primary held back at once.
+async fn sample_held_acks(
+    stream: Arc<server::Stream>,
+    sampling: Arc<AtomicBool>,
+    peak: Arc<AtomicUsize>,
+) {
+    let mut ticker = tokio::time::interval(SAMPLE_EVERY);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    while sampling.load(Ordering::Acquire) {
+        ticker.tick().await;
+        let held = stream.pending_acks();
+        peak.fetch_max(held, Ordering::AcqRel);
+    }
+}
+
+/// Publishes `messages` payloads with up to `--window` in flight, as fast
+/// as that allows or at `rate` messages per second; returns each message's
+/// submit and ack instants and the last submit.
+async fn stream_messages(
+    publisher: &Publisher,
+    args: &CommitIntervalArgs,
+    messages: usize,
+    rate: Option<f64>,
+    bar: &ProgressBar,
+) -> anyhow::Result<Phase> {
+    let payload: Vec<u8> = (0..args.size).map(|index| (index % 251) as u8).collect();
+    // The collector awaits acks in submission order; the channel is bounded
+    // so a lagging collector slows the publisher instead of growing a queue.
+    let (sender, receiver) = mpsc::channel::<PendingPublish>(args.window * 2);
+    let collector = tokio::spawn(collect_acks(receiver, messages, bar.clone()));
+    let mut submitted = Vec::with_capacity(messages);
+    let started = tokio::time::Instant::now();
+    for index in 0..messages {
+        if let Some(rate) = rate {
+            let due = started + Duration::from_secs_f64(index as f64 / rate);
+            if due > tokio::time::Instant::now() {
+                tokio::time::sleep_until(due).await;
+            }
+        }
+        let pending = publisher
+            .submit(b"", &payload)
+            .await
+            .context("submit failed")?;
+        submitted.push(Instant::now());
+        if sender.send(pending).await.is_err() {
+            break;
+        }
+    }
+    let last_submit = Instant::now();
+    drop(sender);
+    let acked = collector.await.context("the ack collector panicked")??;
+    ensure!(
+        acked.len() == messages,
+        "{} of {messages} messages were acknowledged",
+        acked.len(),
+    );
+    Ok(Phase {
+        submitted,
+        acked,
+        last_submit,
+    })
+}
+
+async fn collect_acks(
+    mut receiver: mpsc::Receiver<PendingPublish>,
+    messages: usize,
+    bar: ProgressBar,
+) -> anyhow::Result<Vec<Instant>> {
+    let mut acked = Vec::with_capacity(messages);
+    while let Some(pending) = receiver.recv().await {
+        pending.await.context("a message was not acknowledged")?;
+        acked.push(Instant::now());
+        bar.inc(1);
+    }
+    Ok(acked)
+}
+
+/// Steady-state messages per second and the span's seconds: from the ack
+/// of the first message after the warm-up to the last ack that came while
+/// the publisher was still sending (or, when none did, the last ack).
+fn steady_rate(run: &Phase, warmup: usize) -> (f64, f64) {
+    let first = warmup.min(run.acked.len() - 1);
+    let last = run
+        .acked
+        .iter()
+        .rposition(|at| *at <= run.last_submit)
+        .filter(|last| *last > first)
+        .unwrap_or(run.acked.len() - 1);
+    let span = run.acked[last]
+        .saturating_duration_since(run.acked[first])
+        .as_secs_f64();
+    if last <= first || span <= 0.0 {
+        let whole = run
+            .acked
+            .last()
+            .expect("acked")
+            .saturating_duration_since(run.submitted[0])
+            .as_secs_f64();
+        return (run.acked.len() as f64 / whole.max(1e-9), whole);
+    }
+    ((last - first) as f64 / span, span)
+}
+
+/// One interval's runs over every round, pooled.
+struct Pooled {
+    interval_ms: u32,
+    rates: Vec<f64>,
+    median_rate: f64,
+    span_seconds: f64,
+    latency: Summary,
+    offered_rate: f64,
+    messages: usize,
+    peak_held_acks: usize,
+}
+
+fn pool(interval_ms: u32, runs: &[&Run], warmup: usize) -> Pooled {
+    let measured: Vec<(f64, f64)> = runs
+        .iter()
+        .map(|run| steady_rate(&run.saturated, warmup))
+        .collect();
+    let rates: Vec<f64> = measured.iter().map(|(rate, _)| *rate).collect();
+    let mut sorted = rates.clone();
+    sorted.sort_by(f64::total_cmp);
+    // The lower median for an even count: no round counts twice.
+    let median_rate = sorted[(sorted.len() - 1) / 2];
+    let latencies: Vec<f64> = runs
+        .iter()
+        .flat_map(|run| {
+            let paced = &run.paced;
+            paced.submitted.iter().zip(&paced.acked).skip(warmup)
+        })
+        .map(|(sent, acked)| acked.saturating_duration_since(*sent).as_secs_f64() * 1e3)
+        .collect();
+    Pooled {
+        interval_ms,
+        rates,
+        median_rate,
+        span_seconds: measured.iter().map(|(_, span)| span).sum(),
+        latency: Summary::of(&latencies),
+        offered_rate: runs[0].offered_rate,
+        messages: runs
+            .iter()
+            .map(|run| run.saturated.acked.len() + run.paced.acked.len())
+            .sum(),
+        peak_held_acks: runs.iter().map(|run| run.peak_held_acks).max().unwrap_or(0),
+    }
+}
+
+fn rows_of(runs: &[Run], args: &CommitIntervalArgs) -> Vec<IntervalRow> {
+    let mut intervals: Vec<u32> = Vec::new();
+    for run in runs {
+        if !intervals.contains(&run.interval_ms) {
+            intervals.push(run.interval_ms);
+        }
+    }
+    let pooled: Vec<Pooled> = intervals
+        .iter()
+        .map(|&interval_ms| {
+            let of_interval: Vec<&Run> = runs
+                .iter()
+                .filter(|run| run.interval_ms == interval_ms)
+                .collect();
+            pool(interval_ms, &of_interval, args.warmup)
+        })
+        .collect();
+    let base = &pooled[0];
+    pooled
+        .iter()
+        .map(|pooled| {
+            let rate = pooled.median_rate;
+            let half = f64::from(pooled.interval_ms) / 2.0;
+            let increase = pooled.latency.mean - base.latency.mean;
+            let bandwidth = rate * args.size as f64;
+            IntervalRow {
+                interval_ms: pooled.interval_ms,
+                messages: pooled.messages,
+                messages_per_second: rate,
+                round_rates: pooled.rates.clone(),
+                megabytes_per_second: bandwidth / 1e6,
+                throughput_ratio: rate / base.median_rate,
+                latency_ms: pooled.latency,
+                offered_rate: pooled.offered_rate,
+                mean_increase_ms: increase,
+                increase_over_half_interval: (pooled.interval_ms > 0).then(|| increase / half),
+                held_per_interval_bytes: bandwidth * f64::from(pooled.interval_ms) / 1e3,
+                peak_held_acks: pooled.peak_held_acks,
+                peak_held_bytes: pooled.peak_held_acks * args.size,
+                span_seconds: pooled.span_seconds,
+            }
+        })
+        .collect()
+}
+
+/// The seed's sensitivity table: one row per interval.
+pub fn table(figures: &CommitIntervalFigures, args: &CommitIntervalArgs) -> Table {
+    let offered = figures.rows.first().map_or(0.0, |row| row.offered_rate);
+    let title = format!(
+        "Output commit interval: {} of {} per interval and round for throughput (median of {} rounds), {} at {} msgs/s for latency; R = {}, {}, window {}, durability sync",
+        args.messages,
+        format_bytes(args.size),
+        args.rounds,
+        args.latency_messages,
+        fixed(offered, 0),
+        args.replicas,
+        args.protocol.name(),
+        args.window
+    );
+    let mut table = Table::new(
+        title,
+        &[
+            "T ms",
+            "msgs/s",
+            "rounds' msgs/s",
+            "vs first",
+            "MB/s",
+            "p50 ms",
+            "p99 ms",
+            "mean ms",
+            "mean increase ms",
+            "T/2 ms",
+            "increase / (T/2)",
+            "held per interval (bandwidth × T)",
+            "peak held acks (latency phase)",
+            "peak held bytes",
+        ],
+    );
+    for row in &figures.rows {
+        table.row(vec![
+            row.interval_ms.to_string(),
+            fixed(row.messages_per_second, 0),
+            row.round_rates
+                .iter()
+                .map(|rate| fixed(*rate, 0))
+                .collect::<Vec<_>>()
+                .join(" "),
+            fixed(row.throughput_ratio, 3),
+            fixed(row.megabytes_per_second, 1),
+            fixed(row.latency_ms.p50, 2),
+            fixed(row.latency_ms.p99, 2),
+            fixed(row.latency_ms.mean, 2),
+            fixed(row.mean_increase_ms, 2),
+            fixed(f64::from(row.interval_ms) / 2.0, 1),
+            row.increase_over_half_interval
+                .map_or_else(|| "-".to_string(), |ratio| fixed(ratio, 2)),
+            megabytes(row.held_per_interval_bytes),
+            row.peak_held_acks.to_string(),
+            megabytes(row.peak_held_bytes as f64),
+        ]);
+    }
+    table
+}
+
+fn megabytes(bytes: f64) -> String {
+    format!("{} MB", fixed(bytes / 1e6, 2))
+}
+
+fn write_report(args: &CommitIntervalArgs, figures: &CommitIntervalFigures) -> anyhow::Result<()> {
+    let table = table(figures, args);
+    table.print();
+    let mut output = Output::new(args.output.out_folder("commit-interval"))?;
+    output.csv("commit-interval", &table)?;
+    output.png("commit-interval-throughput", &throughput_chart(figures))?;
+    output.png("commit-interval-latency", &latency_chart(figures))?;
+    let json = serde_json::json!({
+        "experiment": "commit-interval",
+        "messages": args.messages,
+        "latency_messages": args.latency_messages,
+        "warmup": args.warmup,
+        "rounds": args.rounds,
+        "size_bytes": args.size,
+        "window": args.window,
+        "replicas": args.replicas,
+        "protocol": args.protocol.name(),
+        "table": table.to_json(),
+        "rows": figures.rows.iter().map(row_json).collect::<Vec<_>>(),
+    });
+    output.json(args.output.json.as_deref(), &json)?;
+    output.announce();
+    Ok(())
+}
+
+fn row_json(row: &IntervalRow) -> serde_json::Value {
+    serde_json::json!({
+        "interval_ms": row.interval_ms,
+        "messages": row.messages,
+        "messages_per_second": row.messages_per_second,
+        "round_messages_per_second": row.round_rates,
+        "megabytes_per_second": row.megabytes_per_second,
+        "throughput_ratio": row.throughput_ratio,
+        "ack_latency_ms": row.latency_ms.to_json(),
+        "offered_rate": row.offered_rate,
+        "mean_increase_ms": row.mean_increase_ms,
+        "increase_over_half_interval": row.increase_over_half_interval,
+        "held_per_interval_bytes": row.held_per_interval_bytes,
+        "peak_held_acks": row.peak_held_acks,
+        "peak_held_bytes": row.peak_held_bytes,
+        "span_seconds": row.span_seconds,
+    })
+}
+
+/// Messages/s against T, with the 5% band of the seed's target.
+fn throughput_chart(figures: &CommitIntervalFigures) -> Chart {
+    let mut chart = Chart::lines(
+        "Throughput against the output commit interval",
+        "interval T (ms)",
+        "messages/s",
+    );
+    let points = |pick: &dyn Fn(&IntervalRow) -> f64| {
+        let rows = figures.rows.iter();
+        rows.map(|row| (f64::from(row.interval_ms), pick(row)))
+            .collect()
+    };
+    chart.add(Series::new(
+        "measured",
+        points(&|row| row.messages_per_second),
+    ));
+    let base = figures.rows[0].messages_per_second;
+    chart.add(Series::new(
+        "95% of the first interval's",
+        points(&|_| base * 0.95),
+    ));
+    chart
+}
+
+/// Ack latency against T, with the expectation: the first interval's mean
+/// plus T/2.
+fn latency_chart(figures: &CommitIntervalFigures) -> Chart {
+    let mut chart = Chart::lines(
+        "Ack latency against the output commit interval",
+        "interval T (ms)",
+        "ack latency (ms)",
+    );
+    let points = |pick: &dyn Fn(&IntervalRow) -> f64| {
+        let rows = figures.rows.iter();
+        rows.map(|row| (f64::from(row.interval_ms), pick(row)))
+            .collect()
+    };
+    chart.add(Series::new("p50", points(&|row| row.latency_ms.p50)));
+    chart.add(Series::new("p99", points(&|row| row.latency_ms.p99)));
+    chart.add(Series::new("mean", points(&|row| row.latency_ms.mean)));
+    let base = figures.rows[0].latency_ms.mean;
+    chart.add(Series::new(
+        "first mean + T/2",
+        points(&|row| base + f64::from(row.interval_ms) / 2.0),
+    ));
+    chart
+}

@@ -1,0 +1,4 @@
+//! The engine's behaviour through its public API: events go in, effects
+//! come out.
+
+mod commit_interval;
