@@ -45,10 +45,11 @@ pub struct Published {
     pub version: u64,
     /// Some server answered that the message was already logged.
     pub duplicate: bool,
-    /// The message was sent again after a failover: unless `duplicate`,
-    /// its record carries the `possible-duplicate` flag, and a consumer
-    /// that acts on messages outside the stream should check its own
-    /// records for the event id.
+    /// The message was sent again after a failover, so it may repeat one a
+    /// reader saw before (`duplicate` says it surely was logged before). A
+    /// record the new primary logged from the resend carries the
+    /// `possible-duplicate` flag; a consumer that acts on messages outside
+    /// the stream should check its own records for such an event id.
     pub possible_duplicate: bool,
     /// The servers that acknowledged, with the version each named.
     pub acks: Vec<(ServerId, u64)>,

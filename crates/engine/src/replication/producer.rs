@@ -41,8 +41,9 @@ pub struct Acknowledged {
     pub version: u64,
     /// Some acknowledgement said the message was already logged.
     pub duplicate: bool,
-    /// The message was sent again after a failover; unless `duplicate`,
-    /// its record carries `possible-duplicate`.
+    /// The message was sent again after a failover: it may have been
+    /// logged before (`duplicate` says it surely was). A record made from
+    /// the resend carries `possible-duplicate`.
     pub possible_duplicate: bool,
     /// Every acknowledgement received: server and the version it named.
     pub acks: Vec<(ServerId, u64)>,

@@ -67,8 +67,9 @@ async fn failover(protocol: Protocol) {
         }
     }
     let mut duplicates = 0;
-    // Messages the new primary logged from a resend: their records carry
-    // possible-duplicate, and no other record does.
+    // Messages sent again after the failover. Those the new primary
+    // logged from the resend carry possible-duplicate; no record of a
+    // message sent once does.
     let mut marked = std::collections::BTreeSet::new();
     for sent in pending {
         let published = tokio::time::timeout(Duration::from_secs(30), sent)
@@ -76,7 +77,7 @@ async fn failover(protocol: Protocol) {
             .unwrap_or_else(|_| panic!("{protocol}: a message is done within 30 s"))
             .expect("accepted");
         duplicates += u64::from(published.duplicate);
-        if published.possible_duplicate && !published.duplicate {
+        if published.possible_duplicate {
             marked.insert(published.event);
         }
         history.acked.push(Acked {
@@ -124,6 +125,7 @@ async fn failover(protocol: Protocol) {
         .iter()
         .map(|(id, folder)| replica_log(folder, &name, info.id, format!("server-{id}")))
         .collect();
+    let mut flagged_total = 0;
     for (id, data) in &data {
         let folder = data.join("streams").join(&name).join("log");
         let mut flagged = std::collections::BTreeSet::new();
@@ -133,16 +135,18 @@ async fn failover(protocol: Protocol) {
             }
         })
         .unwrap();
-        assert_eq!(
-            flagged, marked,
-            "{protocol}: server {id}'s possible-duplicate records"
+        assert!(
+            flagged.is_subset(&marked),
+            "{protocol}: server {id} flags records of messages sent once: {:?}",
+            flagged.difference(&marked).collect::<Vec<_>>()
         );
+        flagged_total = flagged_total.max(flagged.len());
     }
     let report = checker::check(std::slice::from_ref(&history), &logs, None);
     assert!(report.is_clean(), "{protocol}: {report}");
     assert_eq!(report.acknowledged, 600, "{protocol}: {report}");
     eprintln!(
-        "{protocol}: all 600 acknowledged {:.0} ms after the stop, {duplicates} as duplicates, {} marked possible-duplicate",
+        "{protocol}: all 600 acknowledged {:.0} ms after the stop, {duplicates} as duplicates, {} resent, {flagged_total} records flagged possible-duplicate",
         recovered.as_secs_f64() * 1e3,
         marked.len()
     );
