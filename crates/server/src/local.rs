@@ -47,6 +47,15 @@ impl LocalServer {
         })
     }
 
+    /// Returns once the server has joined the cluster (at most 30 s).
+    async fn joined(&self) -> Result<(), String> {
+        let ready =
+            tokio::time::timeout(std::time::Duration::from_secs(30), self.state.wait_ready());
+        ready
+            .await
+            .map_err(|_| format!("server {} did not join the cluster within 30 s", self.id))
+    }
+
     /// Stops serving and closes the logs (pending records are written).
     pub async fn stop(mut self) {
         if let Some(stop) = self.stop.take() {
@@ -60,6 +69,26 @@ impl LocalServer {
         // threads, so it happens off the runtime.
         let _ = tokio::task::spawn_blocking(move || drop(state)).await;
     }
+}
+
+/// Server `id`'s configuration: data in `<folder>/server-<id>`, and every
+/// server of `addresses` but itself (the `id`-th) as a peer.
+fn config_for(folder: &Path, id: u32, addresses: &[SocketAddr]) -> ServerConfig {
+    let mut config = ServerConfig::new(folder.join(format!("server-{id}")));
+    config.cluster = ClusterConfig {
+        me: id,
+        peers: addresses
+            .iter()
+            .enumerate()
+            .filter(|(index, _)| *index as u32 + 1 != id)
+            .map(|(index, address)| Peer {
+                id: index as u32 + 1,
+                address: address.to_string(),
+            })
+            .collect(),
+        ..ClusterConfig::default()
+    };
+    config
 }
 
 pub struct LocalCluster {
@@ -94,36 +123,13 @@ impl LocalCluster {
         let mut configs = Vec::with_capacity(count);
         for (index, listener) in listeners.into_iter().enumerate() {
             let id = index as u32 + 1;
-            let data = folder.join(format!("server-{id}"));
-            let mut config = ServerConfig::new(&data);
-            config.cluster = ClusterConfig {
-                me: id,
-                peers: addresses
-                    .iter()
-                    .enumerate()
-                    .filter(|(other, _)| *other != index)
-                    .map(|(other, address)| Peer {
-                        id: other as u32 + 1,
-                        address: address.to_string(),
-                    })
-                    .collect(),
-                ..ClusterConfig::default()
-            };
+            let mut config = config_for(folder, id, &addresses);
             configure(&mut config);
             configs.push(config.clone());
             servers.push(LocalServer::run(id, listener, config)?);
         }
         for server in &servers {
-            let ready = tokio::time::timeout(
-                std::time::Duration::from_secs(30),
-                server.state.wait_ready(),
-            );
-            if ready.await.is_err() {
-                return Err(format!(
-                    "server {} did not join the cluster within 30 s",
-                    server.id
-                ));
-            }
+            server.joined().await?;
         }
         Ok(LocalCluster {
             servers,
@@ -153,13 +159,7 @@ impl LocalCluster {
             .await
             .map_err(|e| format!("binding {address} again: {e}"))?;
         let server = LocalServer::run(id, listener, self.configs[id as usize - 1].clone())?;
-        let ready = tokio::time::timeout(
-            std::time::Duration::from_secs(30),
-            server.state.wait_ready(),
-        );
-        if ready.await.is_err() {
-            return Err(format!("server {id} did not join within 30 s"));
-        }
+        server.joined().await?;
         self.servers.push(server);
         self.servers.sort_by_key(|s| s.id);
         Ok(())
@@ -179,31 +179,12 @@ impl LocalCluster {
             .map_err(|e| format!("binding a loopback port: {e}"))?;
         let address = listener.local_addr().expect("bound listener");
         let id = self.addresses.len() as u32 + 1;
-        let mut config = ServerConfig::new(folder.join(format!("server-{id}")));
-        config.cluster = ClusterConfig {
-            me: id,
-            peers: self
-                .addresses
-                .iter()
-                .enumerate()
-                .map(|(index, address)| Peer {
-                    id: index as u32 + 1,
-                    address: address.to_string(),
-                })
-                .collect(),
-            ..ClusterConfig::default()
-        };
+        let mut config = config_for(folder, id, &self.addresses);
         configure(&mut config);
         self.addresses.push(address);
         self.configs.push(config.clone());
         let server = LocalServer::run(id, listener, config)?;
-        let ready = tokio::time::timeout(
-            std::time::Duration::from_secs(30),
-            server.state.wait_ready(),
-        );
-        if ready.await.is_err() {
-            return Err(format!("server {id} did not join within 30 s"));
-        }
+        server.joined().await?;
         self.servers.push(server);
         Ok(id)
     }

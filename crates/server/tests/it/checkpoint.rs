@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use client::{Client, ClientError, DurabilityConfig, ErrorCode};
+use client::{Client, DurabilityConfig};
 use server::{ServerConfig, StreamMeta};
 
 use crate::harness::{fetch_all, quick_client_config, TestServer};
@@ -75,29 +75,8 @@ async fn a_restart_recovers_from_a_checkpoint_that_remembers_event_ids_whose_rec
     drop(handle);
 
     // Readers of a deleted version are told the oldest available.
-    match client.fetch(stream.id, 1, 10).await {
-        Err(ClientError::Server {
-            code: ErrorCode::VersionUnavailable,
-            message,
-        }) => assert!(
-            message.contains(&format!("the oldest available is {oldest}")),
-            "{message}"
-        ),
-        other => panic!("fetch from version 1: {other:?}"),
-    }
-    let mut subscription = client.subscribe(stream.id, 1).await.unwrap();
-    let first = tokio::time::timeout(Duration::from_secs(5), subscription.next())
-        .await
-        .expect("an answer within 5 s");
-    match first {
-        Some(Err(ClientError::Server {
-            code: ErrorCode::VersionUnavailable,
-            message,
-        })) => assert!(message.contains(&oldest.to_string()), "{message}"),
-        other => panic!("subscribe from version 1: {other:?}"),
-    }
+    crate::harness::assert_version_1_unavailable(&client, stream.id, oldest).await;
     let client_id = client.client_id();
-    drop(subscription);
     drop(client);
     server.stop().await;
 

@@ -241,3 +241,31 @@ pub fn panics_where(matches: impl Fn(&str) -> bool) -> usize {
         .map(|names| names.iter().filter(|n| matches(n)).count())
         .unwrap_or(0)
 }
+
+/// Asserts that both a fetch and a subscription from version 1 of `stream`
+/// are refused with `VersionUnavailable`, naming `oldest` as the oldest
+/// version the log still holds.
+pub async fn assert_version_1_unavailable(client: &client::Client, stream: u64, oldest: u64) {
+    use client::{ClientError, ErrorCode};
+    match client.fetch(stream, 1, 10).await {
+        Err(ClientError::Server {
+            code: ErrorCode::VersionUnavailable,
+            message,
+        }) => assert!(
+            message.contains(&format!("oldest available is {oldest}")),
+            "{message}"
+        ),
+        other => panic!("fetch from version 1: {other:?}"),
+    }
+    let mut subscription = client.subscribe(stream, 1).await.unwrap();
+    let first = tokio::time::timeout(std::time::Duration::from_secs(5), subscription.next())
+        .await
+        .expect("an answer within 5 s");
+    match first {
+        Some(Err(ClientError::Server {
+            code: ErrorCode::VersionUnavailable,
+            message,
+        })) => assert!(message.contains(&oldest.to_string()), "{message}"),
+        other => panic!("subscribe from version 1: {other:?}"),
+    }
+}
