@@ -22,6 +22,17 @@ fn fast(config: &mut server::ServerConfig) {
     config.replication.gap_timeout_ms = 30;
 }
 
+/// A publisher of the stream `info` with 16 messages in flight that
+/// resends after 200 ms.
+async fn publisher(info: &client::StreamInfo) -> Publisher {
+    let config = PublisherConfig {
+        window: 16,
+        retry: Duration::from_millis(200),
+        ..PublisherConfig::default()
+    };
+    Publisher::connect(info, config).await.unwrap()
+}
+
 async fn failover(protocol: Protocol) {
     let folder = tempfile::tempdir().unwrap();
     let mut cluster = LocalCluster::start(3, folder.path(), fast).await.unwrap();
@@ -33,16 +44,7 @@ async fn failover(protocol: Protocol) {
         .create_stream_with(&name, DurabilityConfig::Sync, protocol, 3)
         .await
         .unwrap();
-    let publisher = Publisher::connect(
-        &info,
-        PublisherConfig {
-            window: 16,
-            retry: Duration::from_millis(200),
-            ..PublisherConfig::default()
-        },
-    )
-    .await
-    .unwrap();
+    let publisher = publisher(&info).await;
     let mut history = ClientHistory::default();
     let mut pending = Vec::new();
     let mut stopped_at = None;
@@ -334,16 +336,7 @@ async fn a_server_no_one_was_configured_with_joins_and_holds_a_replica() {
         )
         .await
         .unwrap();
-    let publisher = Publisher::connect(
-        &info,
-        PublisherConfig {
-            window: 16,
-            retry: Duration::from_millis(200),
-            ..PublisherConfig::default()
-        },
-    )
-    .await
-    .unwrap();
+    let publisher = publisher(&info).await;
     let mut history = ClientHistory::default();
     let send = async |history: &mut ClientHistory, from: u64| {
         let mut pending = Vec::new();
