@@ -45,13 +45,12 @@
 //!   joins, cuts its log after `truncate_after`, replays it into a new
 //!   replica, starts it, and follows the placement. Messages to or from a
 //!   process that has died or restarted since they were sent are lost.
-//! - **Failover for clients.** A client that sees a new placement builds a
-//!   producer of the same session for it and sends every unfinished
-//!   message again, same event id and content (`Producer` cannot change
-//!   placement; the rebuilt one may give a resent message another
-//!   low-water mark, which the byte comparisons allow for that field of
-//!   those records only). A writer starting after the last restart checks
-//!   that writes are acknowledged again.
+//! - **Failover for clients.** A client that sees a new placement hands it
+//!   to its producer (`Producer::reconfigure`, as the client library's
+//!   publisher does), which sends every unfinished message again, same
+//!   event id and content, marked resent when the epoch changed. A writer
+//!   starting after the last restart checks that writes are acknowledged
+//!   again.
 //! - **Client crashes.** A planned crash stops a client process for good:
 //!   it sends nothing more and its messages in flight are abandoned. A new
 //!   process with a fresh client id may take over the slot's remaining

@@ -71,10 +71,6 @@ pub struct Counters {
     /// alone held them when it crashed (`server-async`, `client-async`, a
     /// `hybrid` stream's client-async messages).
     pub acked_lost_in_window: u64,
-    /// Messages a producer rebuilt for a new placement sent again with
-    /// another low-water mark than their first send (`Producer` has no way
-    /// to change placement, so a new one resends them).
-    pub low_water_changed: u64,
     /// Sums of the replicas' metrics.
     pub voided: u64,
     pub gap_requests: u64,

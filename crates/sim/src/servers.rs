@@ -539,20 +539,9 @@ impl World<'_> {
             }
     }
 
-    /// Whether two records are the same bytes. A message the harness sent
-    /// again with another low-water mark (a producer rebuilt for a new
-    /// placement cannot keep the first one) may differ in that field only.
+    /// Whether two records are the same bytes.
     pub(crate) fn same_record(&self, a: &Entry, b: &Entry) -> bool {
-        if std::sync::Arc::ptr_eq(&a.bytes, &b.bytes) || a.bytes == b.bytes {
-            return true;
-        }
-        let event = a.header.event;
-        if !self.low_water_changed.contains(&event) {
-            return false;
-        }
-        let (mut first, second) = (a.record(), b.record());
-        first.header.low_water = second.header.low_water;
-        first == second
+        std::sync::Arc::ptr_eq(&a.bytes, &b.bytes) || a.bytes == b.bytes
     }
 
     /// Readers never see a version go away (within a process), nor one

@@ -186,10 +186,6 @@ pub(crate) struct World<'a> {
     /// Events some client sent by the client-async flow (`Tagged`): a
     /// `hybrid` primary stamps those under the first-replica rule.
     pub(crate) tagged: BTreeSet<EventId>,
-    /// The low-water mark each event was first sent with, and the events
-    /// a rebuilt producer sent again with another one.
-    first_low_water: BTreeMap<EventId, u64>,
-    pub(crate) low_water_changed: BTreeSet<EventId>,
     pub(crate) counters: Counters,
     failures: Vec<String>,
     failures_unlisted: usize,
@@ -240,8 +236,6 @@ impl<'a> World<'a> {
             quorum_reached: BTreeMap::new(),
             stamped_rules: BTreeMap::new(),
             tagged: BTreeSet::new(),
-            first_low_water: BTreeMap::new(),
-            low_water_changed: BTreeSet::new(),
             counters: Counters::default(),
             failures: Vec::new(),
             failures_unlisted: 0,
@@ -545,13 +539,6 @@ impl<'a> World<'a> {
                 let event = content.event;
                 if matches!(msg, Msg::Tagged(_)) {
                     self.tagged.insert(event);
-                }
-                let first = *self
-                    .first_low_water
-                    .entry(event)
-                    .or_insert(content.low_water);
-                if first != content.low_water && self.low_water_changed.insert(event) {
-                    self.counters.low_water_changed += 1;
                 }
             }
             self.transmit(from, to, msg);
