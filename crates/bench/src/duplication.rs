@@ -251,6 +251,10 @@ pub fn run(args: DuplicationArgs) -> anyhow::Result<DuplicationFigures> {
 
 fn validate(args: &DuplicationArgs) -> anyhow::Result<()> {
     ensure!(
+        args.durability != Durability::Sender,
+        "bench duplication runs the client-driven protocols too; sender-based logging applies to the forward protocols only"
+    );
+    ensure!(
         !args.clients.is_empty() && args.clients.iter().all(|c| *c > 0),
         "--clients needs at least one count, each at least 1"
     );

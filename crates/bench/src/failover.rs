@@ -79,9 +79,22 @@ pub struct FailoverArgs {
     /// The stream's replication protocol.
     #[arg(long, value_parser = parse_protocol, default_value = "one-hop-ack-client")]
     pub protocol: Protocol,
-    /// Durability of the stream: `sync` or `memory`.
+    /// Durability of the stream: `sync`, `memory` or `sender` (sender-based
+    /// logging: the servers write partly filled pages every
+    /// `--page-flush-ms` and take resends for `--sender-recovery-ms` after
+    /// a restart; with `--servers 1` every kill restarts the one server,
+    /// which recovers from its clients' copies).
     #[arg(long, value_enum, default_value = "sync")]
     pub durability: Durability,
+    /// `sender`: the servers' page flush interval in milliseconds (the
+    /// larger, the more a SIGKILL loses from the log and the clients must
+    /// resend).
+    #[arg(long, default_value_t = 20)]
+    pub page_flush_ms: u64,
+    /// `sender`: how long a restarted primary takes resends, in
+    /// milliseconds.
+    #[arg(long, default_value_t = 1_000)]
+    pub sender_recovery_ms: u64,
     /// Milliseconds between a restart and the next kill.
     #[arg(long, default_value_t = 1_000)]
     pub settle_ms: u64,
@@ -233,8 +246,9 @@ const RECOVERY_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub fn run(args: FailoverArgs) -> anyhow::Result<FailoverFigures> {
     ensure!(
-        (2..=9).contains(&args.servers),
-        "--servers must be between 2 and 9"
+        (2..=9).contains(&args.servers)
+            || (args.servers == 1 && args.durability == Durability::Sender),
+        "--servers must be between 2 and 9 (1 only with --durability sender)"
     );
     ensure!(args.messages > 0, "--messages must be at least 1");
     ensure!(
@@ -248,7 +262,17 @@ pub fn run(args: FailoverArgs) -> anyhow::Result<FailoverFigures> {
     );
     let binary = binary_or_self(&args.server_binary)?;
     let data = args.output.data_folder("failover")?;
-    let cluster = ProcessCluster::start(&binary, data.path(), args.servers, &[])?;
+    let extra: Vec<String> = if args.durability == Durability::Sender {
+        vec![
+            "--page-flush-ms".into(),
+            args.page_flush_ms.to_string(),
+            "--sender-recovery-ms".into(),
+            args.sender_recovery_ms.to_string(),
+        ]
+    } else {
+        Vec::new()
+    };
+    let cluster = ProcessCluster::start(&binary, data.path(), args.servers, &extra)?;
     let runtime = output::runtime()?;
     let figures = runtime.block_on(drive(&args, cluster));
     if args.keep {
@@ -407,6 +431,12 @@ async fn drive(
         let acknowledged_before = completed.borrow().acknowledged;
         tokio::task::block_in_place(|| cluster.kill(victim))?;
         let killed_at = Instant::now();
+        let alone = args.servers == 1;
+        if alone {
+            // No other server takes over: the one server comes back and
+            // recovers what its log lost from the publisher's copies.
+            tokio::task::block_in_place(|| cluster.start_server(victim))?;
+        }
         let recovered = tokio::time::timeout(
             RECOVERY_TIMEOUT,
             completed.wait_for(|c| c.submitted > killed_at),
@@ -435,7 +465,9 @@ async fn drive(
             primary_after: after.primary,
             epoch_after: after.epoch,
         });
-        tokio::task::block_in_place(|| cluster.start_server(victim))?;
+        if !alone {
+            tokio::task::block_in_place(|| cluster.start_server(victim))?;
+        }
         tokio::time::sleep(Duration::from_millis(args.settle_ms)).await;
         progress.inc(1);
     }

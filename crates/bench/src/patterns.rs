@@ -300,6 +300,10 @@ fn validate(args: &PatternsArgs) -> anyhow::Result<()> {
     );
     ensure!(args.window > 0, "--window must be at least 1");
     ensure!(
+        !args.durability.contains(&Durability::Sender),
+        "bench patterns compares sync and memory; sender-based logging applies to the forward protocols only (bench logging and bench failover measure it)"
+    );
+    ensure!(
         args.payloads
             .iter()
             .chain([&args.latency_payload])
@@ -396,7 +400,7 @@ async fn run_cell(
     cluster.delete(&info).await?;
     let batch = match durability {
         Durability::Sync => batch_of(&logs),
-        Durability::Memory => None,
+        Durability::Memory | Durability::Sender => None,
     };
     let seconds = run.seconds();
     Ok(PatternCell {

@@ -37,13 +37,22 @@ pub enum Durability {
     Sync,
     /// No disk: the replicas keep records in memory.
     Memory,
+    /// Sender-based logging: the log goes through a page buffer written in
+    /// the background, and the client keeps each message until the
+    /// primary's checkpoint covers it (forward protocols only).
+    Sender,
 }
+
+/// The page buffer of the experiments' `sender` streams.
+pub const SENDER_PAGES: u16 = 4;
+pub const SENDER_PAGE_SIZE: u32 = 4 * 1024 * 1024;
 
 impl Durability {
     pub fn name(self) -> &'static str {
         match self {
             Durability::Sync => "sync",
             Durability::Memory => "memory",
+            Durability::Sender => "sender",
         }
     }
 
@@ -51,6 +60,10 @@ impl Durability {
         match self {
             Durability::Sync => DurabilityConfig::Sync,
             Durability::Memory => DurabilityConfig::Memory,
+            Durability::Sender => DurabilityConfig::Sender {
+                pages: SENDER_PAGES,
+                page_size: SENDER_PAGE_SIZE,
+            },
         }
     }
 }

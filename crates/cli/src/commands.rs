@@ -24,14 +24,21 @@ pub struct DurabilityArgs {
     /// `sync`: ack after write + fdatasync (group commit); nothing
     /// acknowledged is lost by a crash. `paged`: ack once copied into a
     /// page buffer of `--pages` x `--page-size` bytes written in the
-    /// background; a crash loses at most what the pages held. `memory`: no
-    /// disk; a crash or restart loses everything.
-    #[arg(long, default_value = "sync", value_parser = ["sync", "paged", "memory"])]
+    /// background; a crash loses at most what the pages held. `sender`:
+    /// sender-based logging: the primary returns each message's version at
+    /// once, the client confirms it and keeps the message until the
+    /// primary's checkpoint covers it, and the log is written through the
+    /// page buffer; a crash of the server alone loses nothing acknowledged
+    /// (forward protocols only: one-hop, one-hop-ack-client, server-async,
+    /// server-sync). `memory`: no disk; a crash or restart loses
+    /// everything.
+    #[arg(long, default_value = "sync", value_parser = ["sync", "paged", "sender", "memory"])]
     pub durability: String,
-    /// Pages of the `paged` buffer.
+    /// Pages of the `paged` or `sender` buffer.
     #[arg(long, default_value_t = 2)]
     pub pages: u16,
-    /// Bytes per page of the `paged` buffer; must hold the largest message.
+    /// Bytes per page of the `paged` or `sender` buffer; must hold the
+    /// largest message.
     #[arg(long, default_value_t = 4 * 1024 * 1024)]
     pub page_size: u32,
 }
@@ -41,6 +48,10 @@ impl DurabilityArgs {
         match self.durability.as_str() {
             "memory" => DurabilityConfig::Memory,
             "paged" => DurabilityConfig::Paged {
+                pages: self.pages,
+                page_size: self.page_size,
+            },
+            "sender" => DurabilityConfig::Sender {
                 pages: self.pages,
                 page_size: self.page_size,
             },

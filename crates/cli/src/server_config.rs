@@ -56,6 +56,16 @@ pub struct ServerArgs {
     /// logged since the last one (0: never by count). [default: 1000000]
     #[arg(long)]
     pub checkpoint_records: Option<u64>,
+    /// `sender` streams: write a checkpoint this often, in milliseconds;
+    /// clients drop the copies of messages it covers, so this bounds what
+    /// they hold. [default: 1000]
+    #[arg(long)]
+    pub sender_checkpoint_ms: Option<u64>,
+    /// `sender` streams: after a restart, the primary takes its clients'
+    /// copies for this many milliseconds before it places them, voids the
+    /// versions no one resent and takes new messages. [default: 3000]
+    #[arg(long)]
+    pub sender_recovery_ms: Option<u64>,
     /// Retention of streams that set none: keep at least this many bytes
     /// of log; older whole segments that a checkpoint covers are deleted
     /// (0: no size limit). [default: 0]
@@ -137,6 +147,8 @@ struct ServerFile {
     memory_retain_bytes: Option<usize>,
     checkpoint_interval_ms: Option<u64>,
     checkpoint_records: Option<u64>,
+    sender_checkpoint_ms: Option<u64>,
+    sender_recovery_ms: Option<u64>,
     retain_bytes: Option<u64>,
     retain_ms: Option<u64>,
     id: Option<u32>,
@@ -187,6 +199,12 @@ pub fn resolve(args: &ServerArgs) -> anyhow::Result<(String, server::ServerConfi
     merge!(retain_ms);
     if let Some(milliseconds) = args.checkpoint_interval_ms.or(file.checkpoint_interval_ms) {
         config.checkpoint_interval = Duration::from_millis(milliseconds);
+    }
+    if let Some(milliseconds) = args.sender_checkpoint_ms.or(file.sender_checkpoint_ms) {
+        config.sender_checkpoint_interval = Duration::from_millis(milliseconds.max(1));
+    }
+    if let Some(milliseconds) = args.sender_recovery_ms.or(file.sender_recovery_ms) {
+        config.replication.sender_recovery_ms = milliseconds;
     }
     if let Some(milliseconds) = args.page_flush_ms.or(file.page_flush_ms) {
         config.page_flush_interval = Duration::from_millis(milliseconds);

@@ -67,6 +67,9 @@ pub struct PublisherConfig {
     /// The session (producer) number within the client.
     pub session: u64,
     pub connect_timeout: Duration,
+    /// Sender-based logging: past this many bytes of acknowledged messages
+    /// kept for the primary's next checkpoint, new sends wait.
+    pub held_bytes_max: usize,
 }
 
 impl Default for PublisherConfig {
@@ -77,6 +80,7 @@ impl Default for PublisherConfig {
             client_id: None,
             session: 1,
             connect_timeout: Duration::from_secs(5),
+            held_bytes_max: 256 * 1024 * 1024,
         }
     }
 }
@@ -108,6 +112,15 @@ pub struct Publisher {
     client_id: u128,
     protocol: Protocol,
     mode: Arc<std::sync::atomic::AtomicU8>,
+    held: Arc<Held>,
+}
+
+/// Sender-based logging: the done messages the task keeps until the
+/// primary's checkpoint covers them, and their bytes.
+#[derive(Default)]
+struct Held {
+    messages: std::sync::atomic::AtomicUsize,
+    bytes: std::sync::atomic::AtomicUsize,
 }
 
 /// A message sent and not yet done.
@@ -162,7 +175,7 @@ impl Publisher {
             tokio::spawn(run_link(
                 replica.id,
                 link_config,
-                client_id,
+                (client_id, info.id),
                 Some(connection),
                 outgoing_receiver,
                 incoming.clone(),
@@ -190,12 +203,14 @@ impl Publisher {
             placement,
             ProducerSettings {
                 retry_ms: config.retry.as_millis() as u64,
+                sender_logging: matches!(info.durability, proto::DurabilityConfig::Sender { .. }),
             },
         );
         // Unbounded in type only: the window's permits bound it.
         let (commands, command_receiver) = mpsc::unbounded_channel();
         let window = Arc::new(Semaphore::new(config.window.max(1)));
         let mode = Arc::new(std::sync::atomic::AtomicU8::new(0));
+        let held = Arc::new(Held::default());
         let task = Task {
             stream: info.id,
             producer,
@@ -214,6 +229,8 @@ impl Publisher {
             started: Instant::now(),
             mode: Arc::clone(&mode),
             refusals,
+            held: Arc::clone(&held),
+            held_bytes_max: config.held_bytes_max,
         };
         tokio::spawn(task.run(command_receiver, incoming_receiver, infos_receiver));
         Ok(Publisher {
@@ -226,7 +243,19 @@ impl Publisher {
             client_id,
             protocol,
             mode,
+            held,
         })
+    }
+
+    /// Sender-based logging (durability `sender`): the messages this
+    /// publisher still keeps after they were acknowledged, until the
+    /// primary's checkpoint covers them, and their key and payload bytes.
+    pub fn held(&self) -> (usize, usize) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (
+            self.held.messages.load(Relaxed),
+            self.held.bytes.load(Relaxed),
+        )
     }
 
     pub fn client_id(&self) -> u128 {
@@ -301,6 +330,8 @@ struct Task {
     started: Instant,
     mode: Arc<std::sync::atomic::AtomicU8>,
     refusals: Refusals,
+    held: Arc<Held>,
+    held_bytes_max: usize,
 }
 
 /// The server's words for messages refused for good, by sequence, so the
@@ -310,6 +341,12 @@ type Refusals = Arc<std::sync::Mutex<HashMap<u64, String>>>;
 impl Task {
     fn now(&self) -> u64 {
         self.started.elapsed().as_millis() as u64
+    }
+
+    /// Sender-based logging: the copies kept for the primary's checkpoint
+    /// fill their budget; new sends wait for the next checkpoint.
+    fn held_full(&self) -> bool {
+        self.producer.held().1 > self.held_bytes_max
     }
 
     async fn run(
@@ -324,7 +361,7 @@ impl Task {
         let mut closed = false;
         loop {
             tokio::select! {
-                command = commands.recv(), if !closed => match command {
+                command = commands.recv(), if !closed && !self.held_full() => match command {
                     Some(command) => {
                         let now = self.now();
                         self.take(command, now, &mut out);
@@ -356,6 +393,9 @@ impl Task {
             // per server carries many messages.
             let now = self.now();
             for _ in 0..1024 {
+                if self.held_full() {
+                    break;
+                }
                 match commands.try_recv() {
                     Ok(command) => self.take(command, now, &mut out),
                     Err(_) => break,
@@ -369,6 +409,13 @@ impl Task {
             }
             self.flush(&mut out).await;
             self.complete();
+            let (messages, bytes) = self.producer.held();
+            self.held
+                .messages
+                .store(messages, std::sync::atomic::Ordering::Relaxed);
+            self.held
+                .bytes
+                .store(bytes, std::sync::atomic::Ordering::Relaxed);
             if closed && self.waiting.is_empty() {
                 return;
             }
@@ -444,7 +491,7 @@ impl Task {
             tokio::spawn(run_link(
                 replica.id,
                 link_config,
-                self.client_id,
+                (self.client_id, self.stream),
                 None,
                 outgoing_receiver,
                 self.incoming.clone(),
@@ -574,6 +621,9 @@ fn encode_submit(out: &mut Vec<u8>, stream: u64, msg: &Msg) {
             *event,
             *low_water,
         ),
+        Msg::Confirm { event, version } => {
+            (proto::frame::SUBMIT_CONFIRM, *version, 0, &empty, *event, 0)
+        }
         _ => return,
     };
     let kind = if content.resent {
@@ -667,7 +717,7 @@ async fn run_refresher(
 async fn run_link(
     server: ServerId,
     config: ClientConfig,
-    client: u128,
+    (client, stream): (u128, u64),
     first: Option<driver::Connection>,
     mut outgoing: mpsc::Receiver<Vec<u8>>,
     incoming: mpsc::Sender<Vec<(ServerId, Msg)>>,
@@ -751,6 +801,15 @@ async fn run_link(
                                 }
                                 if let Some(refusal) = refusal {
                                     answers.push((server, Msg::Refused { event, refusal }));
+                                }
+                            }
+                            Ok(Some(Frame::Checkpointed { stream: of, version, flags })) => {
+                                // Notes of other streams reach every client.
+                                if of == stream {
+                                    answers.push((server, Msg::Checkpointed {
+                                        through: version,
+                                        resend: flags & proto::frame::CHECKPOINTED_FLAG_RESEND != 0,
+                                    }));
                                 }
                             }
                             Ok(Some(frame)) => answers.extend(answer_msg(client, frame)),

@@ -19,6 +19,9 @@ pub const SUBMIT_WRITE: u8 = 1;
 pub const SUBMIT_TAGGED: u8 = 2;
 pub const SUBMIT_RESERVE: u8 = 3;
 pub const SUBMIT_PLACED: u8 = 4;
+/// Sender-based logging: the client holds the message (`session`,
+/// `sequence`) with `version`; no key or payload.
+pub const SUBMIT_CONFIRM: u8 = 5;
 /// `Submit` kind bit: the message is sent again after a failover (its
 /// record carries `possible-duplicate`).
 pub const SUBMIT_FLAG_RESENT: u8 = 0x80;
@@ -65,6 +68,7 @@ mod kind {
     pub const ACKED: u8 = 0x8A;
     pub const STAMPED: u8 = 0x8B;
     pub const REFUSED: u8 = 0x8C;
+    pub const CHECKPOINTED: u8 = 0x8D;
 }
 
 /// How a stream's log reaches the disk.
@@ -78,6 +82,44 @@ pub enum DurabilityConfig {
     /// Seed 004's paged buffer: `pages` × `page_size` bytes, pages written
     /// asynchronously. A crash loses at most what the pages held.
     Paged { pages: u16, page_size: u32 },
+    /// Sender-based message logging (seed 000): the log is written through
+    /// a page buffer like `Paged`, and the client keeps each message with
+    /// its version until the primary's checkpoint covers it, so a crash of
+    /// the server alone loses nothing acknowledged.
+    Sender { pages: u16, page_size: u32 },
+}
+
+impl DurabilityConfig {
+    /// The mode's name and its buffer's settings, as stream files and the
+    /// control plane keep them.
+    pub fn parts(self) -> (&'static str, u16, u32) {
+        match self {
+            DurabilityConfig::Memory => ("memory", 0, 0),
+            DurabilityConfig::Sync => ("sync", 0, 0),
+            DurabilityConfig::Paged { pages, page_size } => ("paged", pages, page_size),
+            DurabilityConfig::Sender { pages, page_size } => ("sender", pages, page_size),
+        }
+    }
+
+    /// The inverse of [`DurabilityConfig::parts`].
+    pub fn from_parts(mode: &str, pages: u16, page_size: u32) -> Result<Self, String> {
+        match mode {
+            "memory" => Ok(DurabilityConfig::Memory),
+            "sync" => Ok(DurabilityConfig::Sync),
+            "paged" => Ok(DurabilityConfig::Paged { pages, page_size }),
+            "sender" => Ok(DurabilityConfig::Sender { pages, page_size }),
+            other => Err(format!("unknown durability {other:?}")),
+        }
+    }
+
+    /// The page buffer of `paged` and `sender`.
+    pub fn pages(self) -> Option<(u16, u32)> {
+        match self {
+            DurabilityConfig::Paged { pages, page_size }
+            | DurabilityConfig::Sender { pages, page_size } => Some((pages, page_size)),
+            _ => None,
+        }
+    }
 }
 
 /// What durability an acknowledgement reports.
@@ -415,7 +457,18 @@ pub enum Frame {
         code: ErrorCode,
         message: String,
     },
+    /// Sender-based logging: the primary's newest checkpoint covers every
+    /// version up to `version`; flag 1: it restarted, resend the copies
+    /// held past it.
+    Checkpointed {
+        stream: u64,
+        version: u64,
+        flags: u8,
+    },
 }
+
+/// `Checkpointed` flag: resend every message held past the checkpoint.
+pub const CHECKPOINTED_FLAG_RESEND: u8 = 1;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum FrameError {
@@ -446,6 +499,7 @@ fn put_durability(out: &mut Vec<u8>, durability: DurabilityConfig) {
         DurabilityConfig::Memory => (0u8, 0u16, 0u32),
         DurabilityConfig::Sync => (1, 0, 0),
         DurabilityConfig::Paged { pages, page_size } => (2, pages, page_size),
+        DurabilityConfig::Sender { pages, page_size } => (3, pages, page_size),
     };
     out.push(mode);
     out.extend_from_slice(&pages.to_le_bytes());
@@ -548,6 +602,7 @@ impl Reader<'_> {
             0 => Some(DurabilityConfig::Memory),
             1 => Some(DurabilityConfig::Sync),
             2 => Some(DurabilityConfig::Paged { pages, page_size }),
+            3 => Some(DurabilityConfig::Sender { pages, page_size }),
             _ => None,
         }
     }
@@ -824,6 +879,16 @@ impl Frame {
                 out.extend_from_slice(&epoch.to_le_bytes());
                 out.push(*flags);
                 kind::STAMPED
+            }
+            Frame::Checkpointed {
+                stream,
+                version,
+                flags,
+            } => {
+                out.extend_from_slice(&stream.to_le_bytes());
+                out.extend_from_slice(&version.to_le_bytes());
+                out.push(*flags);
+                kind::CHECKPOINTED
             }
             Frame::Refused {
                 stream,
@@ -1192,6 +1257,16 @@ impl Frame {
                     })
                 })(),
                 "stamped",
+            ),
+            kind::CHECKPOINTED => (
+                (|| {
+                    Some(Frame::Checkpointed {
+                        stream: reader.u64()?,
+                        version: reader.u64()?,
+                        flags: reader.u8()?,
+                    })
+                })(),
+                "checkpointed",
             ),
             kind::REFUSED => (
                 (|| {
@@ -1605,6 +1680,11 @@ mod tests {
                 epoch: 2,
                 flags: 0,
             },
+            Frame::Checkpointed {
+                stream: 5,
+                version: 9_000,
+                flags: CHECKPOINTED_FLAG_RESEND,
+            },
             Frame::Refused {
                 stream: 5,
                 session: 1,
@@ -1632,6 +1712,17 @@ mod tests {
                 protocol: 5,
                 replicas: 3,
                 commit_interval_ms: 20,
+            },
+            Frame::CreateStream {
+                request: 1,
+                name: "orders".into(),
+                durability: DurabilityConfig::Sender {
+                    pages: 4,
+                    page_size: 1 << 20,
+                },
+                protocol: 5,
+                replicas: 3,
+                commit_interval_ms: 0,
             },
             Frame::DeleteStream {
                 request: 2,

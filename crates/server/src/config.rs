@@ -137,6 +137,9 @@ pub struct ServerConfig {
     /// logged since its last one, checked every second (0: no such
     /// trigger).
     pub checkpoint_records: u64,
+    /// How often a `sender` stream writes a checkpoint: its clients drop
+    /// the copies it covers, so this bounds what they hold.
+    pub sender_checkpoint_interval: Duration,
     /// Default retention of a stream whose meta file names none: keep at
     /// least this many bytes of log (0: no size limit).
     pub retain_bytes: u64,
@@ -170,6 +173,7 @@ impl ServerConfig {
             log_backlog_bytes_max: 64 * 1024 * 1024,
             checkpoint_interval: Duration::from_secs(10),
             checkpoint_records: 1_000_000,
+            sender_checkpoint_interval: Duration::from_secs(1),
             retain_bytes: 0,
             retain_ms: 0,
         }

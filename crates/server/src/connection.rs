@@ -167,6 +167,13 @@ pub(crate) async fn serve(
     let in_flight = server.config.in_flight_per_connection_max;
     let (notes, notes_receiver) = mpsc::channel(in_flight.saturating_mul(4).max(64));
     let registration = server.router.register(client, notes);
+    // Sender-based logging: a restarted primary asks each client that
+    // connects for the copies it holds.
+    for stream in server.streams() {
+        if let Some(note) = stream.checkpoint_note() {
+            server.router.send_client(client, stream.id, vec![note]);
+        }
+    }
     let legacy: LegacyAppends = Arc::default();
     let notes_task = tokio::spawn(send_notes(
         notes_receiver,

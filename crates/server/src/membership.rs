@@ -218,7 +218,10 @@ fn open_pending(server: &Arc<ServerState>, state: &ControlState) {
             Arc::clone(&server.router),
             Some(placement),
         ) {
-            Ok(stream) => server.insert_opened(Arc::new(stream)),
+            Ok(stream) => {
+                stream.recover_senders();
+                server.insert_opened(Arc::new(stream))
+            }
             Err(reason) => eprintln!(
                 "stamplog: stream {:?} cannot be opened: {reason}",
                 meta.name

@@ -514,6 +514,7 @@ pub(crate) fn submit_msg(
             epoch,
             content: content(),
         },
+        proto::frame::SUBMIT_CONFIRM => Msg::Confirm { event, version },
         _ => return None,
     })
 }
@@ -562,6 +563,15 @@ pub(crate) fn client_frame(me: ServerId, stream: u64, msg: Msg) -> Option<Frame>
             epoch,
             flags: if duplicate {
                 proto::frame::ACKED_FLAG_DUPLICATE
+            } else {
+                0
+            },
+        },
+        Msg::Checkpointed { through, resend } => Frame::Checkpointed {
+            stream,
+            version: through,
+            flags: if resend {
+                proto::frame::CHECKPOINTED_FLAG_RESEND
             } else {
                 0
             },

@@ -136,6 +136,7 @@ impl ServerState {
                 Stream::open(&meta, &folder, &config, Arc::clone(&router), None)
                     .map_err(stream_error)?,
             );
+            stream.recover_senders();
             if registry.by_id.contains_key(&stream.id) {
                 return Err(stream_error(format!(
                     "stream id {} is used twice",
@@ -304,6 +305,9 @@ impl ServerState {
                 control::state::commit_interval_error(commit_interval_ms),
             ));
         }
+        if let Some(problem) = sender_logging_error(durability, protocol) {
+            return Err(StreamError::new(ErrorCode::InvalidArgument, problem));
+        }
         if self.config.cluster.is_multi() {
             return match self.control.get() {
                 Some(control) if self.is_ready() => {
@@ -363,11 +367,7 @@ impl ServerState {
         ),
     ) -> Result<StreamInfo, StreamError> {
         use proto::ErrorCode;
-        let (mode, pages, page_size) = match durability {
-            DurabilityConfig::Memory => ("memory", 0, 0),
-            DurabilityConfig::Sync => ("sync", 0, 0),
-            DurabilityConfig::Paged { pages, page_size } => ("paged", pages, page_size),
-        };
+        let (mode, pages, page_size) = durability.parts();
         let command = control::Command::CreateStream {
             name: name.to_string(),
             config: control::StreamConfig {
@@ -927,11 +927,29 @@ fn joining() -> StreamError {
     )
 }
 
+/// Why a stream cannot use this durability with this protocol, if it
+/// cannot. Sender-based logging has one receiver, the primary, which
+/// stamps each message and forwards it: only the forward-flow protocols
+/// fit. In the others the client carries the message to every replica
+/// itself (each would be a receiver with its own copy to confirm), and a
+/// `hybrid` stream moves into such a flow (client-async) by itself.
+pub fn sender_logging_error(durability: DurabilityConfig, protocol: Protocol) -> Option<String> {
+    use engine::replication::{Flow, HybridMode};
+    let forward =
+        protocol != Protocol::Hybrid && protocol.flow(HybridMode::ServerSync) == Flow::Forward;
+    (matches!(durability, DurabilityConfig::Sender { .. }) && !forward).then(|| {
+        format!(
+            "durability sender needs a protocol where the primary forwards each message (one-hop, one-hop-ack-client, server-async, server-sync); {protocol} sends from the client to every replica"
+        )
+    })
+}
+
 pub fn durability_name(durability: DurabilityConfig) -> String {
     match durability {
         DurabilityConfig::Memory => "memory".into(),
         DurabilityConfig::Sync => "sync".into(),
         DurabilityConfig::Paged { pages, page_size } => format!("paged({pages}x{page_size})"),
+        DurabilityConfig::Sender { pages, page_size } => format!("sender({pages}x{page_size})"),
     }
 }
 

@@ -1,7 +1,7 @@
 //! One stream on this server: its log, its versioning state machine, and
 //! the append path that ties them together.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
@@ -71,11 +71,7 @@ impl StreamMeta {
         protocol: Protocol,
         placement: &Placement,
     ) -> Self {
-        let (mode, pages, page_size) = match durability {
-            DurabilityConfig::Memory => ("memory", 0, 0),
-            DurabilityConfig::Sync => ("sync", 0, 0),
-            DurabilityConfig::Paged { pages, page_size } => ("paged", pages, page_size),
-        };
+        let (mode, pages, page_size) = durability.parts();
         StreamMeta {
             format: 1,
             id,
@@ -123,15 +119,7 @@ impl StreamMeta {
     }
 
     pub fn durability(&self) -> Result<DurabilityConfig, String> {
-        match self.durability.as_str() {
-            "memory" => Ok(DurabilityConfig::Memory),
-            "sync" => Ok(DurabilityConfig::Sync),
-            "paged" => Ok(DurabilityConfig::Paged {
-                pages: self.pages,
-                page_size: self.page_size,
-            }),
-            other => Err(format!("unknown durability {other:?}")),
-        }
+        DurabilityConfig::from_parts(&self.durability, self.pages, self.page_size)
     }
 }
 
@@ -232,14 +220,25 @@ pub struct Stream {
     /// server returns.
     checkpoint_task: Mutex<Option<tokio::task::JoinHandle<()>>>,
     boundary_timer: Arc<BoundaryTimer>,
+    /// Sender-based logging: the clients that sent messages here, told of
+    /// each checkpoint so they drop the copies it covers (bounded; a
+    /// client past the bound keeps its copies until a restart of this
+    /// server asks for them, or the stream's next placement).
+    senders: Mutex<HashSet<u128>>,
 }
+
+/// Clients a sender-based stream tells of its checkpoints, at most.
+const SENDERS_MAX: usize = 65_536;
 
 pub fn log_config(durability: DurabilityConfig, config: &ServerConfig) -> LogConfig {
     LogConfig {
         durability: match durability {
             DurabilityConfig::Memory => Durability::Memory,
             DurabilityConfig::Sync => Durability::Sync,
-            DurabilityConfig::Paged { pages, page_size } => Durability::Paged {
+            // Sender-based logging writes its log through the page buffer:
+            // the clients' copies, not a sync per message, cover a crash.
+            DurabilityConfig::Paged { pages, page_size }
+            | DurabilityConfig::Sender { pages, page_size } => Durability::Paged {
                 pages: pages as usize,
                 page_size: page_size as usize,
             },
@@ -276,7 +275,9 @@ impl Stream {
         let record_max = config.message_bytes_max + proto::RECORD_HEADER_LEN;
         if log_config.record_bytes_max() < record_max {
             let setting = match durability {
-                DurabilityConfig::Paged { .. } => "raise the stream's page_size",
+                DurabilityConfig::Paged { .. } | DurabilityConfig::Sender { .. } => {
+                    "raise the stream's page_size"
+                }
                 DurabilityConfig::Sync => "raise the server's pending_bytes_max",
                 DurabilityConfig::Memory => "raise the server's memory_retain_bytes",
             };
@@ -289,6 +290,7 @@ impl Stream {
         let mut settings = config.replication;
         settings.dedupe = engine::DedupeLimits::default();
         settings.commit_interval_ms = u64::from(meta.commit_interval_ms);
+        settings.sender_logging = matches!(durability, DurabilityConfig::Sender { .. });
         let replica = Replica::new(meta.id, config.cluster.me, placement, protocol, settings);
         // Recovery starts from the newest usable checkpoint's state and
         // replays only the records after it.
@@ -349,9 +351,79 @@ impl Stream {
                 wake: Notify::new(),
                 scheduled: AtomicU64::new(u64::MAX),
             }),
+            senders: Mutex::new(HashSet::new()),
         };
         stream.drive(|replica, now, out| replica.start(now, out));
         Ok(stream)
+    }
+
+    /// Whether the stream uses sender-based message logging.
+    pub fn is_sender_logged(&self) -> bool {
+        matches!(self.durability, DurabilityConfig::Sender { .. })
+    }
+
+    /// Sender-based logging: this server restarted with the stream; as its
+    /// primary it takes its clients' copies back before it stamps again
+    /// (see `Replica::recover_senders`). Clients are asked as they connect.
+    pub fn recover_senders(&self) {
+        if self.is_sender_logged() {
+            let checkpointed = self.checkpointed();
+            self.lock().replica.recover_senders(now_ms(), checkpointed);
+        }
+    }
+
+    /// Sender-based logging: what a client that has just connected is
+    /// told: the checkpoint, and whether to resend what it holds past it.
+    pub fn checkpoint_note(&self) -> Option<Msg> {
+        if !self.is_sender_logged() {
+            return None;
+        }
+        self.lock()
+            .replica
+            .sender_recovering()
+            .then(|| Msg::Checkpointed {
+                through: self.checkpointed(),
+                resend: true,
+            })
+    }
+
+    /// Sender-based logging: says what a restart's recovery took back,
+    /// once it is over.
+    fn report_sender_recovery(&self) {
+        let core = self.lock();
+        if core.replica.sender_recovering() {
+            return;
+        }
+        let metrics = core.replica.metrics();
+        eprintln!(
+            "stamplog: stream {:?}: sender recovery done: {} messages put back at the versions their clients held, {} versions voided in all, log at version {}",
+            self.name,
+            metrics.resent_placed,
+            metrics.voided,
+            core.replica.last_version()
+        );
+    }
+
+    /// Sender-based logging: tells the stream's clients that the newest
+    /// checkpoint covers `through`.
+    fn announce_checkpoint(&self, through: u64) {
+        if !self.is_sender_logged() || !self.lock().replica.is_primary() {
+            return;
+        }
+        let senders: Vec<u128> = self
+            .senders
+            .lock()
+            .expect("senders lock")
+            .iter()
+            .copied()
+            .collect();
+        for client in senders {
+            let note = Msg::Checkpointed {
+                through,
+                resend: false,
+            };
+            self.router.send_client(client, self.id, vec![note]);
+        }
     }
 
     /// The newest version readers of this replica may see.
@@ -453,6 +525,9 @@ impl Stream {
             "voided": metrics.voided,
             "gap_requests": metrics.gap_requests,
             "overflow_drops": metrics.overflow_drops,
+            "resent_placed": metrics.resent_placed,
+            "sender_recovering": replica.sender_recovering(),
+            "awaiting_confirmation": replica.awaiting_confirmation(),
             "commit_interval_ms": replica.commit_interval_ms(),
             "pending_acks": replica.pending_acks(),
         })
@@ -518,6 +593,12 @@ impl Stream {
         }
         if self.lock().backlog_bytes > self.backlog_bytes_max {
             return Err((SubmitFailure::Busy, msgs));
+        }
+        if self.is_sender_logged() {
+            let mut senders = self.senders.lock().expect("senders lock");
+            if senders.len() < SENDERS_MAX {
+                senders.insert(client);
+            }
         }
         self.drive(|replica, now, out| {
             for msg in msgs {
@@ -783,6 +864,7 @@ impl Stream {
         .await
         .map_err(|error| format!("the checkpoint task failed: {error}"))?
         .map_err(|error| error.to_string())?;
+        self.announce_checkpoint(through);
         self.report_retention(&retained);
         Ok(Some(through))
     }
@@ -829,6 +911,14 @@ impl Stream {
         checkpoints: CheckpointSchedule,
         stop: watch::Receiver<bool>,
     ) {
+        let checkpoints = if self.is_sender_logged() {
+            CheckpointSchedule {
+                interval: checkpoints.sender_interval,
+                ..checkpoints
+            }
+        } else {
+            checkpoints
+        };
         if self.durability != DurabilityConfig::Memory && checkpoints.is_on() {
             let weak = Arc::downgrade(self);
             let stopping = stop.clone();
@@ -852,8 +942,12 @@ impl Stream {
                     stream.router.broadcast_failure(stream.id, failure);
                     return;
                 }
-                if stream.durability == DurabilityConfig::Sync {
-                    stream.drive(|replica, now, out| replica.on_logged(current.durable, now, out));
+                match stream.durability {
+                    DurabilityConfig::Sync => stream
+                        .drive(|replica, now, out| replica.on_logged(current.durable, now, out)),
+                    DurabilityConfig::Sender { .. } => stream
+                        .drive(|replica, now, out| replica.on_synced(current.durable, now, out)),
+                    _ => {}
                 }
             }
         });
@@ -894,7 +988,11 @@ impl Stream {
                     return;
                 };
                 stream.drain_backlog();
+                let recovering = stream.lock().replica.sender_recovering();
                 stream.drive(|replica, now, out| replica.on_tick(now, out));
+                if recovering {
+                    stream.report_sender_recovery();
+                }
             }
         });
     }
@@ -917,6 +1015,9 @@ pub(crate) struct CheckpointSchedule {
     /// Versions logged since the last checkpoint that call for the next
     /// one (0: never by count).
     pub records: u64,
+    /// The interval of `sender` streams, whose clients hold copies until
+    /// a checkpoint covers them.
+    pub sender_interval: Duration,
 }
 
 impl CheckpointSchedule {
@@ -924,6 +1025,7 @@ impl CheckpointSchedule {
         CheckpointSchedule {
             interval: config.checkpoint_interval,
             records: config.checkpoint_records,
+            sender_interval: config.sender_checkpoint_interval,
         }
     }
 

@@ -170,6 +170,8 @@ impl SimConfig {
             need_batch: 64,
             active_window_ms: 200,
             commit_interval_ms: 0,
+            sender_logging: false,
+            sender_recovery_ms: 300,
             dedupe: DedupeLimits::default(),
         }
     }
@@ -256,7 +258,10 @@ impl SimConfig {
             drain_ms: 60_000,
             events_max: 5_000_000,
             replica,
-            producer: ProducerSettings { retry_ms: 100 },
+            producer: ProducerSettings {
+                retry_ms: 100,
+                sender_logging: false,
+            },
             sabotage: None,
             trace: false,
         }

@@ -654,6 +654,7 @@ fn add_metrics(a: ReplicaMetrics, b: ReplicaMetrics) -> ReplicaMetrics {
         voided: a.voided + b.voided,
         gap_requests: a.gap_requests + b.gap_requests,
         overflow_drops: a.overflow_drops + b.overflow_drops,
+        resent_placed: a.resent_placed + b.resent_placed,
     }
 }
 

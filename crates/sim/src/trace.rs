@@ -43,6 +43,8 @@ pub(crate) fn fingerprint(msg: &Msg) -> [u64; 3] {
         Msg::Need { from, to } => [12, *from, *to],
         Msg::Probe => [14, 0, 0],
         Msg::Reack { event, version } => [13, event.sequence, *version],
+        Msg::Confirm { event, version } => [15, event.sequence, *version],
+        Msg::Checkpointed { through, resend } => [16, *through, u64::from(*resend)],
     }
 }
 
@@ -82,6 +84,11 @@ pub(crate) fn describe(msg: &Msg) -> String {
             format!("stamped {} @{version}{duplicate}", show(event))
         }
         Msg::Refused { event, refusal } => format!("refused {}: {refusal}", show(event)),
+        Msg::Confirm { event, version } => format!("confirm {} @{version}", show(event)),
+        Msg::Checkpointed { through, resend } => {
+            let resend = if *resend { " resend" } else { "" };
+            format!("checkpointed @{through}{resend}")
+        }
         Msg::Replicate { entries } => format!(
             "replicate {}",
             range(

@@ -6,6 +6,7 @@ mod commit_interval;
 mod duplication;
 mod failover;
 mod patterns;
+mod sender;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -36,7 +36,9 @@ fn patterns_with_tiny_parameters_completes_every_cell_and_writes_its_files() {
                 assert!(cell.records_per_sync.unwrap() >= 1.0, "{cell:?}");
                 assert!(cell.record_bytes.unwrap() > cell.payload as f64, "{cell:?}");
             }
-            Durability::Memory => assert!(cell.records_per_sync.is_none()),
+            Durability::Memory | Durability::Sender => {
+                assert!(cell.records_per_sync.is_none())
+            }
         }
     }
     assert_eq!(figures.headline_payload, 1000);

@@ -189,6 +189,12 @@ pub enum Msg {
         epoch: u64,
         content: Content,
     },
+    /// Sender-based logging: the client holds this message with the
+    /// version the primary returned for it (it is now fully logged).
+    Confirm {
+        event: EventId,
+        version: u64,
+    },
 
     // Server to client.
     /// The server's log has the message under `version`.
@@ -211,6 +217,14 @@ pub enum Msg {
     Refused {
         event: EventId,
         refusal: Refusal,
+    },
+    /// Sender-based logging: the primary's newest checkpoint covers every
+    /// version up to `through`, so its clients may drop their copies of
+    /// them; with `resend`, a restarted primary asks for the copies past
+    /// it.
+    Checkpointed {
+        through: u64,
+        resend: bool,
     },
 
     // Between servers.

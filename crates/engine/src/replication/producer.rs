@@ -20,11 +20,33 @@ use super::replica::Placement;
 pub struct ProducerSettings {
     /// A message not done after this long is sent again.
     pub retry_ms: u64,
+    /// Sender-based message logging (the stream's durability `sender`):
+    /// confirm each version the primary returns, and keep every message
+    /// with its version after it is done, until the primary's checkpoint
+    /// covers it, to resend it if the primary restarts.
+    pub sender_logging: bool,
 }
 
 impl Default for ProducerSettings {
     fn default() -> Self {
-        ProducerSettings { retry_ms: 1_000 }
+        ProducerSettings {
+            retry_ms: 1_000,
+            sender_logging: false,
+        }
+    }
+}
+
+/// A done message kept for sender-based logging.
+#[derive(Debug)]
+struct Held {
+    content: Content,
+    /// The epoch of the `Stamped` that gave the version (0: unknown).
+    epoch: u64,
+}
+
+impl Held {
+    fn bytes(&self) -> usize {
+        self.content.key.len() + self.content.payload.len()
     }
 }
 
@@ -78,6 +100,10 @@ pub struct Producer {
     pending: BTreeMap<u64, Pending>,
     mode: HybridMode,
     completed: Vec<Completion>,
+    /// Sender-based logging: done messages by version, until the
+    /// primary's checkpoint covers them.
+    held: BTreeMap<u64, Held>,
+    held_bytes: usize,
 }
 
 impl Producer {
@@ -98,7 +124,15 @@ impl Producer {
             next_sequence: 1,
             pending: BTreeMap::new(),
             completed: Vec::new(),
+            held: BTreeMap::new(),
+            held_bytes: 0,
         }
+    }
+
+    /// Sender-based logging: done messages kept until the primary's
+    /// checkpoint covers them, and their key and payload bytes.
+    pub fn held(&self) -> (usize, usize) {
+        (self.held.len(), self.held_bytes)
     }
 
     /// Starts sequences after `last` (a session resumed by a new process).
@@ -162,6 +196,18 @@ impl Producer {
         for pending in self.pending.values() {
             self.dispatch(pending, true, out);
         }
+        if failover {
+            // Sender-based logging: a done message may not have reached
+            // the new primary yet (the old one forwards only what is fully
+            // logged, and `server-async` acks before its replicas log).
+            // The resend is answered `duplicate` where it had landed.
+            let primary = self.placement.primary;
+            for held in self.held.values() {
+                let mut content = held.content.clone();
+                content.resent = true;
+                out.push((Node::Server(primary), Msg::Write(content)));
+            }
+        }
     }
 
     /// Messages done since the last call.
@@ -208,6 +254,12 @@ impl Producer {
 
     /// A message from a server.
     pub fn on_message(&mut self, from: ServerId, msg: Msg, now: u64, out: &mut Vec<(Node, Msg)>) {
+        if let Msg::Checkpointed { through, resend } = msg {
+            if from == self.placement.primary {
+                self.checkpointed(through, resend, out);
+            }
+            return;
+        }
         let event = match &msg {
             Msg::Ack { event, .. } | Msg::Stamped { event, .. } | Msg::Refused { event, .. } => {
                 *event
@@ -229,6 +281,23 @@ impl Producer {
             return;
         };
         match msg {
+            Msg::Stamped {
+                version,
+                epoch,
+                duplicate,
+                ..
+            } if self.settings.sender_logging && pending.flow == Flow::Forward => {
+                // The receive sequence number: hold the message with it and
+                // confirm; the primary counts the message as logged now.
+                if from != self.placement.primary {
+                    return;
+                }
+                if pending.version != Some(version) {
+                    pending.version = Some(version);
+                    pending.stamped_in = (!duplicate).then_some(epoch);
+                }
+                out.push((Node::Server(from), Msg::Confirm { event, version }));
+            }
             Msg::Stamped {
                 version,
                 epoch,
@@ -277,6 +346,16 @@ impl Producer {
                         Flow::Local => pending.acks[0].1,
                         _ => pending.version.unwrap_or_else(|| pending.acks[0].1),
                     };
+                    if self.settings.sender_logging && pending.flow == Flow::Forward {
+                        let held = Held {
+                            content: pending.content.clone(),
+                            epoch: pending.stamped_in.unwrap_or(0),
+                        };
+                        self.held_bytes += held.bytes();
+                        if let Some(old) = self.held.insert(version, held) {
+                            self.held_bytes -= old.bytes();
+                        }
+                    }
                     self.completed.push(Completion {
                         event,
                         outcome: Ok(Acknowledged {
@@ -336,6 +415,32 @@ impl Producer {
         }
     }
 
+    /// Sender-based logging: the primary's checkpoint covers `through`;
+    /// with `resend`, it restarted and asks for every copy past it.
+    fn checkpointed(&mut self, through: u64, resend: bool, out: &mut Vec<(Node, Msg)>) {
+        let kept = self.held.split_off(&(through + 1));
+        for dropped in std::mem::replace(&mut self.held, kept).values() {
+            self.held_bytes -= dropped.bytes();
+        }
+        if !resend {
+            return;
+        }
+        let primary = self.placement.primary;
+        for (version, held) in &self.held {
+            out.push((
+                Node::Server(primary),
+                Msg::Placed {
+                    version: *version,
+                    epoch: held.epoch,
+                    content: held.content.clone(),
+                },
+            ));
+        }
+        for pending in self.pending.values() {
+            self.dispatch(pending, true, out);
+        }
+    }
+
     fn is_done(&self, sequence: u64) -> bool {
         let pending = &self.pending[&sequence];
         let acked = |server: ServerId| pending.acks.iter().any(|(s, _)| *s == server);
@@ -375,6 +480,18 @@ impl Producer {
                     low_water: content.low_water,
                 },
             )),
+            (Flow::Forward, Some(version)) if self.settings.sender_logging => {
+                // Sender-based logging: the message goes with the version
+                // it holds (a restarted primary places it there).
+                out.push((
+                    Node::Server(primary),
+                    Msg::Placed {
+                        version,
+                        epoch: pending.stamped_in.unwrap_or(0),
+                        content: content.clone(),
+                    },
+                ))
+            }
             (Flow::Stamp, None) | (Flow::Forward, _) => {
                 out.push((Node::Server(primary), Msg::Write(content.clone())))
             }

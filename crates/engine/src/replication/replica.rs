@@ -19,7 +19,7 @@
 //!   what this replica had taken in when a multiple of T passed on its
 //!   clock, and it is released once it is durable by each output's rule.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 
 use proto::{EventId, RecordHeader};
 
@@ -77,6 +77,17 @@ pub struct ReplicaSettings {
     /// before that boundary, once they are durable. 0 releases them as soon
     /// as the log (and the ack rule) allows.
     pub commit_interval_ms: u64,
+    /// Sender-based message logging (durability `sender`, forward-flow
+    /// protocols): the primary returns each new message's version to its
+    /// client at once, and the message counts as logged (for acks, commit,
+    /// readers and forwarding to the replicas) only once it is fully
+    /// logged: its client confirmed it holds the message with its version,
+    /// or the primary's own log has synced it.
+    pub sender_logging: bool,
+    /// Sender-based logging: how long a restarted primary waits for its
+    /// clients to resend the messages they hold with versions before it
+    /// places them, voids the versions no one resent and stamps again.
+    pub sender_recovery_ms: u64,
     pub dedupe: DedupeLimits,
 }
 
@@ -92,6 +103,8 @@ impl Default for ReplicaSettings {
             need_batch: 4_096,
             active_window_ms: 1_000,
             commit_interval_ms: 0,
+            sender_logging: false,
+            sender_recovery_ms: 3_000,
             dedupe: DedupeLimits::default(),
         }
     }
@@ -140,6 +153,9 @@ pub struct ReplicaMetrics {
     pub gap_requests: u64,
     /// Messages dropped because a hold-back bound was reached.
     pub overflow_drops: u64,
+    /// Sender-based logging: messages a restarted primary put back at the
+    /// versions their clients held.
+    pub resent_placed: u64,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -285,6 +301,48 @@ impl Boundaries {
     }
 }
 
+/// Sender-based message logging at the primary (seed 000's protocol of
+/// Johnson and Zwaenepoel): the client keeps each message and the version
+/// it was given (the receive sequence number) until a checkpoint covers
+/// it; the primary's log is written in the background and synced only by
+/// its page writer and its checkpoints.
+#[derive(Debug, Default)]
+struct SenderLog {
+    /// What the log buffer has taken (the caller's `on_logged`).
+    appended: u64,
+    /// What the log has synced (the caller's `on_synced`).
+    synced: u64,
+    /// Versions given to a client and not yet confirmed by it, above
+    /// `synced`: the first of them bounds what counts as logged.
+    awaiting: BTreeSet<u64>,
+    /// A restarted primary takes resends until this time.
+    recovering_until: Option<u64>,
+    /// Messages resent with the versions their clients hold, past the log.
+    resent: BTreeMap<u64, Resent>,
+    /// Client messages that arrived while recovering, taken afterwards.
+    queued: Vec<(u128, Msg)>,
+    /// The newest checkpoint's version, and the clients asked to resend.
+    checkpoint: u64,
+    asked: HashSet<u128>,
+}
+
+#[derive(Debug)]
+struct Resent {
+    client: u128,
+    epoch: u64,
+    content: Content,
+}
+
+impl SenderLog {
+    /// Every version up to this one is fully logged and in the log buffer.
+    fn fully_logged(&self) -> u64 {
+        match self.awaiting.first() {
+            Some(first) => self.appended.min(first - 1),
+            None => self.appended,
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Reservation {
     event: EventId,
@@ -356,6 +414,8 @@ pub struct Replica {
     after_all: Waiters,
     /// The output commit interval's batches.
     boundaries: Boundaries,
+    /// Sender-based message logging (`None`: the log's own rule).
+    sender: Option<SenderLog>,
     metrics: ReplicaMetrics,
 }
 
@@ -405,6 +465,7 @@ impl Replica {
             after_log: Waiters::default(),
             after_all: Waiters::default(),
             boundaries: Boundaries::new(settings.commit_interval_ms),
+            sender: settings.sender_logging.then(SenderLog::default),
             metrics: ReplicaMetrics::default(),
             placement,
         }
@@ -447,6 +508,11 @@ impl Replica {
         // What the log held at startup may have been acknowledged before.
         self.boundaries.floor = self.logged;
         self.boundaries.pass(now, self.logged);
+        if let Some(sender) = &mut self.sender {
+            // What the log held at startup is fully logged.
+            sender.appended = self.logged;
+            sender.synced = self.logged;
+        }
         if self.is_primary() {
             // A replica set of one commits what its own log holds; a larger
             // one waits for its replicas' progress reports.
@@ -623,6 +689,15 @@ impl Replica {
             self.unrecorded = None;
             self.progress_sent_at = None;
             self.commit_sent_at = None;
+            if let Some(sender) = &mut self.sender {
+                // Versions past the fully logged point were never forwarded
+                // and may be cut; their clients resend to the new primary.
+                sender.awaiting.clear();
+                sender.resent.clear();
+                sender.queued.clear();
+                sender.recovering_until = None;
+                self.out_entries.clear();
+            }
             if self.is_primary() && !self.standalone() {
                 self.rejoining = Some(BTreeMap::new());
                 self.probe(out);
@@ -669,6 +744,11 @@ impl Replica {
             }
             return;
         }
+        if self.is_primary() && self.sender_recovering() {
+            self.recovering_client(client, msg, out);
+            self.finish(out);
+            return;
+        }
         match msg {
             Msg::Write(content) => {
                 if !self.is_primary() {
@@ -704,12 +784,17 @@ impl Replica {
                 if self.is_primary() {
                     if self.protocol.flow(self.mode) == Flow::Reserve {
                         self.place_reserved(client, version, content, now, out);
+                    } else if self.sender.is_some() {
+                        self.placed_resend(client, version, content, now, out);
                     }
                 } else if self.protocol.flow(self.mode) == Flow::Stamp {
                     self.place_stamped(client, version, epoch, content, out);
                 } else {
                     self.hold_content(client, content, now, out);
                 }
+            }
+            Msg::Confirm { event, version } if self.is_primary() => {
+                self.confirm(event, version, now, out);
             }
             // Server-to-client and server-to-server messages are not
             // accepted from clients.
@@ -781,7 +866,7 @@ impl Replica {
             Msg::Need { from: first, to }
                 if self.is_primary() || from == self.placement.primary =>
             {
-                let last = self.machine.last_version();
+                let last = self.shareable_last();
                 if first <= last && self.placement.replicas.contains(&from) {
                     out.push(Effect::Serve {
                         to: from,
@@ -795,8 +880,65 @@ impl Replica {
         self.finish(out);
     }
 
-    /// The log now holds every version up to `through`.
+    /// The log now holds every version up to `through` (by its durability
+    /// mode's rule; with sender-based logging, its buffer has taken them).
     pub fn on_logged(&mut self, through: u64, now: u64, out: &mut Vec<Effect>) {
+        let through = match &mut self.sender {
+            Some(sender) => {
+                sender.appended = sender.appended.max(through);
+                sender.fully_logged()
+            }
+            None => through,
+        };
+        self.logged_through(through, now, out);
+    }
+
+    /// Sender-based logging: the log has synced every version up to
+    /// `through`, so those need no client's copy to be fully logged.
+    pub fn on_synced(&mut self, through: u64, now: u64, out: &mut Vec<Effect>) {
+        let Some(sender) = &mut self.sender else {
+            return;
+        };
+        sender.synced = sender.synced.max(through);
+        sender.awaiting = sender.awaiting.split_off(&(sender.synced + 1));
+        let through = sender.fully_logged();
+        self.logged_through(through, now, out);
+    }
+
+    /// Sender-based logging: this primary restarted, and its log may have
+    /// lost messages its clients hold with versions. It takes their
+    /// resends for `sender_recovery_ms` (from the end of its rejoin, at
+    /// the earliest), then logs them at their versions, voids the versions
+    /// no one resent, and stamps what waited. Call after `start`, with
+    /// the version the newest checkpoint covers: each client that sends
+    /// anything meanwhile is asked to resend what it holds past it.
+    pub fn recover_senders(&mut self, now: u64, checkpoint: u64) {
+        let until = now + self.settings.sender_recovery_ms;
+        let primary = self.is_primary();
+        if let Some(sender) = self.sender.as_mut().filter(|_| primary) {
+            sender.recovering_until = Some(until);
+            sender.checkpoint = checkpoint;
+            sender.asked.clear();
+        }
+    }
+
+    /// Whether a restarted primary with sender-based logging is still
+    /// taking its clients' resends.
+    pub fn sender_recovering(&self) -> bool {
+        self.sender
+            .as_ref()
+            .is_some_and(|sender| sender.recovering_until.is_some())
+    }
+
+    /// Sender-based logging: versions given to clients and not yet
+    /// confirmed (or synced).
+    pub fn awaiting_confirmation(&self) -> usize {
+        self.sender
+            .as_ref()
+            .map_or(0, |sender| sender.awaiting.len())
+    }
+
+    fn logged_through(&mut self, through: u64, now: u64, out: &mut Vec<Effect>) {
         let passed = self.boundary(now, out);
         let through = through.min(self.machine.last_version());
         if through <= self.logged {
@@ -836,6 +978,14 @@ impl Replica {
                 }
                 self.finish(out);
                 return;
+            }
+            if self
+                .sender
+                .as_ref()
+                .and_then(|sender| sender.recovering_until)
+                .is_some_and(|until| now >= until)
+            {
+                self.end_sender_recovery(now, out);
             }
             self.advance_reservations(now, out);
             if self.protocol == Protocol::Hybrid {
@@ -890,7 +1040,9 @@ impl Replica {
             Err(rejection) => return refuse(out, client, event, rejection.into()),
             Ok(Decision::Duplicate { version }) => {
                 self.metrics.duplicates += 1;
-                if flow == Flow::Stamp {
+                if flow == Flow::Stamp || (flow == Flow::Forward && self.sender.is_some()) {
+                    // Sender-based logging: the client confirms the version
+                    // it now holds.
                     out.push(stamped(client, event, version, self.epoch(), true));
                 }
                 if flow == Flow::Forward && self.protocol == Protocol::OneHopAckClient {
@@ -936,6 +1088,14 @@ impl Replica {
         self.note_quorum(version, rule);
         if flow == Flow::Stamp {
             out.push(stamped(client, event, version, self.epoch(), false));
+        }
+        if flow == Flow::Forward {
+            if let Some(sender) = &mut self.sender {
+                // The receive sequence number: the message counts as logged
+                // once its client confirms it holds it with this version.
+                sender.awaiting.insert(version);
+                out.push(stamped(client, event, version, self.epoch(), false));
+            }
         }
         let waiter = Waiter {
             client,
@@ -1185,7 +1345,7 @@ impl Replica {
                 Node::Server(backup),
                 Msg::Commit {
                     committed: self.committed,
-                    last: self.machine.last_version(),
+                    last: self.shareable_last(),
                 },
             ));
         }
@@ -1246,6 +1406,218 @@ impl Replica {
             first_version: last + 1,
             members,
         });
+    }
+
+    /// The newest version other replicas may learn of: with sender-based
+    /// logging a primary shares only what is fully logged.
+    fn shareable_last(&self) -> u64 {
+        if self.sender.is_some() && self.is_primary() {
+            self.logged
+        } else {
+            self.machine.last_version()
+        }
+    }
+
+    /// Sender-based logging: a client holds the message with `version`.
+    fn confirm(&mut self, event: EventId, version: u64, now: u64, out: &mut Vec<Effect>) {
+        let logged = self
+            .machine
+            .dedupe()
+            .lookup(event.client, event.session, event.sequence);
+        let Some(sender) = &mut self.sender else {
+            return;
+        };
+        // Only the message's own client confirms its own version.
+        if logged != Lookup::Logged(version) || !sender.awaiting.remove(&version) {
+            return;
+        }
+        let through = sender.fully_logged();
+        self.logged_through(through, now, out);
+    }
+
+    /// Sender-based logging, outside recovery: a client resends a message
+    /// with the version it holds (its confirmation or ack was lost).
+    fn placed_resend(
+        &mut self,
+        client: u128,
+        version: u64,
+        content: Content,
+        now: u64,
+        out: &mut Vec<Effect>,
+    ) {
+        let event = content.event;
+        match self
+            .machine
+            .dedupe()
+            .lookup(event.client, event.session, event.sequence)
+        {
+            Lookup::Logged(logged) => {
+                self.metrics.duplicates += 1;
+                self.confirm(event, logged, now, out);
+                let waiter = Waiter {
+                    client,
+                    event,
+                    duplicate: true,
+                    verify: false,
+                };
+                let rule = self.rule_for(Flow::Forward);
+                self.wait(rule, logged, waiter, out);
+            }
+            Lookup::Retired { low_water } => {
+                let rejection = crate::Rejection::Retired {
+                    sequence: event.sequence,
+                    low_water,
+                };
+                refuse(out, client, event, rejection.into());
+            }
+            // The log lost it and its version was voided (or given to
+            // another message) when no one resent it in time: the client
+            // asks for a new version.
+            Lookup::New => {
+                let _ = version;
+                refuse(out, client, event, Refusal::VersionVoid);
+            }
+        }
+    }
+
+    /// Sender-based logging: a restarted primary takes resends (messages
+    /// with the versions their clients hold) and queues everything else
+    /// until the recovery window closes.
+    fn recovering_client(&mut self, client: u128, msg: Msg, out: &mut Vec<Effect>) {
+        let limit = self.settings.unbound_max;
+        let last = self.machine.last_version();
+        let sender = self.sender.as_mut().expect("recovering");
+        if sender.asked.len() < limit && sender.asked.insert(client) {
+            let ask = Msg::Checkpointed {
+                through: sender.checkpoint,
+                resend: true,
+            };
+            out.push(Effect::Send(Node::Client(client), ask));
+        }
+        let Msg::Placed {
+            version,
+            epoch,
+            content,
+        } = msg
+        else {
+            let sender = self.sender.as_mut().expect("recovering");
+            match msg {
+                // Nothing awaits confirmation after a restart.
+                Msg::Confirm { .. } => {}
+                Msg::Write(content) if sender.queued.len() >= limit => {
+                    refuse(out, client, content.event, Refusal::Busy)
+                }
+                other => sender.queued.push((client, other)),
+            }
+            return;
+        };
+        let event = content.event;
+        match self
+            .machine
+            .dedupe()
+            .lookup(event.client, event.session, event.sequence)
+        {
+            Lookup::Logged(logged) => {
+                self.metrics.duplicates += 1;
+                let waiter = Waiter {
+                    client,
+                    event,
+                    duplicate: true,
+                    verify: false,
+                };
+                let rule = self.rule_for(Flow::Forward);
+                self.wait(rule, logged, waiter, out);
+            }
+            Lookup::Retired { low_water } => {
+                let rejection = crate::Rejection::Retired {
+                    sequence: event.sequence,
+                    low_water,
+                };
+                refuse(out, client, event, rejection.into());
+            }
+            Lookup::New if version <= last || version == 0 => {
+                refuse(out, client, event, Refusal::VersionVoid);
+            }
+            Lookup::New => {
+                let sender = self.sender.as_mut().expect("recovering");
+                if sender.resent.len() >= limit && !sender.resent.contains_key(&version) {
+                    self.metrics.overflow_drops += 1;
+                    return refuse(out, client, event, Refusal::Busy);
+                }
+                sender.resent.insert(
+                    version,
+                    Resent {
+                        client,
+                        epoch,
+                        content,
+                    },
+                );
+            }
+        }
+    }
+
+    /// Sender-based logging: the recovery window closed. The resent
+    /// messages are logged at their versions in version order (the fully
+    /// logged ones: their clients held the versions), the versions no one
+    /// resent are voided (never confirmed, so no reader or replica saw
+    /// them, unless their client crashed too), then the messages that
+    /// waited are stamped after them.
+    fn end_sender_recovery(&mut self, now: u64, out: &mut Vec<Effect>) {
+        let sender = self.sender.as_mut().expect("sender-based logging");
+        sender.recovering_until = None;
+        sender.asked.clear();
+        let resent = std::mem::take(&mut sender.resent);
+        let queued = std::mem::take(&mut sender.queued);
+        let rule = self.rule_for(Flow::Forward);
+        let last = self.machine.last_version();
+        let top = resent.keys().next_back().copied().unwrap_or(last);
+        for version in last + 1..=top {
+            let (entry, waiter) = match resent.get(&version) {
+                Some(Resent {
+                    client,
+                    epoch,
+                    content,
+                }) => {
+                    let event = content.event;
+                    let header = RecordHeader {
+                        flags: content.flags(),
+                        stream: self.stream,
+                        version,
+                        epoch: if *epoch == 0 { self.epoch() } else { *epoch },
+                        event,
+                        low_water: content.low_water.min(event.sequence),
+                    };
+                    let waiter = Waiter {
+                        client: *client,
+                        event,
+                        duplicate: false,
+                        verify: false,
+                    };
+                    (
+                        Entry::new(header, &content.key, &content.payload),
+                        Some(waiter),
+                    )
+                }
+                None => {
+                    self.metrics.voided += 1;
+                    (Entry::void(self.stream, version, self.epoch()), None)
+                }
+            };
+            self.accept(entry.clone(), true, out);
+            if !self.standalone() {
+                self.out_entries.push(entry);
+            }
+            self.note_quorum(version, rule);
+            if waiter.is_some() {
+                self.metrics.resent_placed += 1;
+            }
+            if let Some(waiter) = waiter {
+                self.wait(rule, version, waiter, out);
+            }
+        }
+        for (client, msg) in queued {
+            self.on_client(client, msg, now, out);
+        }
     }
 
     // --- a replica that is not the primary ---
@@ -1595,8 +1967,17 @@ impl Replica {
 
     /// Sends the batched records and bindings, and the new visible point.
     fn finish(&mut self, out: &mut Vec<Effect>) {
-        if !self.out_entries.is_empty() {
-            let entries = std::mem::take(&mut self.out_entries);
+        let entries = if self.sender.is_some() && self.is_primary() {
+            // Sender-based logging: replicas get a record only once it is
+            // fully logged.
+            let logged = self.logged;
+            let cut = self.out_entries.partition_point(|e| e.version() <= logged);
+            let later = self.out_entries.split_off(cut);
+            std::mem::replace(&mut self.out_entries, later)
+        } else {
+            std::mem::take(&mut self.out_entries)
+        };
+        if !entries.is_empty() {
             for backup in self.placement.backups() {
                 out.push(Effect::Send(
                     Node::Server(backup),

@@ -2,3 +2,4 @@
 //! come out.
 
 mod commit_interval;
+mod sender;

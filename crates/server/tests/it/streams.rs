@@ -139,11 +139,7 @@ async fn acknowledged_messages_get_dense_versions_and_are_read_back_in_order() {
 }
 
 fn proto_name(durability: DurabilityConfig) -> &'static str {
-    match durability {
-        DurabilityConfig::Sync => "sync",
-        DurabilityConfig::Memory => "memory",
-        DurabilityConfig::Paged { .. } => "paged",
-    }
+    durability.parts().0
 }
 
 #[tokio::test]

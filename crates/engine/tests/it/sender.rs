@@ -1,0 +1,417 @@
+//! Sender-based message logging at the state machines: the primary returns
+//! each version at once and counts a message as logged only once its
+//! client confirmed it (or the log synced it); a restarted primary takes
+//! its clients' copies back at their versions.
+
+use std::sync::Arc;
+
+use engine::replication::{
+    Content, Effect, Entry, Msg, Node, Placement, Producer, ProducerSettings, Protocol, Replica,
+    ReplicaSettings,
+};
+use proto::EventId;
+
+const CLIENT: u128 = 42;
+
+fn settings() -> ReplicaSettings {
+    ReplicaSettings {
+        sender_logging: true,
+        sender_recovery_ms: 500,
+        ..ReplicaSettings::default()
+    }
+}
+
+fn one_server() -> Placement {
+    Placement {
+        replicas: vec![1],
+        primary: 1,
+        epoch: 1,
+    }
+}
+
+fn three_servers() -> Placement {
+    Placement {
+        replicas: vec![1, 2, 3],
+        primary: 1,
+        epoch: 1,
+    }
+}
+
+fn event(client: u128, sequence: u64) -> EventId {
+    EventId {
+        client,
+        session: 1,
+        sequence,
+    }
+}
+
+fn content(client: u128, sequence: u64) -> Content {
+    Content {
+        event: event(client, sequence),
+        low_water: 1,
+        key: Arc::new(Vec::new()),
+        payload: Arc::new(vec![sequence as u8; 8]),
+        resent: false,
+    }
+}
+
+fn appended(out: &[Effect]) -> Vec<Entry> {
+    out.iter()
+        .filter_map(|effect| match effect {
+            Effect::Append(entry) => Some(entry.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn stamped(out: &[Effect], client: u128) -> Vec<u64> {
+    out.iter()
+        .filter_map(|effect| match effect {
+            Effect::Send(Node::Client(c), Msg::Stamped { version, .. }) if *c == client => {
+                Some(*version)
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+fn acks(out: &[Effect], client: u128) -> Vec<u64> {
+    out.iter()
+        .filter_map(|effect| match effect {
+            Effect::Send(Node::Client(c), Msg::Ack { version, .. }) if *c == client => {
+                Some(*version)
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+fn visible(out: &[Effect]) -> Option<u64> {
+    out.iter().rev().find_map(|effect| match effect {
+        Effect::Visible(version) => Some(*version),
+        _ => None,
+    })
+}
+
+fn forwarded(out: &[Effect]) -> Vec<u64> {
+    out.iter()
+        .filter_map(|effect| match effect {
+            Effect::Send(Node::Server(2), Msg::Replicate { entries }) => Some(entries),
+            _ => None,
+        })
+        .flatten()
+        .map(Entry::version)
+        .collect()
+}
+
+fn standalone() -> Replica {
+    let mut replica = Replica::new(7, 1, one_server(), Protocol::OneHopAckClient, settings());
+    replica.start(0, &mut Vec::new());
+    replica
+}
+
+#[test]
+fn a_version_counts_as_logged_only_once_its_client_confirms_it() {
+    let mut primary = standalone();
+    let mut out = Vec::new();
+    primary.on_client(CLIENT, Msg::Write(content(CLIENT, 1)), 1, &mut out);
+    primary.on_client(CLIENT, Msg::Write(content(CLIENT, 2)), 1, &mut out);
+    assert_eq!(
+        stamped(&out, CLIENT),
+        vec![1, 2],
+        "the versions go back at once"
+    );
+    assert_eq!(appended(&out).len(), 2, "the log buffer takes them");
+    out.clear();
+    // The log buffer has both, but no client holds them yet.
+    primary.on_logged(2, 2, &mut out);
+    assert!(acks(&out, CLIENT).is_empty());
+    assert_eq!(visible(&out), None, "readers see nothing not fully logged");
+    assert_eq!(primary.awaiting_confirmation(), 2);
+    // A confirmation of another client's version is ignored.
+    primary.on_client(
+        7,
+        Msg::Confirm {
+            event: event(7, 1),
+            version: 1,
+        },
+        3,
+        &mut out,
+    );
+    assert!(acks(&out, CLIENT).is_empty());
+    // Version 2 confirmed first: nothing past the unconfirmed 1 goes out.
+    primary.on_client(
+        CLIENT,
+        Msg::Confirm {
+            event: event(CLIENT, 2),
+            version: 2,
+        },
+        3,
+        &mut out,
+    );
+    assert!(acks(&out, CLIENT).is_empty());
+    primary.on_client(
+        CLIENT,
+        Msg::Confirm {
+            event: event(CLIENT, 1),
+            version: 1,
+        },
+        4,
+        &mut out,
+    );
+    assert_eq!(acks(&out, CLIENT), vec![1, 2]);
+    assert_eq!(visible(&out), Some(2));
+    assert_eq!(primary.awaiting_confirmation(), 0);
+}
+
+#[test]
+fn a_version_no_client_confirms_is_logged_once_the_log_syncs_it() {
+    let mut primary = standalone();
+    let mut out = Vec::new();
+    for sequence in 1..=3 {
+        primary.on_client(CLIENT, Msg::Write(content(CLIENT, sequence)), 1, &mut out);
+    }
+    primary.on_logged(3, 2, &mut out);
+    out.clear();
+    // The client died before it confirmed; the page writer synced 1..=2.
+    primary.on_synced(2, 3, &mut out);
+    assert_eq!(acks(&out, CLIENT), vec![1, 2]);
+    assert_eq!(visible(&out), Some(2));
+    primary.on_client(
+        CLIENT,
+        Msg::Confirm {
+            event: event(CLIENT, 3),
+            version: 3,
+        },
+        4,
+        &mut out,
+    );
+    assert_eq!(visible(&out), Some(3));
+}
+
+#[test]
+fn replicas_get_a_record_only_once_it_is_fully_logged() {
+    let mut primary = Replica::new(7, 1, three_servers(), Protocol::OneHopAckClient, settings());
+    let mut out = Vec::new();
+    primary.start(0, &mut out);
+    for id in [2, 3] {
+        primary.on_peer(id, Msg::Progress { logged: 0, last: 0 }, 1, &mut out);
+    }
+    primary.epoch_recorded(1, 1, &mut out);
+    out.clear();
+    for sequence in 1..=3 {
+        primary.on_client(CLIENT, Msg::Write(content(CLIENT, sequence)), 2, &mut out);
+    }
+    primary.on_logged(3, 2, &mut out);
+    assert!(forwarded(&out).is_empty(), "nothing is confirmed yet");
+    // A replica asking for what the primary's heartbeat names gets only
+    // fully logged versions: the heartbeat names none.
+    primary.on_tick(100, &mut out);
+    let last = out.iter().find_map(|effect| match effect {
+        Effect::Send(Node::Server(2), Msg::Commit { last, .. }) => Some(*last),
+        _ => None,
+    });
+    assert_eq!(last, Some(0));
+    out.clear();
+    for version in [1, 2] {
+        primary.on_client(
+            CLIENT,
+            Msg::Confirm {
+                event: event(CLIENT, version),
+                version,
+            },
+            101,
+            &mut out,
+        );
+    }
+    assert_eq!(forwarded(&out), vec![1, 2]);
+}
+
+/// The primary's log kept versions 1 and 2 and lost 3 to 6. The client
+/// holds 3 and 5 (confirmed); 4 was never confirmed and its client died
+/// with the server; 6's client never got its version and resends it
+/// without one. After the window: 3 and 5 at their versions, 4 void, then
+/// the waiting messages.
+#[test]
+fn a_restarted_primary_places_resent_copies_at_their_versions_and_voids_the_rest() {
+    let mut first = standalone();
+    let mut out = Vec::new();
+    for sequence in 1..=6 {
+        first.on_client(CLIENT, Msg::Write(content(CLIENT, sequence)), 1, &mut out);
+    }
+    let original = appended(&out);
+    assert_eq!(original.len(), 6);
+
+    let mut restarted = Replica::new(7, 1, one_server(), Protocol::OneHopAckClient, settings());
+    for entry in &original[..2] {
+        restarted.recovered(&entry.header);
+    }
+    let mut out = Vec::new();
+    restarted.start(1_000, &mut out);
+    restarted.recover_senders(1_000, 0);
+    assert!(restarted.sender_recovering());
+    out.clear();
+    // The resends, in any order, and a new message that must wait.
+    restarted.on_client(CLIENT, Msg::Write(content(CLIENT, 6)), 1_010, &mut out);
+    restarted.on_client(CLIENT, Msg::Write(content(CLIENT, 7)), 1_010, &mut out);
+    for (version, sequence) in [(5, 5), (3, 3)] {
+        restarted.on_client(
+            CLIENT,
+            Msg::Placed {
+                version,
+                epoch: 1,
+                content: content(CLIENT, sequence),
+            },
+            1_020,
+            &mut out,
+        );
+    }
+    // A copy of a version the log kept is a duplicate, answered at once.
+    restarted.on_client(
+        CLIENT,
+        Msg::Placed {
+            version: 2,
+            epoch: 1,
+            content: content(CLIENT, 2),
+        },
+        1_020,
+        &mut out,
+    );
+    assert_eq!(acks(&out, CLIENT), vec![2]);
+    assert!(appended(&out).is_empty(), "nothing is logged in the window");
+    out.clear();
+    restarted.on_tick(1_499, &mut out);
+    assert!(appended(&out).is_empty());
+    restarted.on_tick(1_500, &mut out);
+    assert!(!restarted.sender_recovering());
+    let taken = appended(&out);
+    let versions: Vec<u64> = taken.iter().map(Entry::version).collect();
+    assert_eq!(versions, vec![3, 4, 5, 6, 7]);
+    assert_eq!(taken[0], original[2], "the same bytes as before the crash");
+    assert_eq!(taken[2], original[4]);
+    assert!(taken[1].is_void(), "no one held version 4");
+    assert_eq!(taken[3].header.event.sequence, 6);
+    assert_eq!(taken[4].header.event.sequence, 7);
+    assert_eq!(stamped(&out, CLIENT), vec![6, 7]);
+    restarted.on_logged(7, 1_501, &mut out);
+    assert_eq!(acks(&out, CLIENT), vec![3, 5], "resent copies are logged");
+    // A late copy of the voided version is refused: its client asks anew.
+    out.clear();
+    restarted.on_client(
+        CLIENT,
+        Msg::Placed {
+            version: 4,
+            epoch: 1,
+            content: content(CLIENT, 4),
+        },
+        1_600,
+        &mut out,
+    );
+    assert!(out.iter().any(|effect| matches!(
+        effect,
+        Effect::Send(
+            Node::Client(CLIENT),
+            Msg::Refused {
+                refusal: engine::replication::Refusal::VersionVoid,
+                ..
+            }
+        )
+    )));
+}
+
+#[test]
+fn a_producer_confirms_holds_until_the_checkpoint_and_resends_when_asked() {
+    let settings = ProducerSettings {
+        retry_ms: 1_000,
+        sender_logging: true,
+    };
+    let mut producer = Producer::new(CLIENT, 1, Protocol::OneHop, one_server(), settings);
+    let mut out = Vec::new();
+    let first = producer.send(Arc::new(Vec::new()), Arc::new(vec![1; 10]), 0, &mut out);
+    let second = producer.send(Arc::new(Vec::new()), Arc::new(vec![2; 10]), 0, &mut out);
+    out.clear();
+    for (event, version) in [(first, 1), (second, 2)] {
+        producer.on_message(
+            1,
+            Msg::Stamped {
+                event,
+                version,
+                epoch: 1,
+                duplicate: false,
+            },
+            1,
+            &mut out,
+        );
+    }
+    assert_eq!(
+        out,
+        vec![
+            (
+                Node::Server(1),
+                Msg::Confirm {
+                    event: first,
+                    version: 1
+                }
+            ),
+            (
+                Node::Server(1),
+                Msg::Confirm {
+                    event: second,
+                    version: 2
+                }
+            ),
+        ]
+    );
+    for (event, version) in [(first, 1), (second, 2)] {
+        producer.on_message(
+            1,
+            Msg::Ack {
+                event,
+                version,
+                epoch: 1,
+                duplicate: false,
+                hint: None,
+            },
+            2,
+            &mut out,
+        );
+    }
+    assert_eq!(producer.take_completed().len(), 2);
+    assert_eq!(producer.held(), (2, 20), "done, and still held");
+    out.clear();
+    producer.on_message(
+        1,
+        Msg::Checkpointed {
+            through: 1,
+            resend: false,
+        },
+        3,
+        &mut out,
+    );
+    assert_eq!(producer.held(), (1, 10));
+    assert!(out.is_empty());
+    producer.on_message(
+        1,
+        Msg::Checkpointed {
+            through: 1,
+            resend: true,
+        },
+        4,
+        &mut out,
+    );
+    assert!(matches!(
+        &out[..],
+        [(Node::Server(1), Msg::Placed { version: 2, epoch: 1, content })] if content.event == second
+    ));
+    // A message from a server that is not the primary drops nothing.
+    producer.on_message(
+        9,
+        Msg::Checkpointed {
+            through: 5,
+            resend: false,
+        },
+        5,
+        &mut out,
+    );
+    assert_eq!(producer.held(), (1, 10));
+}
