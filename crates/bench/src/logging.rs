@@ -10,13 +10,24 @@
 //! the experiment measures a bare write + fdatasync of a record of each
 //! size: the physical limit the logging latency is judged against (the
 //! product target: median at most 1.5 times the bare median).
+//!
+//! Seed 000's cost comparison in one table: the four durability modes
+//! through the replicated publisher (one server, R = 1), each with a
+//! saturated throughput run (`--window` messages in flight) and a window-1
+//! end-to-end latency run, as overheads against `memory` (no logging):
+//! `sync` (write + fdatasync per group commit), `paged` (seed 004's page
+//! buffer, acked from memory), and `sender` (sender-based logging: the
+//! primary returns the version at once, the client confirms and keeps the
+//! message until the next checkpoint, the log goes through the page
+//! buffer). The modes run in turns, `--rounds` times, and each figure is
+//! the median of its rounds.
 
 use std::path::Path;
 use std::time::Instant;
 
 use anyhow::{ensure, Context};
 use clap::Parser;
-use client::{Client, DurabilityConfig, Producer};
+use client::{Client, DurabilityConfig, PendingPublish, Producer, Publisher, PublisherConfig};
 use indicatif::ProgressBar;
 use report::plot::{Chart, Series};
 use report::stats::{density, Summary};
@@ -48,6 +59,21 @@ pub struct LoggingArgs {
     /// Bare write + fdatasync samples per size [default: --messages].
     #[arg(long)]
     pub fdatasync_samples: Option<usize>,
+    /// The modes comparison: message size.
+    #[arg(long, value_parser = parse_bytes, default_value = "1KB")]
+    pub modes_size: usize,
+    /// The modes comparison: messages of each throughput run.
+    #[arg(long, default_value_t = 50_000)]
+    pub modes_messages: usize,
+    /// The modes comparison: messages of each window-1 latency run.
+    #[arg(long, default_value_t = 2_000)]
+    pub modes_latency_messages: usize,
+    /// The modes comparison: messages in flight in the throughput runs.
+    #[arg(long, default_value_t = 256)]
+    pub window: usize,
+    /// The modes comparison: rounds of the four modes, in turns.
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
     #[command(flatten)]
     pub output: OutputArgs,
 }
@@ -82,10 +108,54 @@ pub struct LoggingRow {
     pub end_to_end_no_logging_samples: Vec<f64>,
 }
 
+/// One durability mode in the modes comparison (medians of the rounds).
+#[derive(Clone, Debug)]
+pub struct ModeRow {
+    pub mode: &'static str,
+    pub messages_per_second: f64,
+    /// Window-1 end-to-end latency, microseconds (the median round's).
+    pub latency: Summary,
+    /// Against `memory`, in percent: throughput lost, latency added.
+    pub throughput_overhead_percent: f64,
+    pub latency_overhead_percent: f64,
+    /// Each round's throughput, for the record.
+    pub rounds: Vec<f64>,
+}
+
 /// Everything `bench logging` measured.
 #[derive(Clone, Debug)]
 pub struct LoggingFigures {
     pub rows: Vec<LoggingRow>,
+    /// The four durability modes, `memory` first.
+    pub modes: Vec<ModeRow>,
+}
+
+impl LoggingFigures {
+    pub fn mode(&self, name: &str) -> Option<&ModeRow> {
+        self.modes.iter().find(|m| m.mode == name)
+    }
+}
+
+/// The modes compared, `memory` (the baseline) first.
+fn compared_modes() -> [(&'static str, DurabilityConfig); 4] {
+    [
+        ("memory", DurabilityConfig::Memory),
+        ("sync", DurabilityConfig::Sync),
+        (
+            "paged",
+            DurabilityConfig::Paged {
+                pages: 2,
+                page_size: 4 * 1024 * 1024,
+            },
+        ),
+        (
+            "sender",
+            DurabilityConfig::Sender {
+                pages: crate::replication::SENDER_PAGES,
+                page_size: crate::replication::SENDER_PAGE_SIZE,
+            },
+        ),
+    ]
 }
 
 /// Runs the experiment, prints its tables, writes its files.
@@ -93,13 +163,23 @@ pub fn run(args: LoggingArgs) -> anyhow::Result<LoggingFigures> {
     ensure!(!args.sizes.is_empty(), "--sizes needs at least one size");
     ensure!(args.messages > 0, "--messages must be at least 1");
     ensure!(
+        args.modes_messages > 0 && args.modes_latency_messages > 0 && args.rounds > 0,
+        "--modes-messages, --modes-latency-messages and --rounds must be at least 1"
+    );
+    ensure!(args.window > 0, "--window must be at least 1");
+    ensure!(
+        args.modes_size <= 1024 * 1024,
+        "--modes-size above 1 MiB exceeds the server's message limit"
+    );
+    ensure!(
         args.sizes.iter().all(|size| *size <= 1024 * 1024),
         "sizes above 1 MiB exceed the server's message limit"
     );
     let data = args.output.data_folder("logging")?;
     let runtime = output::runtime()?;
     let samples = args.fdatasync_samples.unwrap_or(args.messages);
-    let steps = args.sizes.len() * (samples + 2 * (args.messages + args.warmup));
+    let steps = args.sizes.len() * (samples + 2 * (args.messages + args.warmup))
+        + args.rounds * 4 * (args.modes_messages + args.modes_latency_messages);
     let bar = progress::bar(steps as u64, "logging", args.output.quiet);
     let figures = measure(&args, data.path(), &runtime, &bar)?;
     bar.finish_and_clear();
@@ -144,9 +224,130 @@ fn measure(
         ))?;
         rows.push(row(size, &bare, logging, no_logging));
     }
+    let modes = runtime.block_on(compare_modes(&client, args, bar))?;
     drop(client);
     runtime.block_on(server.stop())?;
-    Ok(LoggingFigures { rows })
+    Ok(LoggingFigures { rows, modes })
+}
+
+/// The modes comparison: every mode once per round, in turns, so a slow
+/// spell of the machine hits them alike.
+async fn compare_modes(
+    client: &Client,
+    args: &LoggingArgs,
+    bar: &ProgressBar,
+) -> anyhow::Result<Vec<ModeRow>> {
+    let modes = compared_modes();
+    let mut throughput: Vec<Vec<f64>> = vec![Vec::new(); modes.len()];
+    let mut latency: Vec<Vec<Summary>> = vec![Vec::new(); modes.len()];
+    let payload: Vec<u8> = (0..args.modes_size)
+        .map(|index| (index % 251) as u8)
+        .collect();
+    for round in 0..args.rounds {
+        for (index, (name, durability)) in modes.iter().enumerate() {
+            bar.set_message(format!("modes: {name}, round {}", round + 1));
+            let stream = format!("modes-{name}-{round}");
+            let options = client::StreamOptions::new(*durability);
+            let info = client
+                .create_stream_with_options(&stream, &options)
+                .await
+                .with_context(|| format!("cannot create stream {stream}"))?;
+            let config = PublisherConfig {
+                window: args.window,
+                ..PublisherConfig::default()
+            };
+            let publisher = Publisher::connect(&info, config).await?;
+            let started = Instant::now();
+            let mut pending = std::collections::VecDeque::with_capacity(args.window);
+            for _ in 0..args.modes_messages {
+                if pending.len() >= args.window {
+                    let answer: PendingPublish = pending.pop_front().expect("full");
+                    answer.await.context("a message was not acknowledged")?;
+                    bar.inc(1);
+                }
+                pending.push_back(publisher.submit(b"", &payload).await?);
+            }
+            for answer in pending {
+                answer.await.context("a message was not acknowledged")?;
+                bar.inc(1);
+            }
+            throughput[index].push(args.modes_messages as f64 / started.elapsed().as_secs_f64());
+            let mut samples = Vec::with_capacity(args.modes_latency_messages);
+            for _ in 0..args.modes_latency_messages {
+                let sent = Instant::now();
+                publisher
+                    .send(b"", &payload)
+                    .await
+                    .context("a message was not acknowledged")?;
+                samples.push(sent.elapsed().as_secs_f64() * 1e6);
+                bar.inc(1);
+            }
+            latency[index].push(Summary::of(&samples));
+            drop(publisher);
+            client.delete_stream(&stream).await?;
+        }
+    }
+    let median = |values: &[f64]| {
+        let mut sorted = values.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        sorted[sorted.len() / 2]
+    };
+    let median_summary = |summaries: &[Summary]| {
+        let mut sorted = summaries.to_vec();
+        sorted.sort_by(|a, b| a.mean.total_cmp(&b.mean));
+        sorted[sorted.len() / 2]
+    };
+    let base_throughput = median(&throughput[0]);
+    let base_latency = median_summary(&latency[0]).mean;
+    Ok(modes
+        .iter()
+        .enumerate()
+        .map(|(index, (name, _))| {
+            let messages_per_second = median(&throughput[index]);
+            let latency = median_summary(&latency[index]);
+            ModeRow {
+                mode: name,
+                messages_per_second,
+                latency,
+                throughput_overhead_percent: (1.0 - messages_per_second / base_throughput) * 100.0,
+                latency_overhead_percent: (latency.mean / base_latency - 1.0) * 100.0,
+                rounds: throughput[index].clone(),
+            }
+        })
+        .collect())
+}
+
+/// Seed 000's cost comparison: the four modes against no logging.
+pub fn modes_table(args: &LoggingArgs, figures: &LoggingFigures) -> Table {
+    let mut table = Table::new(
+        format!(
+            "Durability modes against no logging ({} messages, one server, R = 1; throughput with {} in flight, median of {} rounds; latency with 1 in flight, µs)",
+            format_bytes(args.modes_size),
+            args.window,
+            args.rounds
+        ),
+        &[
+            "mode",
+            "msgs/s",
+            "throughput overhead",
+            "latency mean",
+            "latency p50",
+            "latency p99",
+            "latency overhead (mean)",
+        ],
+    );
+    for row in &figures.modes {
+        table.row(vec![
+            row.mode.to_string(),
+            fixed(row.messages_per_second, 0),
+            format!("{}%", fixed(row.throughput_overhead_percent, 1)),
+            fixed(row.latency.mean, 1),
+            fixed(row.latency.p50, 1),
+            fixed(row.latency.p99, 1),
+            format!("{}%", fixed(row.latency_overhead_percent, 1)),
+        ]);
+    }
+    table
 }
 
 /// What one request/reply run returns: server-side logging latencies and
@@ -304,19 +505,32 @@ pub fn end_to_end_table(figures: &LoggingFigures) -> Table {
 fn write_report(args: &LoggingArgs, figures: &LoggingFigures) -> anyhow::Result<()> {
     let latency = latency_table(figures);
     let end_to_end = end_to_end_table(figures);
+    let modes = modes_table(args, figures);
     latency.print();
     println!();
     end_to_end.print();
+    println!();
+    modes.print();
     let mut output = Output::new(args.output.out_folder("logging"))?;
     output.csv("logging", &latency)?;
     output.csv("logging-end-to-end", &end_to_end)?;
+    output.csv("logging-modes", &modes)?;
+    output.png("logging-modes", &modes_chart(figures))?;
     output.png("logging", &log_density_chart(figures))?;
     output.png("logging-summary", &summary_chart(figures))?;
     output.png("logging-end-to-end", &end_to_end_density_chart(figures))?;
     let json = serde_json::json!({
         "experiment": "logging",
-        "tables": [latency.to_json(), end_to_end.to_json()],
+        "tables": [latency.to_json(), end_to_end.to_json(), modes.to_json()],
         "sizes": figures.rows.iter().map(row_json).collect::<Vec<_>>(),
+        "modes": figures.modes.iter().map(|row| serde_json::json!({
+            "mode": row.mode,
+            "messages_per_second": row.messages_per_second,
+            "rounds_messages_per_second": row.rounds,
+            "throughput_overhead_percent": row.throughput_overhead_percent,
+            "latency_us": row.latency.to_json(),
+            "latency_overhead_percent": row.latency_overhead_percent,
+        })).collect::<Vec<_>>(),
     });
     output.json(args.output.json.as_deref(), &json)?;
     output.announce();
@@ -374,6 +588,28 @@ fn end_to_end_density_chart(figures: &LoggingFigures) -> Chart {
             density(&row.end_to_end_no_logging_samples, DENSITY_BINS),
         ));
     }
+    chart
+}
+
+/// The modes comparison: each mode's overheads against `memory`.
+fn modes_chart(figures: &LoggingFigures) -> Chart {
+    let categories = figures.modes.iter().map(|row| row.mode.to_string());
+    let mut chart = Chart::bars(
+        "Overhead of each durability mode against no logging",
+        "durability mode",
+        "overhead (%)",
+        categories.collect(),
+    );
+    let series = |name: &str, pick: fn(&ModeRow) -> f64| {
+        let points = figures.modes.iter().enumerate();
+        Series::new(name, points.map(|(i, row)| (i as f64, pick(row))).collect())
+    };
+    chart.add(series("throughput lost", |row| {
+        row.throughput_overhead_percent
+    }));
+    chart.add(series("latency added (mean)", |row| {
+        row.latency_overhead_percent
+    }));
     chart
 }
 

@@ -520,7 +520,7 @@ impl Task {
 
     async fn flush(&mut self, out: &mut Vec<(Node, Msg)>) {
         let mut frames: HashMap<ServerId, Vec<u8>> = HashMap::new();
-        for (node, msg) in out.drain(..) {
+        for (node, msg) in coalesce_confirms(out.drain(..)) {
             let Node::Server(server) = node else { continue };
             encode_submit(frames.entry(server).or_default(), self.stream, &msg);
         }
@@ -568,6 +568,42 @@ impl Task {
             let _ = reply.send(result);
         }
     }
+}
+
+/// Sender-based logging: folds each confirmation that continues the run
+/// before it (next sequence, next version, same server) into that run, so
+/// a burst of versions is confirmed in one frame.
+fn coalesce_confirms(msgs: impl Iterator<Item = (Node, Msg)>) -> Vec<(Node, Msg)> {
+    let mut folded: Vec<(Node, Msg)> = Vec::new();
+    for (node, msg) in msgs {
+        if let (
+            Msg::Confirm {
+                event,
+                version,
+                count: 1,
+            },
+            Some((
+                last_node,
+                Msg::Confirm {
+                    event: run,
+                    version: first,
+                    count,
+                },
+            )),
+        ) = (&msg, folded.last_mut())
+        {
+            if *last_node == node
+                && run.session == event.session
+                && run.sequence + *count == event.sequence
+                && *first + *count == *version
+            {
+                *count += 1;
+                continue;
+            }
+        }
+        folded.push((node, msg));
+    }
+    folded
 }
 
 /// Appends a client-to-server `Msg` as a `Submit` frame, encoded straight
@@ -621,9 +657,19 @@ fn encode_submit(out: &mut Vec<u8>, stream: u64, msg: &Msg) {
             *event,
             *low_water,
         ),
-        Msg::Confirm { event, version } => {
-            (proto::frame::SUBMIT_CONFIRM, *version, 0, &empty, *event, 0)
-        }
+        // The run's length travels in the low-water field.
+        Msg::Confirm {
+            event,
+            version,
+            count,
+        } => (
+            proto::frame::SUBMIT_CONFIRM,
+            *version,
+            0,
+            &empty,
+            *event,
+            *count,
+        ),
         _ => return,
     };
     let kind = if content.resent {
@@ -845,4 +891,55 @@ fn refusal_of(code: ErrorCode) -> Option<Refusal> {
         }
         _ => return None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn confirm(server: ServerId, sequence: u64, version: u64) -> (Node, Msg) {
+        let event = EventId {
+            client: 1,
+            session: 1,
+            sequence,
+        };
+        let msg = Msg::Confirm {
+            event,
+            version,
+            count: 1,
+        };
+        (Node::Server(server), msg)
+    }
+
+    #[test]
+    fn consecutive_confirmations_to_one_server_travel_as_one_run() {
+        let msgs = vec![
+            confirm(1, 5, 10),
+            confirm(1, 6, 11),
+            confirm(1, 7, 12),
+            // A version that does not follow starts a new run.
+            confirm(1, 8, 20),
+            // So does another server.
+            confirm(2, 9, 21),
+        ];
+        let runs: Vec<(Node, u64, u64, u64)> = coalesce_confirms(msgs.into_iter())
+            .into_iter()
+            .map(|(node, msg)| match msg {
+                Msg::Confirm {
+                    event,
+                    version,
+                    count,
+                } => (node, event.sequence, version, count),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            runs,
+            vec![
+                (Node::Server(1), 5, 10, 3),
+                (Node::Server(1), 8, 20, 1),
+                (Node::Server(2), 9, 21, 1),
+            ]
+        );
+    }
 }

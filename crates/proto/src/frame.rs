@@ -20,7 +20,9 @@ pub const SUBMIT_TAGGED: u8 = 2;
 pub const SUBMIT_RESERVE: u8 = 3;
 pub const SUBMIT_PLACED: u8 = 4;
 /// Sender-based logging: the client holds the message (`session`,
-/// `sequence`) with `version`; no key or payload.
+/// `sequence`) with `version`, and the next `low_water - 1` sequences with
+/// the next versions (the field carries the run's length here); no key or
+/// payload.
 pub const SUBMIT_CONFIRM: u8 = 5;
 /// `Submit` kind bit: the message is sent again after a failover (its
 /// record carries `possible-duplicate`).

@@ -845,6 +845,16 @@ impl Connection {
         let rule = stream.protocol.ack_rule(HybridMode::ServerSync);
         let primary_answers = matches!(rule, AckRule::PrimaryAfterAll | AckRule::PrimaryOnly)
             || stream.placement().replicas.len() == 1;
+        if stream.is_sender_logged() {
+            let message = format!(
+                "stream {:?} uses sender-based logging, which needs the client to confirm each version and keep its messages; send with Submit (the client library's replicated producer)",
+                stream.name
+            );
+            return self
+                .outgoing
+                .error(request, ErrorCode::InvalidArgument, message)
+                .await;
+        }
         if !primary_answers || stream.protocol == Protocol::Unversioned {
             let message = format!(
                 "stream {:?} uses {} over {} replicas; send with Submit (the client library's replicated producer)",

@@ -514,7 +514,12 @@ pub(crate) fn submit_msg(
             epoch,
             content: content(),
         },
-        proto::frame::SUBMIT_CONFIRM => Msg::Confirm { event, version },
+        // A run of confirmations: `low_water` carries its length.
+        proto::frame::SUBMIT_CONFIRM => Msg::Confirm {
+            event,
+            version,
+            count: low_water.max(1),
+        },
         _ => return None,
     })
 }

@@ -43,7 +43,11 @@ pub(crate) fn fingerprint(msg: &Msg) -> [u64; 3] {
         Msg::Need { from, to } => [12, *from, *to],
         Msg::Probe => [14, 0, 0],
         Msg::Reack { event, version } => [13, event.sequence, *version],
-        Msg::Confirm { event, version } => [15, event.sequence, *version],
+        Msg::Confirm {
+            event,
+            version,
+            count,
+        } => [15, event.sequence, *version ^ (*count << 48)],
         Msg::Checkpointed { through, resend } => [16, *through, u64::from(*resend)],
     }
 }
@@ -84,7 +88,11 @@ pub(crate) fn describe(msg: &Msg) -> String {
             format!("stamped {} @{version}{duplicate}", show(event))
         }
         Msg::Refused { event, refusal } => format!("refused {}: {refusal}", show(event)),
-        Msg::Confirm { event, version } => format!("confirm {} @{version}", show(event)),
+        Msg::Confirm {
+            event,
+            version,
+            count,
+        } => format!("confirm {} @{version} x{count}", show(event)),
         Msg::Checkpointed { through, resend } => {
             let resend = if *resend { " resend" } else { "" };
             format!("checkpointed @{through}{resend}")

@@ -111,9 +111,22 @@ fn logging_with_tiny_parameters_writes_its_files_and_sane_figures() {
         messages: 30,
         warmup: 5,
         fdatasync_samples: Some(20),
+        modes_size: 1000,
+        modes_messages: 300,
+        modes_latency_messages: 20,
+        window: 32,
+        rounds: 2,
         output: quiet_output(folder.path()),
     };
     let figures = bench::logging::run(args).unwrap();
+    let modes: Vec<&str> = figures.modes.iter().map(|m| m.mode).collect();
+    assert_eq!(modes, ["memory", "sync", "paged", "sender"]);
+    for mode in &figures.modes {
+        assert_eq!(mode.rounds.len(), 2, "{mode:?}");
+        assert!(mode.messages_per_second > 0.0, "{mode:?}");
+        assert_eq!(mode.latency.count, 20, "{mode:?}");
+    }
+    assert_eq!(figures.modes[0].throughput_overhead_percent, 0.0);
     assert_eq!(figures.rows.len(), 1);
     let row = &figures.rows[0];
     assert_eq!(row.size, 1000);
@@ -146,6 +159,8 @@ fn logging_with_tiny_parameters_writes_its_files_and_sane_figures() {
             "logging.png",
             "logging-summary.png",
             "logging-end-to-end.png",
+            "logging-modes.csv",
+            "logging-modes.png",
         ],
     );
     let json = read_json(&folder.path().join("figures.json"));

@@ -190,10 +190,13 @@ pub enum Msg {
         content: Content,
     },
     /// Sender-based logging: the client holds this message with the
-    /// version the primary returned for it (it is now fully logged).
+    /// version the primary returned for it (it is now fully logged), and
+    /// likewise the `count - 1` messages of the next sequences with the
+    /// next versions (a run, confirmed in one message).
     Confirm {
         event: EventId,
         version: u64,
+        count: u64,
     },
 
     // Server to client.

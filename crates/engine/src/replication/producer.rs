@@ -296,7 +296,21 @@ impl Producer {
                     pending.version = Some(version);
                     pending.stamped_in = (!duplicate).then_some(epoch);
                 }
-                out.push((Node::Server(from), Msg::Confirm { event, version }));
+                pending.duplicate |= duplicate;
+                let confirm = Msg::Confirm {
+                    event,
+                    version,
+                    count: 1,
+                };
+                out.push((Node::Server(from), confirm));
+                if self.placement.replicas.len() == 1 {
+                    // One replica: the write is done once this client holds
+                    // the message with its version (the original protocol's
+                    // "fully logged"); a restart of the server takes it back
+                    // from the copy. With more, the protocol's acks decide.
+                    let pending = self.pending.remove(&event.sequence).expect("present");
+                    self.complete_held(event, version, pending, vec![(from, version)]);
+                }
             }
             Msg::Stamped {
                 version,
@@ -341,30 +355,13 @@ impl Producer {
                 }
                 pending.duplicate |= duplicate;
                 if self.is_done(event.sequence) {
-                    let pending = self.pending.remove(&event.sequence).expect("present");
+                    let mut pending = self.pending.remove(&event.sequence).expect("present");
                     let version = match pending.flow {
                         Flow::Local => pending.acks[0].1,
                         _ => pending.version.unwrap_or_else(|| pending.acks[0].1),
                     };
-                    if self.settings.sender_logging && pending.flow == Flow::Forward {
-                        let held = Held {
-                            content: pending.content.clone(),
-                            epoch: pending.stamped_in.unwrap_or(0),
-                        };
-                        self.held_bytes += held.bytes();
-                        if let Some(old) = self.held.insert(version, held) {
-                            self.held_bytes -= old.bytes();
-                        }
-                    }
-                    self.completed.push(Completion {
-                        event,
-                        outcome: Ok(Acknowledged {
-                            version,
-                            duplicate: pending.duplicate,
-                            possible_duplicate: pending.content.resent,
-                            acks: pending.acks,
-                        }),
-                    });
+                    let acks = std::mem::take(&mut pending.acks);
+                    self.complete_held(event, version, pending, acks);
                 }
             }
             Msg::Refused { refusal, .. } => match refusal {
@@ -413,6 +410,38 @@ impl Producer {
             let pending = &self.pending[&sequence];
             self.dispatch(pending, true, out);
         }
+    }
+
+    /// A message is done at `version`: with sender-based logging, its copy
+    /// is kept until the primary's checkpoint covers it.
+    fn complete_held(
+        &mut self,
+        event: EventId,
+        version: u64,
+        pending: Pending,
+        acks: Vec<(ServerId, u64)>,
+    ) {
+        let possible_duplicate = pending.content.resent;
+        let duplicate = pending.duplicate;
+        if self.settings.sender_logging && pending.flow == Flow::Forward {
+            let held = Held {
+                content: pending.content,
+                epoch: pending.stamped_in.unwrap_or(0),
+            };
+            self.held_bytes += held.bytes();
+            if let Some(old) = self.held.insert(version, held) {
+                self.held_bytes -= old.bytes();
+            }
+        }
+        self.completed.push(Completion {
+            event,
+            outcome: Ok(Acknowledged {
+                version,
+                duplicate,
+                possible_duplicate,
+                acks,
+            }),
+        });
     }
 
     /// Sender-based logging: the primary's checkpoint covers `through`;

@@ -793,8 +793,19 @@ impl Replica {
                     self.hold_content(client, content, now, out);
                 }
             }
-            Msg::Confirm { event, version } if self.is_primary() => {
-                self.confirm(event, version, now, out);
+            Msg::Confirm {
+                event,
+                version,
+                count,
+            } if self.is_primary() => {
+                for offset in 0..count.min(self.settings.unbound_max as u64) {
+                    let next = EventId {
+                        sequence: event.sequence + offset,
+                        ..event
+                    };
+                    self.note_confirmed(next, version + offset);
+                }
+                self.after_confirm(now, out);
             }
             // Server-to-client and server-to-server messages are not
             // accepted from clients.
@@ -1420,19 +1431,29 @@ impl Replica {
 
     /// Sender-based logging: a client holds the message with `version`.
     fn confirm(&mut self, event: EventId, version: u64, now: u64, out: &mut Vec<Effect>) {
+        self.note_confirmed(event, version);
+        self.after_confirm(now, out);
+    }
+
+    fn note_confirmed(&mut self, event: EventId, version: u64) {
         let logged = self
             .machine
             .dedupe()
             .lookup(event.client, event.session, event.sequence);
-        let Some(sender) = &mut self.sender else {
-            return;
-        };
         // Only the message's own client confirms its own version.
-        if logged != Lookup::Logged(version) || !sender.awaiting.remove(&version) {
-            return;
+        if let Some(sender) = self.sender.as_mut() {
+            if logged == Lookup::Logged(version) {
+                sender.awaiting.remove(&version);
+            }
         }
-        let through = sender.fully_logged();
-        self.logged_through(through, now, out);
+    }
+
+    /// Sender-based logging: the fully logged point may have moved.
+    fn after_confirm(&mut self, now: u64, out: &mut Vec<Effect>) {
+        if let Some(sender) = &self.sender {
+            let through = sender.fully_logged();
+            self.logged_through(through, now, out);
+        }
     }
 
     /// Sender-based logging, outside recovery: a client resends a message
@@ -1910,6 +1931,11 @@ impl Replica {
     }
 
     fn wait(&mut self, rule: AckRule, version: u64, waiter: Waiter, out: &mut Vec<Effect>) {
+        if self.sender.is_some() && self.placement.replicas.len() == 1 {
+            // Sender-based logging on one replica: the client's write is
+            // done when it holds the version (`Stamped`); no ack follows.
+            return;
+        }
         match rule {
             AckRule::PrimaryAfterAll if !self.standalone() => {
                 if version <= self.boundaries.gate(self.all_logged) {
