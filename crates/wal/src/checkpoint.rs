@@ -352,13 +352,17 @@ impl Reader<'_> {
 
 /// The checkpoint files in `folder`: their versions, newest first.
 pub(crate) fn list(storage: &dyn Storage, folder: &Path) -> std::io::Result<Vec<u64>> {
-    let mut versions: Vec<u64> = storage
-        .list(folder)?
+    Ok(versions_named(&storage.list(folder)?))
+}
+
+/// The versions of the checkpoint files among `names`, newest first.
+fn versions_named(names: &[String]) -> Vec<u64> {
+    let mut versions: Vec<u64> = names
         .iter()
         .filter_map(|name| parse_checkpoint_name(name))
         .collect();
     versions.sort_unstable_by(|a, b| b.cmp(a));
-    Ok(versions)
+    versions
 }
 
 /// What loading the checkpoints of a log found.
@@ -374,11 +378,21 @@ pub struct Loaded {
 /// flipped, another stream's) is ignored and reported, never fatal: the
 /// log itself is the truth, the checkpoint only a shortcut.
 pub fn load(storage: &dyn Storage, folder: &Path, stream: u64) -> std::io::Result<Loaded> {
-    let mut loaded = Loaded::default();
     if !storage.exists(folder) {
-        return Ok(loaded);
+        return Ok(Loaded::default());
     }
-    for through in list(storage, folder)? {
+    load_listed(storage, folder, stream, &storage.list(folder)?)
+}
+
+/// [`load`], given the names in `folder` (which exists).
+pub(crate) fn load_listed(
+    storage: &dyn Storage,
+    folder: &Path,
+    stream: u64,
+    names: &[String],
+) -> std::io::Result<Loaded> {
+    let mut loaded = Loaded::default();
+    for through in versions_named(names) {
         let path = checkpoint_path(folder, through);
         let read = storage.open(&path, false).and_then(|file| {
             let length = file.len()?;

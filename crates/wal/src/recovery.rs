@@ -169,14 +169,18 @@ fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> LogError + '_ {
 
 /// The bases of the segment files in `folder`, ascending.
 fn segment_bases(storage: &dyn Storage, folder: &Path) -> Result<Vec<u64>, LogError> {
-    let mut bases: Vec<u64> = storage
-        .list(folder)
-        .map_err(io_error(folder))?
+    let names = storage.list(folder).map_err(io_error(folder))?;
+    Ok(bases_named(&names))
+}
+
+/// The bases of the segment files among `names`, ascending.
+fn bases_named(names: &[String]) -> Vec<u64> {
+    let mut bases: Vec<u64> = names
         .iter()
         .filter_map(|name| segment::parse_segment_name(name))
         .collect();
     bases.sort_unstable();
-    Ok(bases)
+    bases
 }
 
 /// Recovers the log in `folder` by scanning every segment, calling `visit`
@@ -253,8 +257,12 @@ pub(crate) fn recover_checkpointed(
     if mode == Mode::Repair {
         storage.create_dir_all(folder).map_err(io_error(folder))?;
     }
-    let bases = segment_bases(storage, folder)?;
-    let loaded = checkpoint::load(storage, folder, stream).map_err(io_error(folder))?;
+    // One listing of the folder serves both the segments and the
+    // checkpoints: with small segments it is most of the time this takes.
+    let names = storage.list(folder).map_err(io_error(folder))?;
+    let bases = bases_named(&names);
+    let loaded =
+        checkpoint::load_listed(storage, folder, stream, &names).map_err(io_error(folder))?;
     let mut ignored: Vec<String> = loaded
         .ignored
         .iter()
