@@ -391,8 +391,27 @@ pub(crate) fn load_listed(
     stream: u64,
     names: &[String],
 ) -> std::io::Result<Loaded> {
+    Ok(load_versions(
+        storage,
+        folder,
+        stream,
+        &versions_named(names),
+        false,
+    ))
+}
+
+/// Reads the checkpoint files of `versions` (newest first) in `folder`.
+/// With `skip_missing`, a file that is not there is left out silently
+/// (the manifest names checkpoints that may since have been removed).
+pub(crate) fn load_versions(
+    storage: &dyn Storage,
+    folder: &Path,
+    stream: u64,
+    versions: &[u64],
+    skip_missing: bool,
+) -> Loaded {
     let mut loaded = Loaded::default();
-    for through in versions_named(names) {
+    for &through in versions {
         let path = checkpoint_path(folder, through);
         let read = storage.open(&path, false).and_then(|file| {
             let length = file.len()?;
@@ -407,6 +426,7 @@ pub(crate) fn load_listed(
         });
         let decoded = match read {
             Ok(bytes) => Checkpoint::decode(&bytes, stream),
+            Err(error) if skip_missing && error.kind() == std::io::ErrorKind::NotFound => continue,
             Err(error) => Err(error.to_string()),
         };
         match decoded {
@@ -423,7 +443,7 @@ pub(crate) fn load_listed(
             Err(reason) => loaded.ignored.push((path, reason)),
         }
     }
-    Ok(loaded)
+    loaded
 }
 
 /// Writes `checkpoint` atomically, then removes every other checkpoint

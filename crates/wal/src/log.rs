@@ -160,6 +160,10 @@ pub(crate) struct Shared {
     /// Held while a checkpoint is written or retention deletes segments,
     /// so the two never interleave; appends and reads do not take it.
     pub(crate) maintenance: Mutex<()>,
+    /// Held while the manifest is written and, at a rollover, until the
+    /// new segment's file exists, so that a manifest never names a segment
+    /// older than a file on disk (see [`crate::manifest`]).
+    pub(crate) manifest: Mutex<()>,
 }
 
 /// One stream's write-ahead log. Dropping it writes and syncs everything
@@ -289,6 +293,7 @@ impl Log {
             counters: Counters::default(),
             latency_samples: Mutex::new(Vec::new()),
             maintenance: Mutex::new(()),
+            manifest: Mutex::new(()),
         });
         let io_thread = match shared.config.durability {
             Durability::Memory => None,

@@ -138,6 +138,11 @@ impl Log {
         let bytes = checkpoint::write(shared.storage.as_ref(), &shared.folder, &checkpoint, &keep)
             .map_err(io_error(&shared.folder))?;
         lock(&shared.state).checkpoints = keep;
+        {
+            let _manifest = shared.manifest.lock().expect("manifest lock poisoned");
+            let newest = lock(&shared.state).segments.last().map_or(1, |s| s.base);
+            shared.write_manifest(newest)?;
+        }
         Ok(CheckpointWritten { through, bytes })
     }
 

@@ -16,6 +16,7 @@ use proto::{Record, RECORD_HEADER_LEN};
 
 use crate::checkpoint::{self, Checkpoint, CheckpointSegment};
 use crate::log::LogError;
+use crate::manifest::{self, Manifest};
 use crate::segment::{self, SEGMENT_HEADER_LEN};
 use crate::storage::{Storage, StorageFile};
 
@@ -257,8 +258,15 @@ pub(crate) fn recover_checkpointed(
     if mode == Mode::Repair {
         storage.create_dir_all(folder).map_err(io_error(folder))?;
     }
-    // One listing of the folder serves both the segments and the
-    // checkpoints: with small segments it is most of the time this takes.
+    if let Some(manifest) = manifest::read(storage, folder, stream) {
+        let recovered =
+            recover_from_manifest(storage, folder, stream, mode, &manifest, restore, visit)?;
+        if let Some(recovered) = recovered {
+            return Ok(recovered);
+        }
+    }
+    // Without a manifest to go by: one listing of the folder serves both
+    // the segments and the checkpoints.
     let names = storage.list(folder).map_err(io_error(folder))?;
     let bases = bases_named(&names);
     let loaded =
@@ -314,6 +322,215 @@ pub(crate) fn recover_checkpointed(
     })?;
     recovered.report.ignored = ignored;
     Ok(recovered)
+}
+
+/// Recovers the log from a checkpoint the manifest names without listing
+/// the folder: the newest segment must exist (no segment file is newer,
+/// the manifest's promise), the table's segments are looked for by name
+/// from its oldest (retention deletes oldest first) and then taken as
+/// there, and the segments after the checkpoint are found one by one,
+/// each based right after the one before, up to the newest. A segment
+/// missing on the way to the newest is a hole, refused as the listing
+/// would refuse it. `Ok(None)`, before `restore` or `visit` is called,
+/// when the manifest cannot be gone by (its newest segment is not on
+/// disk, or no checkpoint it names fits): the caller lists the folder.
+fn recover_from_manifest(
+    storage: &dyn Storage,
+    folder: &Path,
+    stream: u64,
+    mode: Mode,
+    manifest: &Manifest,
+    restore: &mut dyn FnMut(&[u8]) -> Result<(), String>,
+    visit: &mut dyn FnMut(&Record<'_>),
+) -> Result<Option<Recovered>, LogError> {
+    let newest = manifest.newest_segment;
+    if !storage.exists(&segment::segment_path(folder, newest)) {
+        return Ok(None);
+    }
+    let mut versions = manifest.checkpoints.clone();
+    versions.sort_unstable_by(|a, b| b.cmp(a));
+    versions.dedup();
+    let loaded = checkpoint::load_versions(storage, folder, stream, &versions, true);
+    let mut ignored: Vec<String> = loaded
+        .ignored
+        .iter()
+        .map(|(path, reason)| format!("{}: {reason}", path.display()))
+        .collect();
+    let valid: Vec<u64> = loaded.checkpoints.iter().map(|c| c.through).collect();
+    for checkpoint in &loaded.checkpoints {
+        let name = checkpoint::checkpoint_name(checkpoint.through);
+        let covered = match probe_covered(storage, folder, stream, newest, checkpoint)? {
+            Ok(covered) => covered,
+            Err(reason) => {
+                ignored.push(format!("{name}: {reason}"));
+                continue;
+            }
+        };
+        if let Err(reason) = restore(&checkpoint.blob) {
+            ignored.push(format!("{name}: its state was refused: {reason}"));
+            continue;
+        }
+        let mut recovered = scan_probed(storage, folder, stream, mode, newest, covered, visit)?;
+        recovered.report.checkpoint = Some(checkpoint.through);
+        recovered.report.ignored = ignored;
+        let last = recovered.last_version;
+        recovered.checkpoints = valid.iter().copied().filter(|&v| v <= last).collect();
+        return Ok(Some(recovered));
+    }
+    Ok(None)
+}
+
+/// [`check_covered`] without a listing: the segments of the table are
+/// looked for by name, from the oldest until one is there.
+fn probe_covered(
+    storage: &dyn Storage,
+    folder: &Path,
+    stream: u64,
+    newest: u64,
+    checkpoint: &Checkpoint,
+) -> Result<Result<Covered, String>, LogError> {
+    let table = &checkpoint.segments;
+    let through = checkpoint.through;
+    let present = |base: u64| storage.exists(&segment::segment_path(folder, base));
+    let start = match table.iter().position(|s| present(s.base)) {
+        Some(position) => position,
+        None if present(through + 1) => table.len(),
+        None => {
+            return Ok(Err(format!(
+                "no segment from the checkpoint through {through} on is there"
+            )))
+        }
+    };
+    let mut covered = Covered {
+        next_version: through + 1,
+        ..Covered::default()
+    };
+    let Some((last, whole)) = table[start..].split_last() else {
+        return Ok(Ok(covered));
+    };
+    if last.base > newest {
+        return Ok(Err(format!(
+            "the manifest's newest segment {newest} is older than the checkpoint's last"
+        )));
+    }
+    covered.segments = whole
+        .iter()
+        .map(|entry| Segment::covered(entry, None))
+        .collect();
+    match open_resumed(storage, folder, stream, last)? {
+        Ok(file) => covered.resume = Some((last.clone(), file)),
+        Err(reason) => return Ok(Err(reason)),
+    }
+    covered.files = table.len() - start;
+    Ok(Ok(covered))
+}
+
+/// Opens the checkpoint's last segment, where the scan resumes: its header
+/// must be good and it must hold at least what the checkpoint says.
+fn open_resumed(
+    storage: &dyn Storage,
+    folder: &Path,
+    stream: u64,
+    last: &CheckpointSegment,
+) -> Result<Result<Arc<dyn StorageFile>, String>, LogError> {
+    let path = segment::segment_path(folder, last.base);
+    let file = match storage.open(&path, false) {
+        Ok(file) => file,
+        Err(error) => return Ok(Err(format!("{}: {error}", path.display()))),
+    };
+    let length = file.len().map_err(io_error(&path))?;
+    let mut header = [0u8; SEGMENT_HEADER_LEN];
+    if length < SEGMENT_HEADER_LEN as u64 {
+        return Ok(Err(format!("{}: header cut short", path.display())));
+    }
+    file.read_exact_at(&mut header, 0)
+        .map_err(io_error(&path))?;
+    if let Err(reason) = segment::check_header(&header, stream, last.base) {
+        return Ok(Err(format!("{}: {reason}", path.display())));
+    }
+    if length < last.length {
+        return Ok(Err(format!(
+            "{} holds {length} bytes, the checkpoint says {}: the log is shorter than the checkpoint claims",
+            path.display(),
+            last.length
+        )));
+    }
+    Ok(Ok(file))
+}
+
+/// Scans the rest of the checkpoint's last segment and the segments after
+/// it, each based right after the one before, up to `newest`.
+fn scan_probed(
+    storage: &dyn Storage,
+    folder: &Path,
+    stream: u64,
+    mode: Mode,
+    newest: u64,
+    covered: Covered,
+    visit: &mut dyn FnMut(&Record<'_>),
+) -> Result<Recovered, LogError> {
+    let mut report = RecoveryReport::default();
+    let mut counting = |record: &Record<'_>| {
+        report.records_visited += 1;
+        visit(record);
+    };
+    let mut segments = covered.segments;
+    let mut expected = covered.next_version;
+    let mut done = false;
+    if let Some((entry, file)) = covered.resume {
+        let is_last = entry.base == newest;
+        let start = Start::After(entry, file);
+        let segment = scan_segment(storage, folder, stream, start, is_last, mode, &mut counting)?;
+        expected = segment.last_version + 1;
+        segments.push(segment);
+        done = is_last;
+    }
+    while !done {
+        let is_last = expected == newest;
+        let path = segment::segment_path(folder, expected);
+        if expected > newest || (!is_last && !storage.exists(&path)) {
+            return Err(LogError::Corrupt {
+                path: segment::segment_path(folder, newest),
+                offset: 0,
+                reason: format!(
+                    "segment starts at version {newest}, expected {expected}: versions are missing"
+                ),
+            });
+        }
+        let start = Start::Header(expected);
+        let segment = scan_segment(storage, folder, stream, start, is_last, mode, &mut counting)?;
+        if !is_last && segment.last_version < segment.base {
+            return Err(LogError::Corrupt {
+                path,
+                offset: SEGMENT_HEADER_LEN as u64,
+                reason: "a segment before the last holds no record".into(),
+            });
+        }
+        expected = segment.last_version + 1;
+        segments.push(segment);
+        done = is_last;
+    }
+    // The manifest's promise, checked where breaking it would lose
+    // records: a segment after the newest would be one a server that does
+    // not keep the manifest wrote (an older version). The records are
+    // already visited, so this refuses rather than falls back.
+    let after = segment::segment_path(folder, expected);
+    if expected > newest && storage.exists(&after) {
+        return Err(LogError::Corrupt {
+            path: after,
+            offset: 0,
+            reason: format!(
+                "segment past the manifest's newest segment {newest}: the manifest is stale (was the log written by a server that does not keep it?); remove {} to recover by listing the folder",
+                manifest::manifest_path(folder).display()
+            ),
+        });
+    }
+    Ok(Recovered {
+        last_version: expected - 1,
+        segments,
+        checkpoints: Vec::new(),
+        report,
+    })
 }
 
 /// The part of a log a checkpoint covers, checked against the disk.
@@ -386,30 +603,11 @@ fn check_covered(
         .iter()
         .map(|entry| Segment::covered(entry, None))
         .collect();
-    let path = segment::segment_path(folder, last.base);
-    let file = match storage.open(&path, false) {
-        Ok(file) => file,
-        Err(error) => return Ok(Err(format!("{}: {error}", path.display()))),
-    };
-    let length = file.len().map_err(io_error(&path))?;
-    let mut header = [0u8; SEGMENT_HEADER_LEN];
-    if length < SEGMENT_HEADER_LEN as u64 {
-        return Ok(Err(format!("{}: header cut short", path.display())));
-    }
-    file.read_exact_at(&mut header, 0)
-        .map_err(io_error(&path))?;
-    if let Err(reason) = segment::check_header(&header, stream, last.base) {
-        return Ok(Err(format!("{}: {reason}", path.display())));
-    }
-    if length < last.length {
-        return Ok(Err(format!(
-            "{} holds {length} bytes, the checkpoint says {}: the log is shorter than the checkpoint claims",
-            path.display(),
-            last.length
-        )));
+    match open_resumed(storage, folder, stream, last)? {
+        Ok(file) => covered.resume = Some((last.clone(), file)),
+        Err(reason) => return Ok(Err(reason)),
     }
     covered.files = entries.len();
-    covered.resume = Some((last.clone(), file));
     Ok(Ok(covered))
 }
 

@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use wal::checkpoint::{checkpoint_path, Checkpoint};
 use wal::fault::{CrashMode, FaultStorage};
+use wal::manifest::manifest_path;
 use wal::segment::segment_path;
 use wal::{Log, LogConfig, LogError, ReadError, RecoveryReport, Retention, Storage, StorageFile};
 
@@ -260,10 +261,22 @@ fn a_covered_segment_cut_short_after_the_checkpoint_opens_and_fails_when_read() 
         append(&opened.log, 41, &encode(STREAM, 41, &next)).unwrap();
         wait_durable(&opened.log, 41, &context);
     }
-    // Removed altogether: the folder listing shows the hole at open, and
-    // no checkpoint fits (as before).
+    // Removed altogether: the open, which goes by the manifest and looks
+    // for no covered segment, succeeds, and a read of it says it is
+    // missing.
     let image = copy_of(&storage);
     image.remove_file(&segment_path(folder(), 16)).unwrap();
+    image.sync_dir(folder()).unwrap();
+    let opened = open_from_checkpoint_ok(&image, config.clone(), "segment 16 removed");
+    assert_eq!(opened.report.checkpoint, Some(30));
+    let error = read_error(&opened.log, 17);
+    assert_damaged(&error, 16, 0, "segment 16 removed");
+    assert!(error.to_string().contains("missing"), "{error}");
+    assert_reads_from(&opened.log, &payloads, 21, "segment 16 removed");
+    drop(opened);
+    // Without the manifest, the folder listing shows the hole at open,
+    // and no checkpoint fits.
+    image.remove_file(&manifest_path(folder())).unwrap();
     image.sync_dir(folder()).unwrap();
     assert!(open_from_checkpoint(Arc::new(image), config).is_err());
 }
@@ -400,6 +413,158 @@ fn a_checkpoint_of_format_1_still_recovers_the_log() {
     );
 }
 
+#[test]
+fn with_a_manifest_the_open_lists_no_folder_and_without_one_it_lists_it_once() {
+    let (config, storage, payloads) = forty_records();
+    let opened = open_from_checkpoint_ok(&storage, config.clone(), "first open");
+    checkpoint(&opened.log, &payloads, 23, 1000);
+    drop(opened);
+    let manifest = storage.read_file(&manifest_path(folder())).unwrap();
+    let decoded = wal::manifest::Manifest::decode(&manifest, STREAM).unwrap();
+    assert_eq!(decoded.newest_segment, 36);
+    assert_eq!(decoded.checkpoints, vec![23]);
+    let stale = wal::manifest::Manifest {
+        newest_segment: 41,
+        checkpoints: vec![23],
+    };
+    let cases: Vec<(&str, Option<Vec<u8>>, u64)> = vec![
+        ("the manifest", Some(manifest.clone()), 0),
+        ("no manifest", None, 1),
+        ("a damaged manifest", Some(manifest[..30].to_vec()), 1),
+        ("a manifest naming no file", Some(stale.encode(STREAM)), 1),
+    ];
+    for (context, bytes, lists) in cases {
+        let image = copy_of(&storage);
+        image.remove_file(&manifest_path(folder())).unwrap();
+        if let Some(bytes) = bytes {
+            write_file(&image, &manifest_path(folder()), &bytes);
+        }
+        image.sync_dir(folder()).unwrap();
+        let counting = CountingOpens::new(image);
+        let opened = open_from_checkpoint(Arc::new(counting.clone()), config.clone())
+            .unwrap_or_else(|error| panic!("{context}: {error}"));
+        assert_eq!(counting.lists(), lists, "{context}: folder listings");
+        assert_eq!(opened.report.checkpoint, Some(23), "{context}");
+        assert!(opened.report.ignored.is_empty(), "{context}");
+        assert_eq!(opened.visited, (24..=40).collect::<Vec<_>>(), "{context}");
+        assert_eq!(opened.fold, Fold::of(&payloads), "{context}");
+        assert_reads(&opened.log, &payloads, 1, context);
+    }
+    // The next rollover writes the manifest again.
+    let image = copy_of(&storage);
+    image.remove_file(&manifest_path(folder())).unwrap();
+    image.sync_dir(folder()).unwrap();
+    let opened = open_from_checkpoint_ok(&image, config.clone(), "no manifest");
+    let mut longer = payloads.clone();
+    for version in 41..=46 {
+        let bytes = payload(version, 700);
+        append(&opened.log, version, &encode(STREAM, version, &bytes)).unwrap();
+        longer.push(bytes);
+    }
+    wait_durable(&opened.log, 46, "appended");
+    drop(opened);
+    let manifest = image.read_file(&manifest_path(folder())).unwrap();
+    let decoded = wal::manifest::Manifest::decode(&manifest, STREAM).unwrap();
+    assert_eq!(decoded.newest_segment, 46);
+    let counting = CountingOpens::new(image);
+    let opened = open_from_checkpoint(Arc::new(counting.clone()), config).unwrap();
+    assert_eq!(counting.lists(), 0);
+    assert_eq!(opened.fold, Fold::of(&longer));
+    assert_reads(&opened.log, &longer, 1, "after the rollover");
+}
+
+#[test]
+fn with_a_manifest_a_hole_after_the_checkpoint_is_still_refused() {
+    let (config, storage, payloads) = forty_records();
+    let opened = open_from_checkpoint_ok(&storage, config.clone(), "first open");
+    checkpoint(&opened.log, &payloads, 13, 1000);
+    drop(opened);
+    for missing in [16, 21, 26, 31] {
+        let image = copy_of(&storage);
+        image.remove_file(&segment_path(folder(), missing)).unwrap();
+        image.sync_dir(folder()).unwrap();
+        match open_from_checkpoint(Arc::new(image), config.clone()) {
+            Err(LogError::Corrupt { reason, .. }) => {
+                assert!(reason.contains("versions are missing"), "{reason}")
+            }
+            Err(other) => panic!("segment {missing} missing: {other}"),
+            Ok(_) => panic!("segment {missing} missing was accepted"),
+        }
+    }
+}
+
+#[test]
+fn a_segment_past_the_manifests_newest_is_refused_not_ignored() {
+    let (config, storage, payloads) = forty_records();
+    let opened = open_from_checkpoint_ok(&storage, config.clone(), "first open");
+    checkpoint(&opened.log, &payloads, 33, 1000);
+    drop(opened);
+    let old_manifest = storage.read_file(&manifest_path(folder())).unwrap();
+    // A server that does not keep the manifest appends past a rollover.
+    let opened = open_from_checkpoint_ok(&storage, config.clone(), "second open");
+    for version in 41..=43 {
+        let bytes = payload(version, 700);
+        append(&opened.log, version, &encode(STREAM, version, &bytes)).unwrap();
+    }
+    wait_durable(&opened.log, 43, "appended");
+    drop(opened);
+    write_file(&storage, &manifest_path(folder()), &old_manifest);
+    match open_from_checkpoint(Arc::new(copy_of(&storage)), config.clone()) {
+        Err(LogError::Corrupt { path, reason, .. }) => {
+            assert_eq!(path, segment_path(folder(), 41));
+            assert!(reason.contains("manifest is stale"), "{reason}");
+        }
+        Err(other) => panic!("{other}"),
+        Ok(_) => panic!("a segment past the manifest's newest was accepted"),
+    }
+    // Removing the manifest recovers every record.
+    storage.remove_file(&manifest_path(folder())).unwrap();
+    storage.sync_dir(folder()).unwrap();
+    let opened = open_from_checkpoint_ok(&storage, config, "without the manifest");
+    assert_eq!(opened.log.last_version(), 43);
+}
+
+#[test]
+fn a_crash_at_every_step_of_appending_across_rollovers_recovers_from_the_checkpoint() {
+    let (config, storage, payloads) = forty_records();
+    let opened = open_from_checkpoint_ok(&storage, config.clone(), "first open");
+    checkpoint(&opened.log, &payloads, 33, 1000);
+    drop(opened);
+    let mut all = payloads.clone();
+    all.extend((41..=52).map(|v| payload(v, 700)));
+    let steps = crash_at_every_step(
+        &storage,
+        &config,
+        &|log| {
+            for version in 41..=52 {
+                let bytes = &all[version as usize - 1];
+                append(log, version, &encode(STREAM, version, bytes))
+                    .map_err(|error| LogError::Checkpoint(error.to_string()))?;
+                // One record a batch, so each rollover is its own step.
+                while log.durable_version() < version {
+                    if let Some(failure) = log.failure() {
+                        return Err(LogError::Checkpoint(failure.to_string()));
+                    }
+                    std::thread::sleep(std::time::Duration::from_micros(50));
+                }
+            }
+            Ok(())
+        },
+        &|image, finished, context| {
+            let opened = open_from_checkpoint_ok(image, config.clone(), context);
+            assert_eq!(opened.report.checkpoint, Some(33), "{context}");
+            let last = opened.log.last_version();
+            assert!((40..=52).contains(&last), "{context}: last {last}");
+            if finished {
+                assert_eq!(last, 52, "{context}");
+            }
+            assert_eq!(opened.fold, Fold::of(&all[..last as usize]), "{context}");
+            assert_reads(&opened.log, &all[..last as usize], 1, context);
+        },
+    );
+    assert!(steps > 12, "appending took {steps} steps");
+}
+
 /// The error a read from `from` fails with.
 fn read_error(log: &Log, from: u64) -> ReadError {
     let mut out = Vec::new();
@@ -468,6 +633,7 @@ fn write_file(storage: &FaultStorage, path: &Path, bytes: &[u8]) {
 struct CountingOpens {
     inner: FaultStorage,
     opened: Arc<std::sync::Mutex<Vec<u64>>>,
+    lists: Arc<AtomicU64>,
 }
 
 impl CountingOpens {
@@ -475,7 +641,12 @@ impl CountingOpens {
         CountingOpens {
             inner,
             opened: Arc::default(),
+            lists: Arc::default(),
         }
+    }
+
+    fn lists(&self) -> u64 {
+        self.lists.load(Ordering::SeqCst)
     }
 
     fn segments_opened(&self) -> Vec<u64> {
@@ -492,6 +663,7 @@ impl Storage for CountingOpens {
         self.inner.open(path, create)
     }
     fn list(&self, folder: &Path) -> io::Result<Vec<String>> {
+        self.lists.fetch_add(1, Ordering::SeqCst);
         self.inner.list(folder)
     }
     fn create_dir_all(&self, folder: &Path) -> io::Result<()> {
@@ -592,10 +764,21 @@ fn a_log_shorter_than_its_checkpoint_claims_falls_back_and_says_so() {
         "the one past the log is not kept"
     );
     drop(opened);
-    // A middle segment lost: neither checkpoint fits, and a full scan
-    // refuses the hole.
+    // A middle segment lost: from the manifest, the covered segment is
+    // not looked for, and its read fails.
     let image = copy_of(&storage);
     image.remove_file(&segment_path(folder(), 16)).unwrap();
+    image.sync_dir(folder()).unwrap();
+    let opened = open_from_checkpoint_ok(&image, config.clone(), "segment 16 lost");
+    assert_eq!(opened.report.checkpoint, Some(40));
+    assert!(matches!(
+        read_error(&opened.log, 16),
+        ReadError::Corrupt { .. }
+    ));
+    drop(opened);
+    // Without the manifest the folder is listed: neither checkpoint fits,
+    // and a full scan refuses the hole.
+    image.remove_file(&manifest_path(folder())).unwrap();
     image.sync_dir(folder()).unwrap();
     match open_from_checkpoint(Arc::new(image), config) {
         Err(LogError::Corrupt { reason, .. }) => {
