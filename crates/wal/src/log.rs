@@ -209,12 +209,12 @@ impl Log {
     /// usable checkpoint: `restore` gets the checkpoint's blob, and `visit`
     /// only the records after the checkpoint's version, in order. Of the
     /// segments the checkpoint covers, only its last is opened (header and
-    /// length checked); the others are looked for in the folder listing
-    /// and checked, record by record, when first read (damage found then
-    /// is a [`ReadError::Corrupt`] naming the file and byte). So the time
-    /// this takes grows with the log after the checkpoint, and with the
-    /// covered part only by its file names and 32 bytes a segment of
-    /// checkpoint. A damaged
+    /// length checked); the others are checked, record by record, when
+    /// first read (damage found then is a [`ReadError::Corrupt`] naming
+    /// the file and byte). With a usable manifest (see [`crate::manifest`])
+    /// the folder is not listed either. So the time this takes grows with
+    /// the log after the checkpoint, and with the covered part only by
+    /// its 32 bytes a segment of checkpoint. A damaged
     /// checkpoint, one `restore` refuses, or one that claims more than the
     /// segments on disk hold, is skipped for the one before it; with none
     /// left, every segment is scanned and `restore` is not called. The
