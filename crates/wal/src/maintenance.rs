@@ -258,7 +258,8 @@ impl Log {
                 state.first_version = state.segments[0].base;
             }
             let path = segment::segment_path(&shared.folder, base);
-            shared.storage.remove_file(&path).map_err(io_error(&path))?;
+            crate::recovery::remove_segment_file(shared.storage.as_ref(), &path)
+                .map_err(io_error(&path))?;
             // Durable before the next one goes, so a crash leaves the log
             // starting at one of the segments' bases, never with a hole.
             shared

@@ -1005,6 +1005,15 @@ fn has_record_after(bytes: &[u8], from: usize, stream: u64, min_version: u64) ->
     false
 }
 
+/// Removes a segment file; one already gone is no error (a segment a
+/// checkpoint covers is not looked for at open, so it may be missing).
+pub(crate) fn remove_segment_file(storage: &dyn Storage, path: &Path) -> std::io::Result<()> {
+    match storage.remove_file(path) {
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        other => other,
+    }
+}
+
 /// See [`crate::truncate_after`].
 pub(crate) fn truncate_after(
     storage: &dyn Storage,
@@ -1054,7 +1063,7 @@ pub(crate) fn truncate_after(
             // Wholly past the cut (the first segment stays, as a log's
             // first segment always exists).
             drop(segment.file.clone());
-            storage.remove_file(&path).map_err(io_error(&path))?;
+            remove_segment_file(storage, &path).map_err(io_error(&path))?;
             storage.sync_dir(folder).map_err(io_error(folder))?;
             continue;
         }

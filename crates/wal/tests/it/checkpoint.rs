@@ -367,9 +367,26 @@ fn retention_deletes_covered_segments_no_one_has_read() {
     );
     assert_reads(&opened.log, &payloads, 26, "after retention");
     drop(opened);
-    let opened = open_from_checkpoint_ok(&storage, config, "reopened after retention");
+    let opened = open_from_checkpoint_ok(&storage, config.clone(), "reopened after retention");
     assert_eq!(opened.report.checkpoint, Some(34));
     assert_reads(&opened.log, &payloads, 26, "reopened after retention");
+    drop(opened);
+    // A covered segment already gone when retention comes to it.
+    let (config, storage, payloads) = (config, copy_of(&storage), payloads);
+    let opened = open_from_checkpoint_ok(&storage, config.clone(), "again");
+    checkpoint(&opened.log, &payloads, 38, 3000);
+    checkpoint(&opened.log, &payloads, 39, 3000);
+    drop(opened);
+    storage.remove_file(&segment_path(folder(), 31)).unwrap();
+    storage.sync_dir(folder()).unwrap();
+    let opened = open_from_checkpoint_ok(&storage, config, "segment 31 gone");
+    let retained = opened
+        .log
+        .retain(Retention { bytes: 1, ms: 0 }, 4000)
+        .unwrap();
+    assert_eq!(retained.segments_deleted, 2);
+    assert_eq!(retained.first_version, 36);
+    assert_reads(&opened.log, &payloads, 36, "segment 31 gone");
 }
 
 #[test]
