@@ -1,13 +1,13 @@
 //! Checkpoint files: what a restart needs so it does not scan the log it
 //! covers. A checkpoint of one stream's log names the version it covers
-//! (`through`), the segment table of the covered part (so reads of it need
-//! no scan), and an opaque blob: the state the application rebuilt from
-//! the records up to `through`.
+//! (`through`), the segment table of the covered part (so a restart needs
+//! neither to scan nor to open the covered segments), and an opaque blob:
+//! the state the application rebuilt from the records up to `through`.
 //!
 //! | offset | size | field |
 //! |---|---|---|
 //! | 0 | 8 | magic `STLGCKP\0` |
-//! | 8 | 4 | checkpoint format version (1) |
+//! | 8 | 4 | checkpoint format version (2; 1 is still read) |
 //! | 12 | 4 | CRC32C of every byte from 16 to the end of the file |
 //! | 16 | 8 | stream id |
 //! | 24 | 8 | through: every version up to it is covered |
@@ -16,11 +16,16 @@
 //! | 44 | 4 | reserved, 0 |
 //! | 48 | … | S segment entries, then the blob |
 //!
-//! A segment entry is 40 bytes plus 16 per index entry: base (u64), last
-//! version (u64), length in bytes up to the end of its last covered record
-//! (u64), sealed at (u64 ms, 0 while the segment was still the log's
-//! last), index count I (u32), reserved (u32), then I pairs of (version
-//! u64, offset u64). The blob is a u64 length and its bytes.
+//! A segment entry of format 2 is 32 bytes: base (u64), last version
+//! (u64), length in bytes up to the end of its last covered record (u64),
+//! sealed at (u64 ms, 0 while the segment was still the log's last). The
+//! blob is a u64 length and its bytes.
+//!
+//! Format 1 had, after sealed at, an index count I (u32), a reserved u32
+//! and I (version u64, offset u64) pairs of the segment's sparse index.
+//! It is still decoded (its index is checked, then dropped: the log
+//! rebuilds a segment's index when it first reads the segment), so a
+//! checkpoint written before format 2 still recovers the log.
 //!
 //! A checkpoint file is named `checkpoint-<through, 20 digits>.ckpt`, so
 //! names sort in version order. It is written with
@@ -33,7 +38,10 @@ use std::path::{Path, PathBuf};
 use crate::storage::{self, Storage};
 
 pub const CHECKPOINT_MAGIC: [u8; 8] = *b"STLGCKP\0";
-pub const CHECKPOINT_FORMAT_VERSION: u32 = 1;
+/// The format this crate writes.
+pub const CHECKPOINT_FORMAT_VERSION: u32 = 2;
+/// The first format, with each segment's sparse index; still read.
+pub const CHECKPOINT_FORMAT_VERSION_1: u32 = 1;
 const MAGIC_SIZE: usize = 8;
 const FORMAT_OFFSET: usize = MAGIC_SIZE;
 const CHECKSUM_OFFSET: usize = FORMAT_OFFSET + 4;
@@ -43,8 +51,10 @@ const WRITTEN_AT_OFFSET: usize = THROUGH_OFFSET + 8;
 const SEGMENT_COUNT_OFFSET: usize = WRITTEN_AT_OFFSET + 8;
 /// Size of the fixed part; the segment entries start here.
 pub const CHECKPOINT_HEADER_LEN: usize = SEGMENT_COUNT_OFFSET + 8;
-/// Size of a segment entry without its index pairs.
-const SEGMENT_ENTRY_LEN: usize = 40;
+/// Size of a segment entry of format 2.
+const SEGMENT_ENTRY_LEN: usize = 32;
+/// Size of a segment entry of format 1 without its index pairs.
+const SEGMENT_ENTRY_V1_LEN: usize = 40;
 const INDEX_ENTRY_LEN: usize = 16;
 /// Checkpoint files a log keeps: the newest, and the one before it in case
 /// the newest is damaged.
@@ -70,8 +80,6 @@ pub struct CheckpointSegment {
     /// counts from here: no later than the segment's last write, so a
     /// segment is never deleted early.
     pub sealed_at_ms: u64,
-    /// The sparse index: (version, offset) pairs, ascending.
-    pub index: Vec<(u64, u64)>,
 }
 
 /// A decoded checkpoint.
@@ -106,17 +114,33 @@ pub fn parse_checkpoint_name(name: &str) -> Option<u64> {
 }
 
 impl Checkpoint {
+    /// The checkpoint in the current format.
     pub fn encode(&self) -> Vec<u8> {
-        let index_entries: usize = self.segments.iter().map(|s| s.index.len()).sum();
+        self.encode_format(CHECKPOINT_FORMAT_VERSION, &[])
+    }
+
+    /// The checkpoint in format 1, as writers before format 2 wrote it,
+    /// with `index[i]` as the sparse index of segment `i` (none when
+    /// `index` is shorter). For tests that older checkpoints still read.
+    pub fn encode_format_1(&self, index: &[Vec<(u64, u64)>]) -> Vec<u8> {
+        self.encode_format(CHECKPOINT_FORMAT_VERSION_1, index)
+    }
+
+    fn encode_format(&self, format: u32, index: &[Vec<(u64, u64)>]) -> Vec<u8> {
+        let entry_len = match format {
+            CHECKPOINT_FORMAT_VERSION_1 => SEGMENT_ENTRY_V1_LEN,
+            _ => SEGMENT_ENTRY_LEN,
+        };
+        let index_entries: usize = index.iter().map(Vec::len).sum();
         let mut bytes = Vec::with_capacity(
             CHECKPOINT_HEADER_LEN
-                + self.segments.len() * SEGMENT_ENTRY_LEN
+                + self.segments.len() * entry_len
                 + index_entries * INDEX_ENTRY_LEN
                 + 8
                 + self.blob.len(),
         );
         bytes.extend_from_slice(&CHECKPOINT_MAGIC);
-        bytes.extend_from_slice(&CHECKPOINT_FORMAT_VERSION.to_le_bytes());
+        bytes.extend_from_slice(&format.to_le_bytes());
         bytes.extend_from_slice(&[0; 4]);
         bytes.extend_from_slice(&self.stream.to_le_bytes());
         bytes.extend_from_slice(&self.through.to_le_bytes());
@@ -125,7 +149,7 @@ impl Checkpoint {
         bytes.extend_from_slice(&count.to_le_bytes());
         bytes.extend_from_slice(&[0; 4]);
         debug_assert_eq!(bytes.len(), CHECKPOINT_HEADER_LEN);
-        for segment in &self.segments {
+        for (position, segment) in self.segments.iter().enumerate() {
             for value in [
                 segment.base,
                 segment.last_version,
@@ -134,12 +158,15 @@ impl Checkpoint {
             ] {
                 bytes.extend_from_slice(&value.to_le_bytes());
             }
-            let count = u32::try_from(segment.index.len()).expect("index count fits in u32");
-            bytes.extend_from_slice(&count.to_le_bytes());
-            bytes.extend_from_slice(&[0; 4]);
-            for &(version, offset) in &segment.index {
-                bytes.extend_from_slice(&version.to_le_bytes());
-                bytes.extend_from_slice(&offset.to_le_bytes());
+            if format == CHECKPOINT_FORMAT_VERSION_1 {
+                let pairs = index.get(position).map_or(&[][..], Vec::as_slice);
+                let count = u32::try_from(pairs.len()).expect("index count fits in u32");
+                bytes.extend_from_slice(&count.to_le_bytes());
+                bytes.extend_from_slice(&[0; 4]);
+                for &(version, offset) in pairs {
+                    bytes.extend_from_slice(&version.to_le_bytes());
+                    bytes.extend_from_slice(&offset.to_le_bytes());
+                }
             }
         }
         bytes.extend_from_slice(&(self.blob.len() as u64).to_le_bytes());
@@ -169,7 +196,7 @@ impl Checkpoint {
             at: FORMAT_OFFSET,
         };
         let format = reader.u32()?;
-        if format != CHECKPOINT_FORMAT_VERSION {
+        if format != CHECKPOINT_FORMAT_VERSION && format != CHECKPOINT_FORMAT_VERSION_1 {
             return Err(format!("unsupported checkpoint format version {format}"));
         }
         let stored = reader.u32()?;
@@ -189,12 +216,16 @@ impl Checkpoint {
         let written_at_ms = reader.u64()?;
         let count = reader.u32()? as usize;
         reader.u32()?;
-        if count == 0 || count > reader.remaining() / SEGMENT_ENTRY_LEN {
+        let entry_len = match format {
+            CHECKPOINT_FORMAT_VERSION_1 => SEGMENT_ENTRY_V1_LEN,
+            _ => SEGMENT_ENTRY_LEN,
+        };
+        if count == 0 || count > reader.remaining() / entry_len {
             return Err(format!("checkpoint names {count} segments"));
         }
         let mut segments: Vec<CheckpointSegment> = Vec::with_capacity(count);
         for _ in 0..count {
-            let segment = reader.segment()?;
+            let segment = reader.segment(format)?;
             let expected_base = segments.last().map_or(segment.base, |s| s.last_version + 1);
             if segment.base != expected_base {
                 return Err(format!(
@@ -255,13 +286,11 @@ impl Reader<'_> {
         self.take::<8>().map(u64::from_le_bytes)
     }
 
-    fn segment(&mut self) -> Result<CheckpointSegment, String> {
+    fn segment(&mut self, format: u32) -> Result<CheckpointSegment, String> {
         let base = self.u64()?;
         let last_version = self.u64()?;
         let length = self.u64()?;
         let sealed_at_ms = self.u64()?;
-        let count = self.u32()? as usize;
-        self.u32()?;
         if base == 0 || last_version < base {
             return Err(format!(
                 "checkpoint segment based at {base} ends at {last_version}"
@@ -278,16 +307,33 @@ impl Reader<'_> {
                 "checkpoint segment {base} of {length} bytes cannot hold {records} records"
             ));
         }
+        if format == CHECKPOINT_FORMAT_VERSION_1 {
+            self.index_v1(base, last_version, length)?;
+        }
+        Ok(CheckpointSegment {
+            base,
+            last_version,
+            length,
+            sealed_at_ms,
+        })
+    }
+
+    /// Checks and skips a format 1 segment's sparse index: the log no
+    /// longer keeps an index of covered segments before it reads them.
+    fn index_v1(&mut self, base: u64, last_version: u64, length: u64) -> Result<(), String> {
+        let count = self.u32()? as usize;
+        self.u32()?;
         if count > self.remaining() / INDEX_ENTRY_LEN {
             return Err(format!(
                 "checkpoint segment {base} names {count} index entries"
             ));
         }
-        let mut index: Vec<(u64, u64)> = Vec::with_capacity(count);
+        let header = crate::segment::SEGMENT_HEADER_LEN as u64;
+        let mut previous: Option<(u64, u64)> = None;
         for _ in 0..count {
             let version = self.u64()?;
             let offset = self.u64()?;
-            let ascending = index.last().is_none_or(|&(v, o)| version > v && offset > o);
+            let ascending = previous.is_none_or(|(v, o)| version > v && offset > o);
             if !ascending || !(base..=last_version).contains(&version) {
                 return Err(format!(
                     "checkpoint segment {base}: index entry ({version}, {offset}) out of order"
@@ -298,27 +344,25 @@ impl Reader<'_> {
                     "checkpoint segment {base}: index offset {offset} outside the segment"
                 ));
             }
-            index.push((version, offset));
+            previous = Some((version, offset));
         }
-        Ok(CheckpointSegment {
-            base,
-            last_version,
-            length,
-            sealed_at_ms,
-            index,
-        })
+        Ok(())
     }
 }
 
 /// The checkpoint files in `folder`: their versions, newest first.
 pub(crate) fn list(storage: &dyn Storage, folder: &Path) -> std::io::Result<Vec<u64>> {
-    let mut versions: Vec<u64> = storage
-        .list(folder)?
+    Ok(versions_named(&storage.list(folder)?))
+}
+
+/// The versions of the checkpoint files among `names`, newest first.
+fn versions_named(names: &[String]) -> Vec<u64> {
+    let mut versions: Vec<u64> = names
         .iter()
         .filter_map(|name| parse_checkpoint_name(name))
         .collect();
     versions.sort_unstable_by(|a, b| b.cmp(a));
-    Ok(versions)
+    versions
 }
 
 /// What loading the checkpoints of a log found.
@@ -334,11 +378,40 @@ pub struct Loaded {
 /// flipped, another stream's) is ignored and reported, never fatal: the
 /// log itself is the truth, the checkpoint only a shortcut.
 pub fn load(storage: &dyn Storage, folder: &Path, stream: u64) -> std::io::Result<Loaded> {
-    let mut loaded = Loaded::default();
     if !storage.exists(folder) {
-        return Ok(loaded);
+        return Ok(Loaded::default());
     }
-    for through in list(storage, folder)? {
+    load_listed(storage, folder, stream, &storage.list(folder)?)
+}
+
+/// [`load`], given the names in `folder` (which exists).
+pub(crate) fn load_listed(
+    storage: &dyn Storage,
+    folder: &Path,
+    stream: u64,
+    names: &[String],
+) -> std::io::Result<Loaded> {
+    Ok(load_versions(
+        storage,
+        folder,
+        stream,
+        &versions_named(names),
+        false,
+    ))
+}
+
+/// Reads the checkpoint files of `versions` (newest first) in `folder`.
+/// With `skip_missing`, a file that is not there is left out silently
+/// (the manifest names checkpoints that may since have been removed).
+pub(crate) fn load_versions(
+    storage: &dyn Storage,
+    folder: &Path,
+    stream: u64,
+    versions: &[u64],
+    skip_missing: bool,
+) -> Loaded {
+    let mut loaded = Loaded::default();
+    for &through in versions {
         let path = checkpoint_path(folder, through);
         let read = storage.open(&path, false).and_then(|file| {
             let length = file.len()?;
@@ -353,6 +426,7 @@ pub fn load(storage: &dyn Storage, folder: &Path, stream: u64) -> std::io::Resul
         });
         let decoded = match read {
             Ok(bytes) => Checkpoint::decode(&bytes, stream),
+            Err(error) if skip_missing && error.kind() == std::io::ErrorKind::NotFound => continue,
             Err(error) => Err(error.to_string()),
         };
         match decoded {
@@ -369,7 +443,7 @@ pub fn load(storage: &dyn Storage, folder: &Path, stream: u64) -> std::io::Resul
             Err(reason) => loaded.ignored.push((path, reason)),
         }
     }
-    Ok(loaded)
+    loaded
 }
 
 /// Writes `checkpoint` atomically, then removes every other checkpoint
@@ -405,14 +479,12 @@ mod tests {
                     last_version: 10,
                     length: 32 + 10 * 100,
                     sealed_at_ms: 1_699_999_999_000,
-                    index: vec![(1, 32), (6, 532)],
                 },
                 CheckpointSegment {
                     base: 11,
                     last_version: 20,
                     length: 32 + 10 * 90,
                     sealed_at_ms: 0,
-                    index: vec![(11, 32)],
                 },
             ],
             blob: b"engine state".to_vec(),
@@ -440,16 +512,78 @@ mod tests {
         assert!(Checkpoint::decode(&bytes, 8).is_err(), "another stream's");
     }
 
+    fn sample_index() -> Vec<Vec<(u64, u64)>> {
+        vec![vec![(1, 32), (6, 532)], vec![(11, 32)]]
+    }
+
+    #[test]
+    fn a_checkpoint_is_written_in_format_2_with_32_bytes_a_segment() {
+        let checkpoint = sample();
+        let bytes = checkpoint.encode();
+        assert_eq!(bytes[8..12], 2u32.to_le_bytes());
+        let blob = 8 + checkpoint.blob.len();
+        assert_eq!(bytes.len(), CHECKPOINT_HEADER_LEN + 2 * 32 + blob);
+    }
+
+    #[test]
+    fn a_format_1_checkpoint_with_its_index_still_decodes() {
+        let checkpoint = sample();
+        let bytes = checkpoint.encode_format_1(&sample_index());
+        assert_eq!(bytes[8..12], 1u32.to_le_bytes());
+        let blob = 8 + checkpoint.blob.len();
+        assert_eq!(bytes.len(), CHECKPOINT_HEADER_LEN + 2 * 40 + 3 * 16 + blob);
+        assert_eq!(Checkpoint::decode(&bytes, 9), Ok(checkpoint.clone()));
+        // Its index is still checked.
+        let bad: Vec<Vec<(u64, u64)>> = vec![vec![(1, 32), (6, 5000)], vec![]];
+        let mut bytes = checkpoint.encode_format_1(&[]);
+        let good_len = bytes.len();
+        bytes = {
+            // Encode the bad index by hand: encoding asserts a good one.
+            let mut out = bytes[..CHECKPOINT_HEADER_LEN].to_vec();
+            for (segment, pairs) in checkpoint.segments.iter().zip(&bad) {
+                for value in [
+                    segment.base,
+                    segment.last_version,
+                    segment.length,
+                    segment.sealed_at_ms,
+                ] {
+                    out.extend_from_slice(&value.to_le_bytes());
+                }
+                out.extend_from_slice(&(pairs.len() as u32).to_le_bytes());
+                out.extend_from_slice(&[0; 4]);
+                for &(version, offset) in pairs {
+                    out.extend_from_slice(&version.to_le_bytes());
+                    out.extend_from_slice(&offset.to_le_bytes());
+                }
+            }
+            out.extend_from_slice(&bytes[good_len - blob..]);
+            let checksum = crc32c::crc32c(&out[STREAM_OFFSET..]);
+            out[CHECKSUM_OFFSET..STREAM_OFFSET].copy_from_slice(&checksum.to_le_bytes());
+            out
+        };
+        let refused = Checkpoint::decode(&bytes, 9);
+        assert!(
+            refused
+                .as_ref()
+                .is_err_and(|reason| reason.contains("outside the segment")),
+            "{refused:?}"
+        );
+        let mut future = checkpoint.encode();
+        future[8..12].copy_from_slice(&3u32.to_le_bytes());
+        assert!(Checkpoint::decode(&future, 9).is_err(), "an unknown format");
+    }
+
     #[test]
     fn every_flipped_bit_and_every_cut_is_refused() {
-        let bytes = sample().encode();
-        for bit in 0..bytes.len() * 8 {
-            let mut damaged = bytes.clone();
-            damaged[bit / 8] ^= 1 << (bit % 8);
-            assert!(Checkpoint::decode(&damaged, 9).is_err(), "bit {bit}");
-        }
-        for cut in 0..bytes.len() {
-            assert!(Checkpoint::decode(&bytes[..cut], 9).is_err(), "cut {cut}");
+        for bytes in [sample().encode(), sample().encode_format_1(&sample_index())] {
+            for bit in 0..bytes.len() * 8 {
+                let mut damaged = bytes.clone();
+                damaged[bit / 8] ^= 1 << (bit % 8);
+                assert!(Checkpoint::decode(&damaged, 9).is_err(), "bit {bit}");
+            }
+            for cut in 0..bytes.len() {
+                assert!(Checkpoint::decode(&bytes[..cut], 9).is_err(), "cut {cut}");
+            }
         }
     }
 
@@ -463,8 +597,11 @@ mod tests {
             state
         };
         let valid = sample().encode();
+        let valid_1 = sample().encode_format_1(&sample_index());
         for round in 0..20_000 {
-            let mut bytes = if round % 2 == 0 {
+            let mut bytes = if round % 4 == 0 {
+                valid_1.clone()
+            } else if round % 2 == 0 {
                 valid.clone()
             } else {
                 (0..(next() % 400) as usize).map(|_| next() as u8).collect()
@@ -478,7 +615,8 @@ mod tests {
             // With its checksum fixed, garbage reaches the field checks.
             if bytes.len() >= CHECKPOINT_HEADER_LEN && round % 3 == 0 {
                 bytes[..MAGIC_SIZE].copy_from_slice(&CHECKPOINT_MAGIC);
-                bytes[FORMAT_OFFSET..CHECKSUM_OFFSET].copy_from_slice(&1u32.to_le_bytes());
+                let format = 1 + (round / 3 % 2) as u32;
+                bytes[FORMAT_OFFSET..CHECKSUM_OFFSET].copy_from_slice(&format.to_le_bytes());
                 bytes[STREAM_OFFSET..THROUGH_OFFSET].copy_from_slice(&9u64.to_le_bytes());
                 let checksum = crc32c::crc32c(&bytes[STREAM_OFFSET..]);
                 bytes[CHECKSUM_OFFSET..STREAM_OFFSET].copy_from_slice(&checksum.to_le_bytes());

@@ -12,6 +12,7 @@
 pub mod checkpoint;
 pub mod experiment;
 pub mod fault;
+pub mod manifest;
 pub mod storage;
 
 pub use storage::{FileStorage, Storage, StorageFile};

@@ -160,6 +160,10 @@ pub(crate) struct Shared {
     /// Held while a checkpoint is written or retention deletes segments,
     /// so the two never interleave; appends and reads do not take it.
     pub(crate) maintenance: Mutex<()>,
+    /// Held while the manifest is written and, at a rollover, until the
+    /// new segment's file exists, so that a manifest never names a segment
+    /// older than a file on disk (see [`crate::manifest`]).
+    pub(crate) manifest: Mutex<()>,
 }
 
 /// One stream's write-ahead log. Dropping it writes and syncs everything
@@ -203,9 +207,14 @@ impl Log {
 
     /// Opens the log in `folder` (creating it when absent) from its newest
     /// usable checkpoint: `restore` gets the checkpoint's blob, and `visit`
-    /// only the records after the checkpoint's version, in order. Covered
-    /// segments are checked (header and length) but not scanned, so the
-    /// time this takes grows with the log after the checkpoint. A damaged
+    /// only the records after the checkpoint's version, in order. Of the
+    /// segments the checkpoint covers, only its last is opened (header and
+    /// length checked); the others are checked, record by record, when
+    /// first read (damage found then is a [`ReadError::Corrupt`] naming
+    /// the file and byte). With a usable manifest (see [`crate::manifest`])
+    /// the folder is not listed either. So the time this takes grows with
+    /// the log after the checkpoint, and with the covered part only by
+    /// its 32 bytes a segment of checkpoint. A damaged
     /// checkpoint, one `restore` refuses, or one that claims more than the
     /// segments on disk hold, is skipped for the one before it; with none
     /// left, every segment is scanned and `restore` is not called. The
@@ -284,6 +293,7 @@ impl Log {
             counters: Counters::default(),
             latency_samples: Mutex::new(Vec::new()),
             maintenance: Mutex::new(()),
+            manifest: Mutex::new(()),
         });
         let io_thread = match shared.config.durability {
             Durability::Memory => None,
@@ -456,17 +466,6 @@ impl Log {
                 out,
             ));
         }
-        let position = state.segments.partition_point(|s| s.base <= from);
-        let targets: Vec<(Arc<dyn StorageFile>, u64, u64, u64)> = state.segments
-            [position.saturating_sub(1)..]
-            .iter()
-            .filter(|s| s.base <= durable)
-            .filter_map(|s| {
-                s.file
-                    .clone()
-                    .map(|file| (file, s.seek(from.max(s.base)), s.last_version, s.length))
-            })
-            .collect();
         drop(state);
         let mut reader = SegmentReader {
             next: from,
@@ -476,16 +475,145 @@ impl Log {
             max_bytes,
             start_len: out.len(),
         };
-        for (file, offset, last_version, end) in targets {
-            if reader.next > last_version {
-                continue;
-            }
-            if !reader.read_segment(file.as_ref(), offset, last_version, end, out)? {
+        // One segment at a time, each found again under the lock: a read
+        // of a few records touches one or two segments, however many the
+        // log holds.
+        while reader.next <= durable && reader.count < max_records {
+            let target = match self.read_target(reader.next) {
+                Ok(target) => target,
+                // A covered segment that fails its check: what was read
+                // before it is good, and the next read gets the error.
+                Err(_) if reader.count > 0 => break,
+                Err(error) => return Err(error),
+            };
+            let Some(target) = target else {
+                if reader.count == 0 {
+                    // Retention deleted the segment since the check above.
+                    let oldest = self.first_version();
+                    if from < oldest {
+                        return Err(ReadError::Retained {
+                            requested: from,
+                            oldest,
+                        });
+                    }
+                }
                 break;
+            };
+            let before = reader.next;
+            let file = target.file.as_ref();
+            if !reader.read_segment(file, target.offset, target.last_version, target.end, out)? {
+                break;
+            }
+            if reader.next == before {
+                // The segment's file ends before the records the log says
+                // it holds.
+                let path = crate::segment::segment_path(&self.shared.folder, target.base);
+                return Err(ReadError::Corrupt {
+                    version: before,
+                    reason: format!("{} ends before it", path.display()),
+                });
             }
         }
         Ok(reader.count)
     }
+
+    /// The segment holding `version`, for a read: its file, the offset of
+    /// an indexed record at or before `version`, its last version and its
+    /// length. Checks the segment's covered records first when no one has
+    /// read them since the open (see [`Segment::unchecked`]), without
+    /// holding the lock meanwhile. `None` when no file holds `version`
+    /// (retention deleted it during the read, or it is not written yet).
+    fn read_target(&self, version: u64) -> Result<Option<ReadTarget>, ReadError> {
+        let shared = &self.shared;
+        let (base, file, unchecked) = {
+            let state = lock(&shared.state);
+            if version < state.first_version {
+                return Ok(None);
+            }
+            let position = state.segments.partition_point(|s| s.base <= version);
+            let Some(segment) = position.checked_sub(1).map(|p| &state.segments[p]) else {
+                return Ok(None);
+            };
+            match segment.unchecked {
+                Some(unchecked) if segment.needs_check(version) => {
+                    (segment.base, segment.file.clone(), unchecked)
+                }
+                _ => {
+                    return Ok(segment.file.clone().map(|file| ReadTarget {
+                        base: segment.base,
+                        file,
+                        offset: segment.seek(version.max(segment.base)),
+                        last_version: segment.last_version,
+                        end: segment.length,
+                    }))
+                }
+            }
+        };
+        let path = crate::segment::segment_path(&shared.folder, base);
+        let checked = recovery::check_unchecked(
+            shared.storage.as_ref(),
+            &shared.folder,
+            shared.stream,
+            base,
+            file,
+            unchecked,
+        );
+        if checked.is_err() && version < self.first_version() {
+            // Retention deleted the file while it was being checked.
+            return Ok(None);
+        }
+        let (file, index) = checked.map_err(|error| match error {
+            recovery::CheckError::Io(error) => {
+                ReadError::Io(format!("{}: {error}", path.display()))
+            }
+            recovery::CheckError::Damaged { offset, reason } => ReadError::Corrupt {
+                version,
+                reason: format!(
+                    "{} at byte {offset}, a segment a checkpoint covers: {reason}",
+                    path.display()
+                ),
+            },
+        })?;
+        let mut state = lock(&shared.state);
+        let position = state.segments.partition_point(|s| s.base <= version);
+        match position.checked_sub(1).map(|p| &mut state.segments[p]) {
+            Some(segment) if segment.base == base => {
+                segment.mark_checked(file, index);
+                Ok(Some(ReadTarget {
+                    base,
+                    file: segment.file.clone().expect("a checked segment is open"),
+                    offset: segment.seek(version.max(base)),
+                    last_version: segment.last_version,
+                    end: segment.length,
+                }))
+            }
+            // Retention deleted it meanwhile; the open file still reads.
+            _ => {
+                let offset = match index.partition_point(|&(v, _)| v <= version) {
+                    0 => crate::segment::SEGMENT_HEADER_LEN as u64,
+                    p => index[p - 1].1,
+                };
+                Ok(Some(ReadTarget {
+                    base,
+                    file,
+                    offset,
+                    last_version: unchecked.last_version,
+                    end: unchecked.end,
+                }))
+            }
+        }
+    }
+}
+
+/// What a read needs of one segment.
+struct ReadTarget {
+    base: u64,
+    file: Arc<dyn StorageFile>,
+    /// An indexed record at or before the version read.
+    offset: u64,
+    last_version: u64,
+    /// Where its records end.
+    end: u64,
 }
 
 fn read_memory(

@@ -7,6 +7,8 @@
 //! a crash at any step leaves a log that starts at one of the segments'
 //! bases, which the checkpoints cover.
 
+use std::sync::Arc;
+
 use proto::Record;
 
 use crate::checkpoint::{self, Checkpoint, CheckpointSegment, CHECKPOINTS_KEPT};
@@ -34,10 +36,11 @@ impl Retention {
 }
 
 /// A checkpoint's segment table, and where the segment holding its
-/// version is cut (table position, file, a record offset before the cut).
+/// version is cut (table position, file unless it is not open yet, a
+/// record offset before the cut).
 type CoveredTable = (
     Vec<CheckpointSegment>,
-    Option<(usize, std::sync::Arc<dyn StorageFile>, u64)>,
+    Option<(usize, Option<Arc<dyn StorageFile>>, u64)>,
 );
 
 /// What a checkpoint wrote.
@@ -108,6 +111,12 @@ impl Log {
             // The segment goes on past `through`: its covered length ends
             // where `through`'s record ends.
             let base = table[position].base;
+            let file = match file {
+                Some(file) => file,
+                // A segment a checkpoint covered whole, not read since the
+                // open: its records are checked before they are counted.
+                None => self.checked_file(base)?,
+            };
             table[position].length =
                 record_end(file.as_ref(), offset, through).map_err(|reason| LogError::Corrupt {
                     path: segment::segment_path(&shared.folder, base),
@@ -129,6 +138,11 @@ impl Log {
         let bytes = checkpoint::write(shared.storage.as_ref(), &shared.folder, &checkpoint, &keep)
             .map_err(io_error(&shared.folder))?;
         lock(&shared.state).checkpoints = keep;
+        {
+            let _manifest = shared.manifest.lock().expect("manifest lock poisoned");
+            let newest = lock(&shared.state).segments.last().map_or(1, |s| s.base);
+            shared.write_manifest(newest)?;
+        }
         Ok(CheckpointWritten { through, bytes })
     }
 
@@ -156,24 +170,50 @@ impl Log {
             if position + 1 < count && segment.sealed_at_ms == 0 {
                 segment.sealed_at_ms = now_ms;
             }
-            let file = segment.file.clone().expect("a durable segment has a file");
             if segment.last_version > through {
-                cut = Some((table.len(), file, segment.seek(through)));
+                cut = Some((table.len(), segment.file.clone(), segment.seek(through)));
             }
             table.push(CheckpointSegment {
                 base: segment.base,
                 last_version: segment.last_version.min(through),
                 length: segment.length,
                 sealed_at_ms: segment.sealed_at_ms,
-                index: segment
-                    .index
-                    .iter()
-                    .copied()
-                    .filter(|&(v, _)| v <= through)
-                    .collect(),
             });
         }
         Ok((table, cut))
+    }
+
+    /// The file of segment `base`, which a checkpoint covered whole and no
+    /// one has read since the open: checked as its first read would.
+    fn checked_file(&self, base: u64) -> Result<Arc<dyn StorageFile>, LogError> {
+        let shared = &self.shared;
+        let unchecked = {
+            let state = lock(&shared.state);
+            let segment = state.segments.iter().find(|s| s.base == base);
+            match segment.and_then(|s| s.file.clone().map(Ok).or(s.unchecked.map(Err))) {
+                Some(Ok(file)) => return Ok(file),
+                Some(Err(unchecked)) => unchecked,
+                None => {
+                    return Err(LogError::Checkpoint(format!(
+                        "segment {base} is no longer in the log"
+                    )))
+                }
+            }
+        };
+        let (file, index) = crate::recovery::check_unchecked(
+            shared.storage.as_ref(),
+            &shared.folder,
+            shared.stream,
+            base,
+            None,
+            unchecked,
+        )
+        .map_err(|error| error.into_log_error(&segment::segment_path(&shared.folder, base)))?;
+        let mut state = lock(&shared.state);
+        if let Some(segment) = state.segments.iter_mut().find(|s| s.base == base) {
+            segment.mark_checked(file.clone(), index);
+        }
+        Ok(file)
     }
 
     /// The versions of the checkpoints the log keeps, newest first.
@@ -218,7 +258,8 @@ impl Log {
                 state.first_version = state.segments[0].base;
             }
             let path = segment::segment_path(&shared.folder, base);
-            shared.storage.remove_file(&path).map_err(io_error(&path))?;
+            crate::recovery::remove_segment_file(shared.storage.as_ref(), &path)
+                .map_err(io_error(&path))?;
             // Durable before the next one goes, so a crash leaves the log
             // starting at one of the segments' bases, never with a hole.
             shared
@@ -244,7 +285,8 @@ fn doomed_segments(
     let mut doomed = Vec::new();
     // The last segment stays: appends go into it.
     for segment in &segments[..segments.len().saturating_sub(1)] {
-        if segment.last_version > covered || segment.file.is_none() {
+        let not_created = segment.file.is_none() && segment.unchecked.is_none();
+        if segment.last_version > covered || not_created {
             break;
         }
         let left = remaining - segment.length;

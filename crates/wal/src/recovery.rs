@@ -16,6 +16,7 @@ use proto::{Record, RECORD_HEADER_LEN};
 
 use crate::checkpoint::{self, Checkpoint, CheckpointSegment};
 use crate::log::LogError;
+use crate::manifest::{self, Manifest};
 use crate::segment::{self, SEGMENT_HEADER_LEN};
 use crate::storage::{Storage, StorageFile};
 
@@ -38,6 +39,22 @@ pub(crate) struct Segment {
     /// When a checkpoint first saw the segment closed (ms since the Unix
     /// epoch), 0 until then; age retention counts from here.
     pub sealed_at_ms: u64,
+    /// Records at the start of the segment that a checkpoint vouched for
+    /// and that nothing has read since the log opened: not checked, not in
+    /// `index`, and, for a segment the checkpoint covers whole, with its
+    /// file not even opened (`file` is `None`). The first read of them
+    /// checks them ([`check_unchecked`]); `None` once checked.
+    pub unchecked: Option<Unchecked>,
+}
+
+/// The part of a segment a checkpoint vouched for and recovery did not
+/// read: every byte from the header to `end`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Unchecked {
+    /// Where the last covered record ends.
+    pub end: u64,
+    /// The version of that record.
+    pub last_version: u64,
 }
 
 impl Segment {
@@ -49,19 +66,47 @@ impl Segment {
             index: Vec::new(),
             length: SEGMENT_HEADER_LEN as u64,
             sealed_at_ms: 0,
+            unchecked: None,
         }
     }
 
-    /// The segment as a checkpoint recorded it, its file already open.
-    fn covered(entry: &CheckpointSegment, file: Arc<dyn StorageFile>) -> Segment {
+    /// The segment as a checkpoint recorded it, with its file when
+    /// recovery opened it (the checkpoint's last segment) and without
+    /// when it did not (a segment the checkpoint covers whole): its
+    /// covered records are checked, and indexed, when first read.
+    fn covered(entry: &CheckpointSegment, file: Option<Arc<dyn StorageFile>>) -> Segment {
         Segment {
             base: entry.base,
             last_version: entry.last_version,
-            file: Some(file),
-            index: entry.index.clone(),
+            file,
+            index: Vec::new(),
             length: entry.length,
             sealed_at_ms: entry.sealed_at_ms,
+            unchecked: Some(Unchecked {
+                end: entry.length,
+                last_version: entry.last_version,
+            }),
         }
+    }
+
+    /// Whether reading `version` from this segment needs its unchecked
+    /// part checked first.
+    pub fn needs_check(&self, version: u64) -> bool {
+        self.unchecked
+            .is_some_and(|unchecked| version <= unchecked.last_version)
+    }
+
+    /// Takes in what [`check_unchecked`] found: the file, and the index of
+    /// the part it checked, ahead of the entries already there (which all
+    /// lie after it).
+    pub fn mark_checked(&mut self, file: Arc<dyn StorageFile>, index: Vec<(u64, u64)>) {
+        if self.unchecked.take().is_none() {
+            return;
+        }
+        if self.file.is_none() {
+            self.file = Some(file);
+        }
+        self.index.splice(0..0, index);
     }
 
     /// Records that a record of `version` starts at `offset`.
@@ -125,14 +170,18 @@ fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> LogError + '_ {
 
 /// The bases of the segment files in `folder`, ascending.
 fn segment_bases(storage: &dyn Storage, folder: &Path) -> Result<Vec<u64>, LogError> {
-    let mut bases: Vec<u64> = storage
-        .list(folder)
-        .map_err(io_error(folder))?
+    let names = storage.list(folder).map_err(io_error(folder))?;
+    Ok(bases_named(&names))
+}
+
+/// The bases of the segment files among `names`, ascending.
+fn bases_named(names: &[String]) -> Vec<u64> {
+    let mut bases: Vec<u64> = names
         .iter()
         .filter_map(|name| segment::parse_segment_name(name))
         .collect();
     bases.sort_unstable();
-    Ok(bases)
+    bases
 }
 
 /// Recovers the log in `folder` by scanning every segment, calling `visit`
@@ -190,8 +239,10 @@ pub(crate) fn inspect(
 }
 
 /// Recovers the log in `folder` from its newest usable checkpoint: the
-/// segments the checkpoint covers are checked (header and length) but not
-/// scanned, `restore` gets the checkpoint's blob, and `visit` only the
+/// segments the checkpoint covers are neither scanned nor opened (but for
+/// its last one, where the scan resumes: header and length checked), only
+/// looked for in the folder listing, and checked when first read;
+/// `restore` gets the checkpoint's blob, and `visit` only the
 /// records after it. A checkpoint that is damaged, that `restore` refuses,
 /// or that claims more than the segments on disk hold is skipped for the
 /// one before it, and without any, every segment is scanned (`restore` is
@@ -207,8 +258,19 @@ pub(crate) fn recover_checkpointed(
     if mode == Mode::Repair {
         storage.create_dir_all(folder).map_err(io_error(folder))?;
     }
-    let bases = segment_bases(storage, folder)?;
-    let loaded = checkpoint::load(storage, folder, stream).map_err(io_error(folder))?;
+    if let Some(manifest) = manifest::read(storage, folder, stream) {
+        let recovered =
+            recover_from_manifest(storage, folder, stream, mode, &manifest, restore, visit)?;
+        if let Some(recovered) = recovered {
+            return Ok(recovered);
+        }
+    }
+    // Without a manifest to go by: one listing of the folder serves both
+    // the segments and the checkpoints.
+    let names = storage.list(folder).map_err(io_error(folder))?;
+    let bases = bases_named(&names);
+    let loaded =
+        checkpoint::load_listed(storage, folder, stream, &names).map_err(io_error(folder))?;
     let mut ignored: Vec<String> = loaded
         .ignored
         .iter()
@@ -262,10 +324,220 @@ pub(crate) fn recover_checkpointed(
     Ok(recovered)
 }
 
+/// Recovers the log from a checkpoint the manifest names without listing
+/// the folder: the newest segment must exist (no segment file is newer,
+/// the manifest's promise), the table's segments are looked for by name
+/// from its oldest (retention deletes oldest first) and then taken as
+/// there, and the segments after the checkpoint are found one by one,
+/// each based right after the one before, up to the newest. A segment
+/// missing on the way to the newest is a hole, refused as the listing
+/// would refuse it. `Ok(None)`, before `restore` or `visit` is called,
+/// when the manifest cannot be gone by (its newest segment is not on
+/// disk, or no checkpoint it names fits): the caller lists the folder.
+fn recover_from_manifest(
+    storage: &dyn Storage,
+    folder: &Path,
+    stream: u64,
+    mode: Mode,
+    manifest: &Manifest,
+    restore: &mut dyn FnMut(&[u8]) -> Result<(), String>,
+    visit: &mut dyn FnMut(&Record<'_>),
+) -> Result<Option<Recovered>, LogError> {
+    let newest = manifest.newest_segment;
+    if !storage.exists(&segment::segment_path(folder, newest)) {
+        return Ok(None);
+    }
+    let mut versions = manifest.checkpoints.clone();
+    versions.sort_unstable_by(|a, b| b.cmp(a));
+    versions.dedup();
+    let loaded = checkpoint::load_versions(storage, folder, stream, &versions, true);
+    let mut ignored: Vec<String> = loaded
+        .ignored
+        .iter()
+        .map(|(path, reason)| format!("{}: {reason}", path.display()))
+        .collect();
+    let valid: Vec<u64> = loaded.checkpoints.iter().map(|c| c.through).collect();
+    for checkpoint in &loaded.checkpoints {
+        let name = checkpoint::checkpoint_name(checkpoint.through);
+        let covered = match probe_covered(storage, folder, stream, newest, checkpoint)? {
+            Ok(covered) => covered,
+            Err(reason) => {
+                ignored.push(format!("{name}: {reason}"));
+                continue;
+            }
+        };
+        if let Err(reason) = restore(&checkpoint.blob) {
+            ignored.push(format!("{name}: its state was refused: {reason}"));
+            continue;
+        }
+        let mut recovered = scan_probed(storage, folder, stream, mode, newest, covered, visit)?;
+        recovered.report.checkpoint = Some(checkpoint.through);
+        recovered.report.ignored = ignored;
+        let last = recovered.last_version;
+        recovered.checkpoints = valid.iter().copied().filter(|&v| v <= last).collect();
+        return Ok(Some(recovered));
+    }
+    Ok(None)
+}
+
+/// [`check_covered`] without a listing: the segments of the table are
+/// looked for by name, from the oldest until one is there.
+fn probe_covered(
+    storage: &dyn Storage,
+    folder: &Path,
+    stream: u64,
+    newest: u64,
+    checkpoint: &Checkpoint,
+) -> Result<Result<Covered, String>, LogError> {
+    let table = &checkpoint.segments;
+    let through = checkpoint.through;
+    let present = |base: u64| storage.exists(&segment::segment_path(folder, base));
+    let start = match table.iter().position(|s| present(s.base)) {
+        Some(position) => position,
+        None if present(through + 1) => table.len(),
+        None => {
+            return Ok(Err(format!(
+                "no segment from the checkpoint through {through} on is there"
+            )))
+        }
+    };
+    let mut covered = Covered {
+        next_version: through + 1,
+        ..Covered::default()
+    };
+    let Some((last, whole)) = table[start..].split_last() else {
+        return Ok(Ok(covered));
+    };
+    if last.base > newest {
+        return Ok(Err(format!(
+            "the manifest's newest segment {newest} is older than the checkpoint's last"
+        )));
+    }
+    covered.segments = whole
+        .iter()
+        .map(|entry| Segment::covered(entry, None))
+        .collect();
+    match open_resumed(storage, folder, stream, last)? {
+        Ok(file) => covered.resume = Some((last.clone(), file)),
+        Err(reason) => return Ok(Err(reason)),
+    }
+    covered.files = table.len() - start;
+    Ok(Ok(covered))
+}
+
+/// Opens the checkpoint's last segment, where the scan resumes: its header
+/// must be good and it must hold at least what the checkpoint says.
+fn open_resumed(
+    storage: &dyn Storage,
+    folder: &Path,
+    stream: u64,
+    last: &CheckpointSegment,
+) -> Result<Result<Arc<dyn StorageFile>, String>, LogError> {
+    let path = segment::segment_path(folder, last.base);
+    let file = match storage.open(&path, false) {
+        Ok(file) => file,
+        Err(error) => return Ok(Err(format!("{}: {error}", path.display()))),
+    };
+    let length = file.len().map_err(io_error(&path))?;
+    let mut header = [0u8; SEGMENT_HEADER_LEN];
+    if length < SEGMENT_HEADER_LEN as u64 {
+        return Ok(Err(format!("{}: header cut short", path.display())));
+    }
+    file.read_exact_at(&mut header, 0)
+        .map_err(io_error(&path))?;
+    if let Err(reason) = segment::check_header(&header, stream, last.base) {
+        return Ok(Err(format!("{}: {reason}", path.display())));
+    }
+    if length < last.length {
+        return Ok(Err(format!(
+            "{} holds {length} bytes, the checkpoint says {}: the log is shorter than the checkpoint claims",
+            path.display(),
+            last.length
+        )));
+    }
+    Ok(Ok(file))
+}
+
+/// Scans the rest of the checkpoint's last segment and the segments after
+/// it, each based right after the one before, up to `newest`.
+fn scan_probed(
+    storage: &dyn Storage,
+    folder: &Path,
+    stream: u64,
+    mode: Mode,
+    newest: u64,
+    covered: Covered,
+    visit: &mut dyn FnMut(&Record<'_>),
+) -> Result<Recovered, LogError> {
+    let mut report = RecoveryReport::default();
+    let mut counting = |record: &Record<'_>| {
+        report.records_visited += 1;
+        visit(record);
+    };
+    let mut segments = covered.segments;
+    let mut expected = covered.next_version;
+    let mut done = false;
+    if let Some((entry, file)) = covered.resume {
+        let is_last = entry.base == newest;
+        let start = Start::After(entry, file);
+        let segment = scan_segment(storage, folder, stream, start, is_last, mode, &mut counting)?;
+        expected = segment.last_version + 1;
+        segments.push(segment);
+        done = is_last;
+    }
+    while !done {
+        let is_last = expected == newest;
+        let path = segment::segment_path(folder, expected);
+        if expected > newest || (!is_last && !storage.exists(&path)) {
+            return Err(LogError::Corrupt {
+                path: segment::segment_path(folder, newest),
+                offset: 0,
+                reason: format!(
+                    "segment starts at version {newest}, expected {expected}: versions are missing"
+                ),
+            });
+        }
+        let start = Start::Header(expected);
+        let segment = scan_segment(storage, folder, stream, start, is_last, mode, &mut counting)?;
+        if !is_last && segment.last_version < segment.base {
+            return Err(LogError::Corrupt {
+                path,
+                offset: SEGMENT_HEADER_LEN as u64,
+                reason: "a segment before the last holds no record".into(),
+            });
+        }
+        expected = segment.last_version + 1;
+        segments.push(segment);
+        done = is_last;
+    }
+    // The manifest's promise, checked where breaking it would lose
+    // records: a segment after the newest would be one a server that does
+    // not keep the manifest wrote (an older version). The records are
+    // already visited, so this refuses rather than falls back.
+    let after = segment::segment_path(folder, expected);
+    if expected > newest && storage.exists(&after) {
+        return Err(LogError::Corrupt {
+            path: after,
+            offset: 0,
+            reason: format!(
+                "segment past the manifest's newest segment {newest}: the manifest is stale (was the log written by a server that does not keep it?); remove {} to recover by listing the folder",
+                manifest::manifest_path(folder).display()
+            ),
+        });
+    }
+    Ok(Recovered {
+        last_version: expected - 1,
+        segments,
+        checkpoints: Vec::new(),
+        report,
+    })
+}
+
 /// The part of a log a checkpoint covers, checked against the disk.
 #[derive(Default)]
 struct Covered {
-    /// Segments wholly covered, ready for reads.
+    /// Segments wholly covered, their files not yet opened: the first
+    /// read of each checks it.
     segments: Vec<Segment>,
     /// The checkpoint's last segment when its file is on disk: the scan
     /// resumes in it after the covered records.
@@ -276,8 +548,14 @@ struct Covered {
     next_version: u64,
 }
 
-/// Checks that the segments on disk hold what `checkpoint` says, reading
-/// only their headers and lengths. `Ok(Err(why))` when they do not.
+/// Checks that the segments on disk can hold what `checkpoint` says:
+/// every segment of its table from the first on disk must be there (the
+/// folder listing says so), and the table's last segment, where the scan
+/// resumes, must have a good header and at least the table's length. The
+/// segments the table covers whole are neither opened nor read: their
+/// header, length and records are checked when they are first read, so
+/// this costs the same however many segments the checkpoint covers.
+/// `Ok(Err(why))` when the segments do not fit.
 fn check_covered(
     storage: &dyn Storage,
     folder: &Path,
@@ -291,11 +569,12 @@ fn check_covered(
         return Ok(Err("the log has no segment".into()));
     };
     // Retention deletes the oldest covered segments, so the files on disk
-    // may start anywhere in the table, or right after it.
-    let start = match table.iter().position(|s| s.base == first) {
-        Some(position) => position,
-        None if first == through + 1 => table.len(),
-        None => {
+    // may start anywhere in the table, or right after it. The table and
+    // the bases are both sorted.
+    let start = match table.binary_search_by_key(&first, |s| s.base) {
+        Ok(position) => position,
+        Err(_) if first == through + 1 => table.len(),
+        Err(_) => {
             return Ok(Err(format!(
                 "the log starts at version {first}, which the checkpoint through {through} does not reach"
             )))
@@ -305,49 +584,184 @@ fn check_covered(
         next_version: through + 1,
         ..Covered::default()
     };
-    for (position, entry) in table[start..].iter().enumerate() {
-        if bases.get(position) != Some(&entry.base) {
-            return Ok(Err(format!(
-                "segment {} of the checkpoint is missing",
-                segment::segment_name(entry.base)
-            )));
-        }
-        let path = segment::segment_path(folder, entry.base);
-        let file = match storage.open(&path, false) {
-            Ok(file) => file,
-            Err(error) => return Ok(Err(format!("{}: {error}", path.display()))),
-        };
-        let length = file.len().map_err(io_error(&path))?;
-        let mut header = [0u8; SEGMENT_HEADER_LEN];
-        if length < SEGMENT_HEADER_LEN as u64 {
-            return Ok(Err(format!("{}: header cut short", path.display())));
-        }
-        file.read_exact_at(&mut header, 0)
-            .map_err(io_error(&path))?;
-        if let Err(reason) = segment::check_header(&header, stream, entry.base) {
-            return Ok(Err(format!("{}: {reason}", path.display())));
-        }
-        let is_last_entry = start + position + 1 == table.len();
-        let fits = if is_last_entry {
-            length >= entry.length
-        } else {
-            length == entry.length
-        };
-        if !fits {
-            return Ok(Err(format!(
-                "{} holds {length} bytes, the checkpoint says {}: the log is shorter than the checkpoint claims",
-                path.display(),
-                entry.length
-            )));
-        }
-        covered.files += 1;
-        if is_last_entry {
-            covered.resume = Some((entry.clone(), file));
-        } else {
-            covered.segments.push(Segment::covered(entry, file));
+    let entries = &table[start..];
+    if let Some(position) = entries
+        .iter()
+        .zip(bases)
+        .position(|(entry, &base)| entry.base != base)
+        .or_else(|| (bases.len() < entries.len()).then_some(bases.len()))
+    {
+        return Ok(Err(format!(
+            "segment {} of the checkpoint is missing",
+            segment::segment_name(entries[position].base)
+        )));
+    }
+    let Some((last, whole)) = entries.split_last() else {
+        return Ok(Ok(covered));
+    };
+    covered.segments = whole
+        .iter()
+        .map(|entry| Segment::covered(entry, None))
+        .collect();
+    match open_resumed(storage, folder, stream, last)? {
+        Ok(file) => covered.resume = Some((last.clone(), file)),
+        Err(reason) => return Ok(Err(reason)),
+    }
+    covered.files = entries.len();
+    Ok(Ok(covered))
+}
+
+/// Why a covered segment failed its check on first read.
+#[derive(Debug)]
+pub(crate) enum CheckError {
+    /// Reading it failed.
+    Io(std::io::Error),
+    /// It is not what the checkpoint says: missing, shorter or longer,
+    /// another segment's header, or a damaged or misplaced record.
+    Damaged { offset: u64, reason: String },
+}
+
+impl CheckError {
+    pub fn into_log_error(self, path: &Path) -> LogError {
+        match self {
+            CheckError::Io(source) => LogError::Io {
+                path: path.to_path_buf(),
+                source,
+            },
+            CheckError::Damaged { offset, reason } => LogError::Corrupt {
+                path: path.to_path_buf(),
+                offset,
+                reason,
+            },
         }
     }
-    Ok(Ok(covered))
+}
+
+/// A checked segment's open file and the sparse index of the part checked.
+pub(crate) type Checked = (Arc<dyn StorageFile>, Vec<(u64, u64)>);
+
+/// Bytes read at a time when a covered segment is checked.
+const CHECK_CHUNK_BYTES: usize = 1024 * 1024;
+
+/// Checks the part of segment `base` a checkpoint vouched for and that
+/// recovery did not read: opens the file when `file` is `None` (a segment
+/// the checkpoint covers whole, whose length must then be exactly the
+/// checkpoint's, as a sealed segment's is), checks its header, and reads
+/// its records from the header to `unchecked.end`: versions `base` to
+/// `unchecked.last_version`, back to back, each whole, of this stream and
+/// with a good checksum. Returns the open file and the sparse index of
+/// that part.
+pub(crate) fn check_unchecked(
+    storage: &dyn Storage,
+    folder: &Path,
+    stream: u64,
+    base: u64,
+    file: Option<Arc<dyn StorageFile>>,
+    unchecked: Unchecked,
+) -> Result<Checked, CheckError> {
+    let damaged = |offset: u64, reason: String| CheckError::Damaged { offset, reason };
+    let end = unchecked.end;
+    let file = match file {
+        Some(file) => file,
+        None => {
+            let path = segment::segment_path(folder, base);
+            let file = storage.open(&path, false).map_err(|error| {
+                if error.kind() == std::io::ErrorKind::NotFound {
+                    damaged(
+                        0,
+                        "the segment file is missing, yet a checkpoint covers it".into(),
+                    )
+                } else {
+                    CheckError::Io(error)
+                }
+            })?;
+            let length = file.len().map_err(CheckError::Io)?;
+            if length != end {
+                return Err(damaged(
+                    length.min(end),
+                    format!("the segment holds {length} bytes, its checkpoint says {end}"),
+                ));
+            }
+            file
+        }
+    };
+    let mut header = [0u8; SEGMENT_HEADER_LEN];
+    file.read_exact_at(&mut header, 0).map_err(|error| {
+        if error.kind() == std::io::ErrorKind::UnexpectedEof {
+            damaged(0, "segment header cut short".into())
+        } else {
+            CheckError::Io(error)
+        }
+    })?;
+    segment::check_header(&header, stream, base).map_err(|reason| damaged(0, reason))?;
+    let mut index: Vec<(u64, u64)> = Vec::new();
+    let mut expected = base;
+    let mut offset = SEGMENT_HEADER_LEN as u64;
+    let mut buffer = vec![0u8; CHECK_CHUNK_BYTES.min((end - offset) as usize)];
+    while offset < end {
+        let want = buffer.len().min((end - offset) as usize);
+        file.read_exact_at(&mut buffer[..want], offset)
+            .map_err(|error| {
+                if error.kind() == std::io::ErrorKind::UnexpectedEof {
+                    damaged(offset, "the segment is cut short".into())
+                } else {
+                    CheckError::Io(error)
+                }
+            })?;
+        let mut position = 0;
+        while position < want {
+            let at = offset + position as u64;
+            match Record::decode(&buffer[position..want]) {
+                Ok((record, used)) => {
+                    let header = &record.header;
+                    if header.stream != stream || header.version != expected {
+                        return Err(damaged(
+                            at,
+                            format!(
+                                "record of stream {} version {} where stream {stream} version {expected} belongs",
+                                header.stream, header.version
+                            ),
+                        ));
+                    }
+                    let far_enough = index
+                        .last()
+                        .is_none_or(|&(_, indexed)| at - indexed >= INDEX_INTERVAL_BYTES);
+                    if far_enough {
+                        index.push((expected, at));
+                    }
+                    expected += 1;
+                    position += used;
+                }
+                Err(proto::RecordError::Truncated { needed, .. }) => {
+                    if position == 0 {
+                        if needed as u64 > end - offset {
+                            return Err(damaged(
+                                at,
+                                format!(
+                                    "a record of {needed} bytes runs past byte {end}, where its checkpoint says the segment's records end"
+                                ),
+                            ));
+                        }
+                        buffer.resize(needed, 0);
+                    }
+                    break;
+                }
+                Err(error) => return Err(damaged(at, error.to_string())),
+            }
+        }
+        offset += position as u64;
+    }
+    if expected - 1 != unchecked.last_version {
+        return Err(damaged(
+            end,
+            format!(
+                "the segment's records end with version {}, its checkpoint says {}",
+                expected - 1,
+                unchecked.last_version
+            ),
+        ));
+    }
+    Ok((file, index))
 }
 
 /// Scans the segment files `bases` not already covered, chaining from
@@ -480,7 +894,7 @@ fn scan_segment(
         }
         Start::After(entry, file) => {
             let from = entry.length;
-            (Segment::covered(&entry, file.clone()), file, from)
+            (Segment::covered(&entry, Some(file.clone())), file, from)
         }
     };
     let base = segment.base;
@@ -591,6 +1005,15 @@ fn has_record_after(bytes: &[u8], from: usize, stream: u64, min_version: u64) ->
     false
 }
 
+/// Removes a segment file; one already gone is no error (a segment a
+/// checkpoint covers is not looked for at open, so it may be missing).
+pub(crate) fn remove_segment_file(storage: &dyn Storage, path: &Path) -> std::io::Result<()> {
+    match storage.remove_file(path) {
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        other => other,
+    }
+}
+
 /// See [`crate::truncate_after`].
 pub(crate) fn truncate_after(
     storage: &dyn Storage,
@@ -640,11 +1063,20 @@ pub(crate) fn truncate_after(
             // Wholly past the cut (the first segment stays, as a log's
             // first segment always exists).
             drop(segment.file.clone());
-            storage.remove_file(&path).map_err(io_error(&path))?;
+            remove_segment_file(storage, &path).map_err(io_error(&path))?;
             storage.sync_dir(folder).map_err(io_error(folder))?;
             continue;
         }
-        let file = segment.file.as_ref().expect("a recovered segment is open");
+        let file = match (&segment.file, segment.unchecked) {
+            (Some(file), _) => file.clone(),
+            // A segment the checkpoint covers whole, not opened yet.
+            (None, Some(unchecked)) => {
+                check_unchecked(storage, folder, stream, segment.base, None, unchecked)
+                    .map_err(|error| error.into_log_error(&path))?
+                    .0
+            }
+            (None, None) => unreachable!("a recovered segment is on disk"),
+        };
         let mut offset = segment.seek(version + 1);
         let mut bytes = vec![0u8; (segment.length - offset) as usize];
         file.read_exact_at(&mut bytes, offset)

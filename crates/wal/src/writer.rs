@@ -202,12 +202,18 @@ impl Shared {
                     // never finds a later segment behind a torn earlier one.
                     self.trim_tail(tail, &mut touched)?;
                     sync_all(&touched)?;
+                    // The manifest names the new segment before its file
+                    // exists, so no segment file is ever newer than the
+                    // manifest says.
+                    let manifest = self.manifest.lock().expect("manifest lock poisoned");
+                    self.write_manifest(chunk.segment_base)?;
                     let file = recovery::create_segment_file(
                         self.storage.as_ref(),
                         &self.folder,
                         self.stream,
                         chunk.segment_base,
                     )?;
+                    drop(manifest);
                     let mut state = self.lock_state();
                     if let Some(segment) = state
                         .segments
@@ -235,6 +241,21 @@ impl Shared {
             }
         }
         sync_all(&touched)
+    }
+
+    /// Writes the manifest naming `newest_segment` and the kept
+    /// checkpoints; the caller holds the manifest lock.
+    pub(crate) fn write_manifest(&self, newest_segment: u64) -> Result<(), LogError> {
+        let manifest = crate::manifest::Manifest {
+            newest_segment,
+            checkpoints: self.lock_state().checkpoints.clone(),
+        };
+        crate::manifest::write(self.storage.as_ref(), &self.folder, self.stream, &manifest).map_err(
+            |source| LogError::Io {
+                path: crate::manifest::manifest_path(&self.folder),
+                source,
+            },
+        )
     }
 
     fn complete(&self, batch: Vec<crate::log::Chunk>, started: Instant) {

@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use wal::checkpoint::{checkpoint_path, Checkpoint};
 use wal::fault::{CrashMode, FaultStorage};
+use wal::manifest::manifest_path;
 use wal::segment::segment_path;
 use wal::{Log, LogConfig, LogError, ReadError, RecoveryReport, Retention, Storage, StorageFile};
 
@@ -164,16 +165,18 @@ fn recovery_from_a_checkpoint_visits_only_the_records_after_it() {
 }
 
 #[test]
-fn covered_segments_are_not_scanned_only_their_headers_and_lengths_checked() {
+fn covered_segments_are_not_scanned_at_open_and_damage_in_them_is_found_when_read() {
     let (config, storage, payloads) = forty_records();
     let opened = open_from_checkpoint_ok(&storage, config.clone(), "first open");
     checkpoint(&opened.log, &payloads, 30, 1000);
     drop(opened);
     // Damage a record payload inside a covered segment: a full scan
-    // refuses it, recovery from the checkpoint does not read it.
+    // refuses it, recovery from the checkpoint does not read it, and a
+    // read of it says where it is.
     let damaged = copy_of(&storage);
+    let at = 32 + 780 + 200;
     damaged
-        .flip_bit(&segment_path(folder(), 6), (32 + 200) * 8)
+        .flip_bit(&segment_path(folder(), 6), at * 8)
         .unwrap();
     let full = Log::open(
         Arc::new(damaged.clone()),
@@ -188,17 +191,515 @@ fn covered_segments_are_not_scanned_only_their_headers_and_lengths_checked() {
     );
     let opened = open_from_checkpoint_ok(&damaged, config.clone(), "from the checkpoint");
     assert_eq!(opened.report.checkpoint, Some(30));
+    assert!(opened.report.ignored.is_empty());
     assert_eq!(opened.visited, (31..=40).collect::<Vec<_>>());
-    // A covered segment's header is checked.
+    for from in [6, 7, 10] {
+        let error = read_error(&opened.log, from);
+        assert_damaged(&error, 6, 32 + 780, &format!("read from {from}"));
+    }
+    // The segments around it read exactly as written.
+    let (before, error) = read_until_error(&opened.log, 1);
+    assert_eq!(before, expected(&payloads, 1, 5), "segment 1");
+    assert_damaged(&error, 6, 32 + 780, "read from 1");
+    assert_reads_from(&opened.log, &payloads, 11, "after the damage");
+    drop(opened);
+    // A covered segment's header is checked when it is read.
     let bad_header = copy_of(&storage);
     bad_header
         .flip_bit(&segment_path(folder(), 11), 20 * 8)
         .unwrap();
-    let refused = open_from_checkpoint(Arc::new(bad_header), config);
+    let opened = open_from_checkpoint_ok(&bad_header, config.clone(), "a damaged header");
+    assert_eq!(opened.report.checkpoint, Some(30));
+    let error = read_error(&opened.log, 12);
+    assert_damaged(&error, 11, 0, "a damaged header");
+    assert!(error.to_string().contains("checksum"), "{error}");
+    assert_reads_from(&opened.log, &payloads, 16, "past the damaged header");
+    drop(opened);
+    // Another segment's file in a covered one's place.
+    let swapped = copy_of(&storage);
+    let other = swapped.read_file(&segment_path(folder(), 16)).unwrap();
+    write_file(&swapped, &segment_path(folder(), 11), &other);
+    let opened = open_from_checkpoint_ok(&swapped, config, "a segment in another's place");
+    let error = read_error(&opened.log, 11);
+    assert_damaged(&error, 11, 0, "a segment in another's place");
+    assert!(error.to_string().contains("base version 16"), "{error}");
+}
+
+#[test]
+fn a_covered_segment_cut_short_after_the_checkpoint_opens_and_fails_when_read() {
+    let (config, storage, payloads) = forty_records();
+    let opened = open_from_checkpoint_ok(&storage, config.clone(), "first open");
+    checkpoint(&opened.log, &payloads, 30, 1000);
+    drop(opened);
+    let segment_bytes = 32 + 5 * 780;
+    // Cut inside its last record, at a record boundary (a whole record
+    // lost, the rest good), inside its header, and to nothing.
+    for cut in [segment_bytes - 1, segment_bytes - 780, 32 + 780 + 3, 20, 0] {
+        let context = format!("segment 16 cut to {cut} bytes");
+        let image = copy_of(&storage);
+        image.truncate_to(&segment_path(folder(), 16), cut).unwrap();
+        let opened = open_from_checkpoint_ok(&image, config.clone(), &context);
+        assert_eq!(opened.report.checkpoint, Some(30), "{context}");
+        assert!(opened.report.ignored.is_empty(), "{context}");
+        assert_eq!(opened.fold, Fold::of(&payloads), "{context}");
+        for from in [16, 18, 20] {
+            let error = read_error(&opened.log, from);
+            assert_damaged(&error, 16, cut, &context);
+            assert!(
+                error.to_string().contains(&format!("holds {cut} bytes")),
+                "{context}: {error}"
+            );
+        }
+        // A read that runs into it returns what comes before it, then
+        // the next read the error.
+        let (before, error) = read_until_error(&opened.log, 1);
+        assert_eq!(before, expected(&payloads, 1, 15), "{context}");
+        assert_damaged(&error, 16, cut, &context);
+        assert_reads_from(&opened.log, &payloads, 21, &context);
+        // New records still go in after the checkpoint's.
+        let next = payload(41, 700);
+        append(&opened.log, 41, &encode(STREAM, 41, &next)).unwrap();
+        wait_durable(&opened.log, 41, &context);
+    }
+    // Removed altogether: the open, which goes by the manifest and looks
+    // for no covered segment, succeeds, and a read of it says it is
+    // missing.
+    let image = copy_of(&storage);
+    image.remove_file(&segment_path(folder(), 16)).unwrap();
+    image.sync_dir(folder()).unwrap();
+    let opened = open_from_checkpoint_ok(&image, config.clone(), "segment 16 removed");
+    assert_eq!(opened.report.checkpoint, Some(30));
+    let error = read_error(&opened.log, 17);
+    assert_damaged(&error, 16, 0, "segment 16 removed");
+    assert!(error.to_string().contains("missing"), "{error}");
+    assert_reads_from(&opened.log, &payloads, 21, "segment 16 removed");
+    drop(opened);
+    // Without the manifest, the folder listing shows the hole at open,
+    // and no checkpoint fits.
+    image.remove_file(&manifest_path(folder())).unwrap();
+    image.sync_dir(folder()).unwrap();
+    assert!(open_from_checkpoint(Arc::new(image), config).is_err());
+}
+
+#[test]
+fn opening_from_a_checkpoint_opens_no_segment_it_covers_whole() {
+    let (config, storage, payloads) = forty_records();
+    let opened = open_from_checkpoint_ok(&storage, config.clone(), "first open");
+    checkpoint(&opened.log, &payloads, 33, 1000);
+    drop(opened);
+    let counting = CountingOpens::new(copy_of(&storage));
+    let opened = open_from_checkpoint(Arc::new(counting.clone()), config.clone()).unwrap();
+    assert_eq!(opened.report.checkpoint, Some(33));
+    // Segment 31 holds the checkpoint's version and 36 follows it; 1 to
+    // 26 are not touched.
+    assert_eq!(
+        counting.segments_opened(),
+        vec![31, 36],
+        "only the checkpoint's last segment and the ones after it"
+    );
+    // The first read of a covered segment opens it, once.
+    assert_reads_from(&opened.log, &payloads, 7, "read from 7");
+    assert_reads_from(&opened.log, &payloads, 7, "read again");
+    assert_eq!(
+        counting.segments_opened(),
+        vec![31, 36, 6, 11, 16, 21, 26],
+        "each covered segment once"
+    );
+    // A checkpoint cut inside a segment not read yet checks it first.
+    checkpoint(&opened.log, &payloads, 3, 2000);
+    assert_eq!(counting.segments_opened().last(), Some(&1));
+    assert_eq!(opened.log.checkpoints(), vec![3, 33]);
+    drop(opened);
+    let image = copy_of(&counting.inner);
+    image.flip_bit(&checkpoint_path(folder(), 33), 200).unwrap();
+    let opened = open_from_checkpoint_ok(&image, config, "from checkpoint 3");
+    assert_eq!(opened.report.checkpoint, Some(3));
+    assert_eq!(opened.visited, (4..=40).collect::<Vec<_>>());
+    assert_eq!(opened.fold, Fold::of(&payloads));
+    assert_reads(&opened.log, &payloads, 1, "from checkpoint 3");
+}
+
+#[test]
+fn a_checkpoint_inside_a_damaged_covered_segment_is_refused() {
+    let (config, storage, payloads) = forty_records();
+    let opened = open_from_checkpoint_ok(&storage, config.clone(), "first open");
+    checkpoint(&opened.log, &payloads, 30, 1000);
+    drop(opened);
+    let image = copy_of(&storage);
+    image
+        .flip_bit(&segment_path(folder(), 6), (32 + 100) * 8)
+        .unwrap();
+    let opened = open_from_checkpoint_ok(&image, config, "damaged");
+    let refused = opened
+        .log
+        .checkpoint(8, &Fold::of(&payloads[..8]).encode(), 2000);
     match refused {
-        Err(LogError::Corrupt { path, .. }) => assert_eq!(path, segment_path(folder(), 11)),
-        Err(other) => panic!("a damaged header: {other}"),
-        Ok(opened) => panic!("a damaged header was accepted: {:?}", opened.report),
+        Err(LogError::Corrupt { path, offset, .. }) => {
+            assert_eq!(path, segment_path(folder(), 6));
+            assert_eq!(offset, 32);
+        }
+        other => panic!("a checkpoint inside a damaged segment: {other:?}"),
+    }
+    assert_eq!(opened.log.checkpoints(), vec![30]);
+}
+
+#[test]
+fn retention_deletes_covered_segments_no_one_has_read() {
+    let (config, storage, payloads) = forty_records();
+    let opened = open_from_checkpoint_ok(&storage, config.clone(), "first open");
+    checkpoint(&opened.log, &payloads, 28, 1000);
+    checkpoint(&opened.log, &payloads, 34, 1000);
+    drop(opened);
+    let opened = open_from_checkpoint_ok(&storage, config.clone(), "reopened");
+    let retained = opened
+        .log
+        .retain(Retention { bytes: 1, ms: 0 }, 2000)
+        .unwrap();
+    assert_eq!(retained.segments_deleted, 5);
+    assert_eq!(retained.bytes_deleted, 5 * (32 + 5 * 780));
+    assert_eq!(retained.first_version, 26);
+    assert_eq!(
+        read_error(&opened.log, 25),
+        ReadError::Retained {
+            requested: 25,
+            oldest: 26
+        }
+    );
+    assert_reads(&opened.log, &payloads, 26, "after retention");
+    drop(opened);
+    let opened = open_from_checkpoint_ok(&storage, config.clone(), "reopened after retention");
+    assert_eq!(opened.report.checkpoint, Some(34));
+    assert_reads(&opened.log, &payloads, 26, "reopened after retention");
+    drop(opened);
+    // A covered segment already gone when retention comes to it.
+    let (config, storage, payloads) = (config, copy_of(&storage), payloads);
+    let opened = open_from_checkpoint_ok(&storage, config.clone(), "again");
+    checkpoint(&opened.log, &payloads, 38, 3000);
+    checkpoint(&opened.log, &payloads, 39, 3000);
+    drop(opened);
+    storage.remove_file(&segment_path(folder(), 31)).unwrap();
+    storage.sync_dir(folder()).unwrap();
+    let opened = open_from_checkpoint_ok(&storage, config, "segment 31 gone");
+    let retained = opened
+        .log
+        .retain(Retention { bytes: 1, ms: 0 }, 4000)
+        .unwrap();
+    assert_eq!(retained.segments_deleted, 2);
+    assert_eq!(retained.first_version, 36);
+    assert_reads(&opened.log, &payloads, 36, "segment 31 gone");
+}
+
+#[test]
+fn a_checkpoint_of_format_1_still_recovers_the_log() {
+    let (config, storage, payloads) = forty_records();
+    let opened = open_from_checkpoint_ok(&storage, config.clone(), "first open");
+    checkpoint(&opened.log, &payloads, 23, 1000);
+    drop(opened);
+    // Rewrite it as a writer of format 1 did, with a sparse index.
+    let path = checkpoint_path(folder(), 23);
+    let decoded = Checkpoint::decode(&storage.read_file(&path).unwrap(), STREAM).unwrap();
+    let index: Vec<Vec<(u64, u64)>> = decoded
+        .segments
+        .iter()
+        .map(|s| vec![(s.base, 32), (s.base + 2, 32 + 2 * 780)])
+        .collect();
+    let old = decoded.encode_format_1(&index);
+    assert_eq!(old[8..12], 1u32.to_le_bytes());
+    write_file(&storage, &path, &old);
+    let opened = open_from_checkpoint_ok(&storage, config.clone(), "format 1");
+    assert_eq!(opened.report.checkpoint, Some(23));
+    assert!(opened.report.ignored.is_empty(), "{:?}", opened.report);
+    assert_eq!(opened.visited, (24..=40).collect::<Vec<_>>());
+    assert_eq!(opened.fold, Fold::of(&payloads));
+    assert_reads(&opened.log, &payloads, 1, "format 1");
+    // The next checkpoint is written in format 2.
+    checkpoint(&opened.log, &payloads, 40, 2000);
+    let newest = storage.read_file(&checkpoint_path(folder(), 40)).unwrap();
+    assert_eq!(newest[8..12], 2u32.to_le_bytes());
+    drop(opened);
+    // A format this crate does not know is skipped, with the reason.
+    let mut future = storage.read_file(&checkpoint_path(folder(), 40)).unwrap();
+    future[8..12].copy_from_slice(&3u32.to_le_bytes());
+    write_file(&storage, &checkpoint_path(folder(), 40), &future);
+    let opened = open_from_checkpoint_ok(&storage, config, "an unknown format");
+    assert_eq!(opened.report.checkpoint, Some(23));
+    assert!(
+        opened.report.ignored[0].contains("unsupported checkpoint format version 3"),
+        "{:?}",
+        opened.report
+    );
+}
+
+#[test]
+fn with_a_manifest_the_open_lists_no_folder_and_without_one_it_lists_it_once() {
+    let (config, storage, payloads) = forty_records();
+    let opened = open_from_checkpoint_ok(&storage, config.clone(), "first open");
+    checkpoint(&opened.log, &payloads, 23, 1000);
+    drop(opened);
+    let manifest = storage.read_file(&manifest_path(folder())).unwrap();
+    let decoded = wal::manifest::Manifest::decode(&manifest, STREAM).unwrap();
+    assert_eq!(decoded.newest_segment, 36);
+    assert_eq!(decoded.checkpoints, vec![23]);
+    let stale = wal::manifest::Manifest {
+        newest_segment: 41,
+        checkpoints: vec![23],
+    };
+    let cases: Vec<(&str, Option<Vec<u8>>, u64)> = vec![
+        ("the manifest", Some(manifest.clone()), 0),
+        ("no manifest", None, 1),
+        ("a damaged manifest", Some(manifest[..30].to_vec()), 1),
+        ("a manifest naming no file", Some(stale.encode(STREAM)), 1),
+    ];
+    for (context, bytes, lists) in cases {
+        let image = copy_of(&storage);
+        image.remove_file(&manifest_path(folder())).unwrap();
+        if let Some(bytes) = bytes {
+            write_file(&image, &manifest_path(folder()), &bytes);
+        }
+        image.sync_dir(folder()).unwrap();
+        let counting = CountingOpens::new(image);
+        let opened = open_from_checkpoint(Arc::new(counting.clone()), config.clone())
+            .unwrap_or_else(|error| panic!("{context}: {error}"));
+        assert_eq!(counting.lists(), lists, "{context}: folder listings");
+        assert_eq!(opened.report.checkpoint, Some(23), "{context}");
+        assert!(opened.report.ignored.is_empty(), "{context}");
+        assert_eq!(opened.visited, (24..=40).collect::<Vec<_>>(), "{context}");
+        assert_eq!(opened.fold, Fold::of(&payloads), "{context}");
+        assert_reads(&opened.log, &payloads, 1, context);
+    }
+    // The next rollover writes the manifest again.
+    let image = copy_of(&storage);
+    image.remove_file(&manifest_path(folder())).unwrap();
+    image.sync_dir(folder()).unwrap();
+    let opened = open_from_checkpoint_ok(&image, config.clone(), "no manifest");
+    let mut longer = payloads.clone();
+    for version in 41..=46 {
+        let bytes = payload(version, 700);
+        append(&opened.log, version, &encode(STREAM, version, &bytes)).unwrap();
+        longer.push(bytes);
+    }
+    wait_durable(&opened.log, 46, "appended");
+    drop(opened);
+    let manifest = image.read_file(&manifest_path(folder())).unwrap();
+    let decoded = wal::manifest::Manifest::decode(&manifest, STREAM).unwrap();
+    assert_eq!(decoded.newest_segment, 46);
+    let counting = CountingOpens::new(image);
+    let opened = open_from_checkpoint(Arc::new(counting.clone()), config).unwrap();
+    assert_eq!(counting.lists(), 0);
+    assert_eq!(opened.fold, Fold::of(&longer));
+    assert_reads(&opened.log, &longer, 1, "after the rollover");
+}
+
+#[test]
+fn with_a_manifest_a_hole_after_the_checkpoint_is_still_refused() {
+    let (config, storage, payloads) = forty_records();
+    let opened = open_from_checkpoint_ok(&storage, config.clone(), "first open");
+    checkpoint(&opened.log, &payloads, 13, 1000);
+    drop(opened);
+    for missing in [16, 21, 26, 31] {
+        let image = copy_of(&storage);
+        image.remove_file(&segment_path(folder(), missing)).unwrap();
+        image.sync_dir(folder()).unwrap();
+        match open_from_checkpoint(Arc::new(image), config.clone()) {
+            Err(LogError::Corrupt { reason, .. }) => {
+                assert!(reason.contains("versions are missing"), "{reason}")
+            }
+            Err(other) => panic!("segment {missing} missing: {other}"),
+            Ok(_) => panic!("segment {missing} missing was accepted"),
+        }
+    }
+}
+
+#[test]
+fn a_segment_past_the_manifests_newest_is_refused_not_ignored() {
+    let (config, storage, payloads) = forty_records();
+    let opened = open_from_checkpoint_ok(&storage, config.clone(), "first open");
+    checkpoint(&opened.log, &payloads, 33, 1000);
+    drop(opened);
+    let old_manifest = storage.read_file(&manifest_path(folder())).unwrap();
+    // A server that does not keep the manifest appends past a rollover.
+    let opened = open_from_checkpoint_ok(&storage, config.clone(), "second open");
+    for version in 41..=43 {
+        let bytes = payload(version, 700);
+        append(&opened.log, version, &encode(STREAM, version, &bytes)).unwrap();
+    }
+    wait_durable(&opened.log, 43, "appended");
+    drop(opened);
+    write_file(&storage, &manifest_path(folder()), &old_manifest);
+    match open_from_checkpoint(Arc::new(copy_of(&storage)), config.clone()) {
+        Err(LogError::Corrupt { path, reason, .. }) => {
+            assert_eq!(path, segment_path(folder(), 41));
+            assert!(reason.contains("manifest is stale"), "{reason}");
+        }
+        Err(other) => panic!("{other}"),
+        Ok(_) => panic!("a segment past the manifest's newest was accepted"),
+    }
+    // Removing the manifest recovers every record.
+    storage.remove_file(&manifest_path(folder())).unwrap();
+    storage.sync_dir(folder()).unwrap();
+    let opened = open_from_checkpoint_ok(&storage, config, "without the manifest");
+    assert_eq!(opened.log.last_version(), 43);
+}
+
+#[test]
+fn a_crash_at_every_step_of_appending_across_rollovers_recovers_from_the_checkpoint() {
+    let (config, storage, payloads) = forty_records();
+    let opened = open_from_checkpoint_ok(&storage, config.clone(), "first open");
+    checkpoint(&opened.log, &payloads, 33, 1000);
+    drop(opened);
+    let mut all = payloads.clone();
+    all.extend((41..=52).map(|v| payload(v, 700)));
+    let steps = crash_at_every_step(
+        &storage,
+        &config,
+        &|log| {
+            for version in 41..=52 {
+                let bytes = &all[version as usize - 1];
+                append(log, version, &encode(STREAM, version, bytes))
+                    .map_err(|error| LogError::Checkpoint(error.to_string()))?;
+                // One record a batch, so each rollover is its own step.
+                while log.durable_version() < version {
+                    if let Some(failure) = log.failure() {
+                        return Err(LogError::Checkpoint(failure.to_string()));
+                    }
+                    std::thread::sleep(std::time::Duration::from_micros(50));
+                }
+            }
+            Ok(())
+        },
+        &|image, finished, context| {
+            let opened = open_from_checkpoint_ok(image, config.clone(), context);
+            assert_eq!(opened.report.checkpoint, Some(33), "{context}");
+            let last = opened.log.last_version();
+            assert!((40..=52).contains(&last), "{context}: last {last}");
+            if finished {
+                assert_eq!(last, 52, "{context}");
+            }
+            assert_eq!(opened.fold, Fold::of(&all[..last as usize]), "{context}");
+            assert_reads(&opened.log, &all[..last as usize], 1, context);
+        },
+    );
+    assert!(steps > 12, "appending took {steps} steps");
+}
+
+/// The error a read from `from` fails with.
+fn read_error(log: &Log, from: u64) -> ReadError {
+    let mut out = Vec::new();
+    match log.read(from, 100, 1 << 20, &mut out) {
+        Err(error) => error,
+        Ok(count) => panic!("read from {from} returned {count} records"),
+    }
+}
+
+/// Asserts that `error` says segment `base` is damaged at byte `offset`.
+fn assert_damaged(error: &ReadError, base: u64, offset: u64, context: &str) {
+    let ReadError::Corrupt { reason, .. } = error else {
+        panic!("{context}: {error:?}");
+    };
+    let place = format!(
+        "{} at byte {offset}",
+        segment_path(folder(), base).display()
+    );
+    assert!(reason.contains(&place), "{context}: {reason}");
+}
+
+/// Versions `from..=to` with their payloads.
+fn expected(payloads: &[Vec<u8>], from: u64, to: u64) -> Vec<(u64, Vec<u8>)> {
+    (from..=to)
+        .map(|v| (v, payloads[v as usize - 1].clone()))
+        .collect()
+}
+
+/// Asserts that the log reads exactly `from..=payloads.len()`.
+fn assert_reads_from(log: &Log, payloads: &[Vec<u8>], from: u64, context: &str) {
+    let expected = expected(payloads, from, payloads.len() as u64);
+    assert_eq!(read_back(log, from, 7, 3000), expected, "{context}");
+}
+
+/// Reads from `from` on, a few records at a time, until a read fails;
+/// returns what was read before and the error.
+fn read_until_error(log: &Log, from: u64) -> (Vec<(u64, Vec<u8>)>, ReadError) {
+    let mut found = Vec::new();
+    let mut next = from;
+    loop {
+        let mut out = Vec::new();
+        match log.read(next, 3, 1 << 20, &mut out) {
+            Ok(0) => panic!("read up to {next} without an error"),
+            Ok(_) => {
+                for record in proto::frame::iter_records(&out) {
+                    assert_eq!(record.header.version, next);
+                    found.push((next, record.payload.to_vec()));
+                    next += 1;
+                }
+            }
+            Err(error) => return (found, error),
+        }
+    }
+}
+
+/// Replaces a file's content, durably.
+fn write_file(storage: &FaultStorage, path: &Path, bytes: &[u8]) {
+    let file = storage.open(path, true).unwrap();
+    file.set_len(0).unwrap();
+    file.write_at(bytes, 0).unwrap();
+    file.sync_data().unwrap();
+}
+
+/// A `Storage` that notes the base of every segment file opened.
+#[derive(Clone)]
+struct CountingOpens {
+    inner: FaultStorage,
+    opened: Arc<std::sync::Mutex<Vec<u64>>>,
+    lists: Arc<AtomicU64>,
+}
+
+impl CountingOpens {
+    fn new(inner: FaultStorage) -> CountingOpens {
+        CountingOpens {
+            inner,
+            opened: Arc::default(),
+            lists: Arc::default(),
+        }
+    }
+
+    fn lists(&self) -> u64 {
+        self.lists.load(Ordering::SeqCst)
+    }
+
+    fn segments_opened(&self) -> Vec<u64> {
+        self.opened.lock().unwrap().clone()
+    }
+}
+
+impl Storage for CountingOpens {
+    fn open(&self, path: &Path, create: bool) -> io::Result<Arc<dyn StorageFile>> {
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if let Some(base) = wal::segment::parse_segment_name(name) {
+            self.opened.lock().unwrap().push(base);
+        }
+        self.inner.open(path, create)
+    }
+    fn list(&self, folder: &Path) -> io::Result<Vec<String>> {
+        self.lists.fetch_add(1, Ordering::SeqCst);
+        self.inner.list(folder)
+    }
+    fn create_dir_all(&self, folder: &Path) -> io::Result<()> {
+        self.inner.create_dir_all(folder)
+    }
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        self.inner.remove_file(path)
+    }
+    fn remove_dir_all(&self, folder: &Path) -> io::Result<()> {
+        self.inner.remove_dir_all(folder)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        self.inner.rename(from, to)
+    }
+    fn sync_dir(&self, folder: &Path) -> io::Result<()> {
+        self.inner.sync_dir(folder)
+    }
+    fn exists(&self, path: &Path) -> bool {
+        self.inner.exists(path)
     }
 }
 
@@ -280,10 +781,21 @@ fn a_log_shorter_than_its_checkpoint_claims_falls_back_and_says_so() {
         "the one past the log is not kept"
     );
     drop(opened);
-    // A middle segment lost: neither checkpoint fits, and a full scan
-    // refuses the hole.
+    // A middle segment lost: from the manifest, the covered segment is
+    // not looked for, and its read fails.
     let image = copy_of(&storage);
     image.remove_file(&segment_path(folder(), 16)).unwrap();
+    image.sync_dir(folder()).unwrap();
+    let opened = open_from_checkpoint_ok(&image, config.clone(), "segment 16 lost");
+    assert_eq!(opened.report.checkpoint, Some(40));
+    assert!(matches!(
+        read_error(&opened.log, 16),
+        ReadError::Corrupt { .. }
+    ));
+    drop(opened);
+    // Without the manifest the folder is listed: neither checkpoint fits,
+    // and a full scan refuses the hole.
+    image.remove_file(&manifest_path(folder())).unwrap();
     image.sync_dir(folder()).unwrap();
     match open_from_checkpoint(Arc::new(image), config) {
         Err(LogError::Corrupt { reason, .. }) => {
