@@ -1045,13 +1045,8 @@ impl Replica {
                     // it now holds.
                     out.push(stamped(client, event, version, self.epoch(), true));
                 }
-                if flow == Flow::Forward && self.protocol == Protocol::OneHopAckClient {
-                    for backup in self.placement.backups() {
-                        out.push(Effect::Send(
-                            Node::Server(backup),
-                            Msg::Reack { event, version },
-                        ));
-                    }
+                if flow == Flow::Forward {
+                    self.reack(event, version, out);
                 }
                 let waiter = Waiter {
                     client,
@@ -1418,6 +1413,21 @@ impl Replica {
         }
     }
 
+    /// `one-hop-ack-client`: a client sent a message the primary has
+    /// logged again (its ack from some replica was lost), so the backups
+    /// ack it again once their logs hold it.
+    fn reack(&self, event: EventId, version: u64, out: &mut Vec<Effect>) {
+        if self.protocol != Protocol::OneHopAckClient {
+            return;
+        }
+        for backup in self.placement.backups() {
+            out.push(Effect::Send(
+                Node::Server(backup),
+                Msg::Reack { event, version },
+            ));
+        }
+    }
+
     /// Sender-based logging: a client holds the message with `version`.
     fn confirm(&mut self, event: EventId, version: u64, now: u64, out: &mut Vec<Effect>) {
         let logged = self
@@ -1454,6 +1464,7 @@ impl Replica {
             Lookup::Logged(logged) => {
                 self.metrics.duplicates += 1;
                 self.confirm(event, logged, now, out);
+                self.reack(event, logged, out);
                 let waiter = Waiter {
                     client,
                     event,
@@ -1519,6 +1530,7 @@ impl Replica {
         {
             Lookup::Logged(logged) => {
                 self.metrics.duplicates += 1;
+                self.reack(event, logged, out);
                 let waiter = Waiter {
                     client,
                     event,
