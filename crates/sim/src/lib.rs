@@ -43,8 +43,10 @@
 //!   written, and remembers it on its disk. A restarted process calls
 //!   `recover_senders` with that checkpoint after `start`; as primary it
 //!   asks every client to resend its copies (`Checkpointed` with
-//!   `resend`), again every 50 ms while it recovers, as a client that
-//!   reconnects is asked again.
+//!   `resend`), again every 50 ms while it recovers (a window of a second),
+//!   as a client that reconnects is asked again. Sender runs keep faults
+//!   one at a time: a partition that cuts a server off from every node
+//!   (its clients too) happens only before the first server crash.
 //! - **Bounds.** Some runs give the replicas tiny hold-back bounds and
 //!   small repair batches, so the overflow and repair paths run.
 //! - **Server crashes** ([`SimConfig::failover_from_seed`]). The
