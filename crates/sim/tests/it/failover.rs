@@ -4,7 +4,7 @@
 //! the checker, liveness and convergence. About half the seeds of the
 //! forward-flow protocols run with sender-based logging, and
 //! `sender_logging_survives_failover` forces it on for every seed of
-//! `one-hop-ack-client` and `server-sync`, on 3 servers and on 1.
+//! `one-hop-ack-client` and `server-sync`, on 3, 1 and 5 servers.
 //!
 //! `STAMPLOG_SIM_SEEDS=<n>` and `STAMPLOG_SIM_FIRST_SEED=<s>` widen the
 //! seed range, as for the fault seeds; a failing seed replays with
@@ -173,7 +173,7 @@ fn sender_config(seed: u64, protocol: Protocol, servers: u32) -> SimConfig {
 /// failover and client crashes, forced on for every seed: nothing
 /// acknowledged is lost, reordered or given two versions, except the
 /// admitted losses of a client crash together with a server crash.
-/// Each seed runs on 3 servers and on 1. `STAMPLOG_SIM_SEEDS` and
+/// Each seed runs on 3, 1 and 5 servers. `STAMPLOG_SIM_SEEDS` and
 /// `STAMPLOG_SIM_FIRST_SEED` widen the range, `STAMPLOG_SIM_PROTOCOL`
 /// sweeps another forward-flow protocol instead; a failing seed replays with
 /// `STAMPLOG_SIM_SENDER=1 STAMPLOG_SIM_SERVERS=<n>` added to the failover
@@ -189,7 +189,7 @@ fn sender_logging_survives_failover() {
         Err(_) => vec![Protocol::OneHopAckClient, Protocol::ServerSync],
     };
     for protocol in protocols {
-        for servers in [3, 1] {
+        for servers in [3, 1, 5] {
             let started = Instant::now();
             let sweep = sweep_configs(first..first + count, |seed| {
                 sender_config(seed, protocol, servers)
