@@ -382,3 +382,52 @@ fn a_version_stamped_before_a_failover_has_the_same_bytes_on_every_replica() {
 fn versions_stamped_in_a_new_epoch_wait_for_their_commit_quorum() {
     failover_bug_seed_passes(3);
 }
+
+/// Forced sender-logging seeds (`sender_config`) that found bugs in the
+/// engine, pinned so they stay found: each fails until its bug is fixed.
+/// They depend on `SimConfig::failover_from_seed` drawing its knobs as
+/// it does now.
+const SENDER_BUG_SEEDS: [(Protocol, u64, u32, &str); 2] = [
+    (
+        Protocol::OneHopAckClient,
+        1,
+        3,
+        "engine: a resend of a logged message (Placed, with the version its client holds) sent \
+         no Reack to the backups, so a backup's lost ack was never repaired and the client waited \
+         forever",
+    ),
+    (
+        Protocol::OneHopAckClient,
+        26,
+        1,
+        "engine: a restarted primary turned resent copies past unbound_max away with Busy, which a \
+         producer ignores for a copy it holds, and voided their versions: acknowledged messages \
+         lost with every client alive",
+    ),
+];
+
+#[test]
+fn seeds_that_found_sender_logging_bugs_pass() {
+    for (protocol, seed, servers, bug) in SENDER_BUG_SEEDS {
+        let outcome = run(&sender_config(seed, protocol, servers));
+        assert!(
+            outcome.passed(),
+            "{protocol} sender seed {seed} on {servers} servers found: {bug}\n{}\nreplay: STAMPLOG_SIM_SENDER=1 STAMPLOG_SIM_SERVERS={servers} {}",
+            outcome.failures.join("\n"),
+            replay_command(protocol, seed)
+        );
+    }
+}
+
+/// A client that crashes while the only server is down takes the copies
+/// the server's log had not synced with it: the judge admits exactly
+/// those losses, counts them, and passes the run.
+#[test]
+fn a_client_crash_during_a_server_crash_is_an_admitted_loss() {
+    let outcome = run(&sender_config(55, Protocol::ServerSync, 1));
+    assert!(outcome.passed(), "{outcome}");
+    let counters = &outcome.counters;
+    assert!(counters.client_crashes > 0 && counters.server_crashes > 0);
+    assert!(counters.admitted_losses > 0, "{outcome}");
+    assert!(counters.resent_placed > 0, "{outcome}");
+}
