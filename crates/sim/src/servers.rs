@@ -678,9 +678,10 @@ impl World<'_> {
             }
     }
 
-    /// Sender-based logging: whether `id`'s log has taken, at `version`,
-    /// the bytes `other`'s log holds there, since they were stamped (its
-    /// report counts even when a crash has taken the record again).
+    /// Sender-based logging: whether an earlier process of `id` took, at
+    /// `version`, the bytes `other`'s log holds there, since they were
+    /// stamped, and lost them in its crash (its report counts; the running
+    /// process must hold what it reports).
     fn has_taken(&self, id: ServerId, other: ServerId, version: u64) -> bool {
         let Some(record) = self.servers[other as usize - 1]
             .log
@@ -688,9 +689,10 @@ impl World<'_> {
         else {
             return false;
         };
-        self.taken_by
-            .get(&version)
-            .is_some_and(|(taken, takers)| takers.contains(&id) && self.same_record(taken, record))
+        let current = self.servers[id as usize - 1].incarnation;
+        self.taken_by.get(&version).is_some_and(|(taken, takers)| {
+            self.same_record(taken, record) && takers.range((id, 0)..(id, current)).next().is_some()
+        })
     }
 
     /// Whether two records are the same bytes.
@@ -699,9 +701,9 @@ impl World<'_> {
     }
 
     /// Readers never see a version go away (within a process), nor one
-    /// that is not durable (taken, with sender-based logging), nor one that fewer logs hold than the commit
-    /// quorum of the rule it was written under (over the logs the primary
-    /// counts).
+    /// that is not durable (taken, with sender-based logging), nor one
+    /// that fewer logs hold than the commit quorum of the rule it was
+    /// written under (over the logs the primary counts).
     fn check_visible(&mut self, server: ServerId, version: u64) {
         let (before, durable) = (self.servers[server as usize - 1].visible, self.kept(server));
         if version < before {
@@ -772,7 +774,7 @@ impl World<'_> {
     /// the primary acknowledges or commits it on that report (the version
     /// lives on in the other logs and its client's copy). So a log counts
     /// for a version once it has taken the same record at some time since
-    /// it was stamped: this notes which logs have.
+    /// it was stamped: this notes which logs (which processes) have.
     fn note_taken(&mut self, server: ServerId, version: u64) {
         let Some(record) = self.servers[server as usize - 1]
             .log
@@ -789,8 +791,9 @@ impl World<'_> {
             self.taken_by
                 .insert(version, (record.clone(), BTreeSet::new()));
         }
+        let incarnation = self.servers[server as usize - 1].incarnation;
         let (_, takers) = self.taken_by.get_mut(&version).expect("present");
-        takers.insert(server);
+        takers.insert((server, incarnation));
     }
 
     /// The ack rule the record now at `version` was stamped under.

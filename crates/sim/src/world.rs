@@ -200,9 +200,10 @@ pub(crate) struct World<'a> {
     /// held it: a replica refilled from an empty log later shows the
     /// same record while fewer logs hold it again for a while.
     pub(crate) quorum_reached: BTreeMap<u64, Entry>,
-    /// Sender-based logging: each version's record and the servers whose
-    /// logs have taken it since (a crash may take it again).
-    pub(crate) taken_by: BTreeMap<u64, (Entry, BTreeSet<ServerId>)>,
+    /// Sender-based logging: each version's record and the server
+    /// processes (server, incarnation) whose logs have taken it since (a
+    /// crash may take it again).
+    pub(crate) taken_by: BTreeMap<u64, (Entry, BTreeSet<(ServerId, u64)>)>,
     /// The ack rule each event was first stamped under.
     pub(crate) stamped_rules: BTreeMap<EventId, AckRule>,
     /// Events some client sent by the client-async flow (`Tagged`): a
