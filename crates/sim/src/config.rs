@@ -351,7 +351,8 @@ impl SimConfig {
     /// never two servers down at once; a control plane that takes time to
     /// agree and servers that see its state late; partitions between two
     /// servers; an unsynced log tail that partly survives a crash; and a
-    /// writer that starts after the last restart.
+    /// writer that starts after the last restart. A sender run keeps its
+    /// faults one at a time ([`SimConfig::keep_sender_faults_apart`]).
     pub fn failover_from_seed(seed: u64, protocol: Protocol) -> SimConfig {
         let mut config = SimConfig::from_seed(seed, protocol);
         let mut rng = Rng::new(seed ^ 0x0fa1_10e5_5eed_0002);
