@@ -33,6 +33,20 @@
 //!   run); it becomes durable after `0..=sync_delay_ms_max`, in append
 //!   order, and only then does the replica hear `on_logged`. `Serve` reads
 //!   the records the log has and sends them as one `Replicate`.
+//! - **Sender-based logging** (`SimConfig::sender`, about half the seeds
+//!   of `one-hop`, `one-hop-ack-client`, `server-async` and `server-sync`,
+//!   with longer syncs): as the real server drives a `sender` stream, the
+//!   replica hears `on_logged` as soon as its log appends and `on_synced`
+//!   when the disk syncs; producers confirm versions and keep copies. Every
+//!   `checkpoint_ms` the primary announces `Checkpointed` through its
+//!   log's synced prefix as far as it is visible, to every client that has
+//!   written, and remembers it on its disk. A restarted process calls
+//!   `recover_senders` with that checkpoint after `start`; as primary it
+//!   asks every client to resend its copies (`Checkpointed` with
+//!   `resend`), again every 50 ms while it recovers (a window of a second),
+//!   as a client that reconnects is asked again. Sender runs keep faults
+//!   one at a time: a partition that cuts a server off from every node
+//!   (its clients too) happens only before the first server crash.
 //! - **Bounds.** Some runs give the replicas tiny hold-back bounds and
 //!   small repair batches, so the overflow and repair paths run.
 //! - **Server crashes** ([`SimConfig::failover_from_seed`]). The
@@ -66,7 +80,8 @@
 //! (and under the all-replica rule of `one-hop`, `server-sync` and a
 //! `hybrid` write in server-sync mode, the primary only what every log it
 //! counts holds); the visible version never goes back, never passes the durable
-//! log, and never shows a version that fewer logs hold (with the same
+//! log (with sender-based logging, "durable" is everything the log has
+//! taken, synced or not: its clients hold copies of the rest), and never shows a version that fewer logs hold (with the same
 //! bytes) than the commit quorum the primary fixed when it stamped it, at
 //! most the logs it counts. At the end: the history
 //! checker finds no violation in the clients' histories against the logs
@@ -80,7 +95,13 @@
 //! messages: acknowledged by one log before the others hold it), an
 //! acknowledged message that no log holds at its version after a server
 //! crash is counted in `acked_lost_in_window` and set aside; everything
-//! else is judged as usual. A panic in the state machines is a failure
+//! else is judged as usual. Sender-based logging keeps its promises for
+//! one failure at a time: an acknowledged message that no log holds at its
+//! version, of a client process that crashed, acknowledged before a server
+//! crash (or in flight then) at a version past the newest checkpoint
+//! announced by then, whose client crashed before the first checkpoint
+//! announced after that server crash, is counted in `admitted_losses` and
+//! set aside the same way. A panic in the state machines is a failure
 //! too, with the seed.
 //!
 //! # Replaying a seed
@@ -95,7 +116,8 @@
 //! ```
 //!
 //! prints the config, the outcome and the trace of that run (`failover::replay`
-//! for a seed of the server-crash sweep)
+//! for a seed of the server-crash sweep, `STAMPLOG_SIM_SENDER=1` added for
+//! a seed of `failover::sender_logging_survives_failover`)
 //! (`STAMPLOG_SIM_TRACE=<lines>` sets how many of the last trace lines are
 //! shown, `STAMPLOG_SIM_SERVERS=<n>` replays a 1- or 5-server run of the
 //! tests). `STAMPLOG_SIM_SEEDS=<n>` and `STAMPLOG_SIM_FIRST_SEED=<s>` widen

@@ -71,6 +71,16 @@ pub struct Counters {
     /// alone held them when it crashed (`server-async`, `client-async`, a
     /// `hybrid` stream's client-async messages).
     pub acked_lost_in_window: u64,
+    /// Sender-based logging: acknowledged messages lost because their
+    /// client crashed while a server crash had cost the primary's log
+    /// what only that client still held (two failures at once: a client
+    /// and a server). See `judge::admitted_losses`.
+    pub admitted_losses: u64,
+    /// Sender-based logging: checkpoints the primaries announced, and
+    /// messages restarted primaries took back from their clients' copies
+    /// at the versions the clients held.
+    pub checkpoints: u64,
+    pub resent_placed: u64,
     /// Sums of the replicas' metrics.
     pub voided: u64,
     pub gap_requests: u64,

@@ -4,6 +4,8 @@
 //! replica's effects, and are checked on every acknowledgement and every
 //! visible version.
 
+use std::collections::BTreeSet;
+
 use control::state::{Command, ControlState, Response};
 use engine::replication::{
     AckRule, Effect, Entry, HybridMode, Msg, Node, Protocol, Replica, ReplicaMetrics, ServerId,
@@ -14,6 +16,10 @@ use crate::config::{CrashTarget, Sabotage};
 use crate::control::{address, data_placement};
 use crate::trace::show;
 use crate::world::{Event, World, STREAM};
+
+/// Sender-based logging: how often a recovering primary asks its clients
+/// for their copies again.
+const ASK_MS: u64 = 50;
 
 impl World<'_> {
     pub(crate) fn server(&mut self, id: ServerId) -> &mut crate::world::Server {
@@ -60,10 +66,25 @@ impl World<'_> {
         }
         let mut out = Vec::new();
         replica.start(now, &mut out);
+        // Sender-based logging: as the real server does after opening a
+        // stream, a primary takes back the copies its clients hold past
+        // its newest checkpoint (what its disk kept of it).
+        let mut ask = None;
+        if config.sender {
+            let checkpoint = server.checkpointed.min(server.log.len() as u64);
+            replica.recover_senders(now, checkpoint);
+            server.checkpoint_at = now + config.checkpoint_ms;
+            server.ask_at = now + ASK_MS;
+            ask = replica.sender_recovering().then_some(checkpoint);
+        }
         server.replica = Some(replica);
         let incarnation = server.incarnation;
         self.note(|| format!("s{id} opens the stream"));
         self.apply(id, out);
+        if let Some(checkpoint) = ask {
+            self.note(|| format!("s{id} recovers its senders past checkpoint {checkpoint}"));
+            self.ask_clients(id, checkpoint);
+        }
         self.follow(id, state);
         let first_tick = self.rng.between(1, config.tick_ms);
         self.schedule(
@@ -168,6 +189,14 @@ impl World<'_> {
         server.up = false;
         server.incarnation += 1;
         server.applied = None;
+        let checkpoint = self.last_checkpoint;
+        if self.config.sender {
+            self.sender_crashes.push(crate::world::SenderCrash {
+                at_ms: now,
+                checkpoint,
+            });
+        }
+        let server = self.server(id);
         if let Some(replica) = server.replica.take() {
             server.past_metrics = add_metrics(server.past_metrics, replica.metrics());
         }
@@ -324,10 +353,16 @@ impl World<'_> {
         self.mix(through);
         let now = self.now;
         let mut out = Vec::new();
+        let sender = self.config.sender;
         let server = self.server(id);
         server.durable = server.durable.max(through);
         if let Some(replica) = server.replica.as_mut() {
-            replica.on_logged(through, now, &mut out);
+            if sender {
+                // The buffer reported the records when it took them.
+                replica.on_synced(through, now, &mut out);
+            } else {
+                replica.on_logged(through, now, &mut out);
+            }
         }
         self.apply(id, out);
     }
@@ -344,6 +379,9 @@ impl World<'_> {
             replica.on_tick(now, &mut out);
         }
         self.apply(id, out);
+        if self.config.sender {
+            self.sender_tick(id);
+        }
         let event = Event::ServerTick {
             server: id,
             incarnation,
@@ -355,8 +393,79 @@ impl World<'_> {
         }
     }
 
-    /// Carries out a replica's effects.
+    /// Sender-based logging, on each tick of a primary: while it recovers
+    /// its senders, it asks every client for its copies again now and then
+    /// (a client that reconnects is told again; a lost ask or resend is a
+    /// broken connection); otherwise it announces its newest checkpoint
+    /// every `checkpoint_ms`: the synced prefix of its log, as far as it
+    /// is visible (committed), when that has grown.
+    fn sender_tick(&mut self, id: ServerId) {
+        let now = self.now;
+        let checkpoint_ms = self.config.checkpoint_ms;
+        let server = &self.servers[id as usize - 1];
+        let Some(replica) = server.replica.as_ref() else {
+            return;
+        };
+        if !replica.is_primary() {
+            return;
+        }
+        if replica.sender_recovering() {
+            if now >= server.ask_at {
+                let checkpoint = server.checkpointed.min(server.log.len() as u64);
+                self.server(id).ask_at = now + ASK_MS;
+                self.ask_clients(id, checkpoint);
+            }
+            return;
+        }
+        if replica.is_rejoining() || now < server.checkpoint_at {
+            return;
+        }
+        let through = server.durable.min(server.visible);
+        let before = server.checkpointed;
+        let server = self.server(id);
+        server.checkpoint_at = now + checkpoint_ms;
+        if through <= before {
+            return;
+        }
+        server.checkpointed = through;
+        self.last_checkpoint = self.last_checkpoint.max(through);
+        self.checkpoint_times.push(now);
+        self.counters.checkpoints += 1;
+        self.note(|| format!("s{id} checkpoints through {through}"));
+        for client in 0..self.clients.len() {
+            let state = &self.clients[client];
+            if state.crashed || state.sent.is_empty() {
+                continue;
+            }
+            let note = Msg::Checkpointed {
+                through,
+                resend: false,
+            };
+            self.transmit(Node::Server(id), Node::Client(state.id), note);
+        }
+    }
+
+    /// Sender-based logging: a restarted primary asks every live client
+    /// that has written to resend the copies it holds past `checkpoint`.
+    fn ask_clients(&mut self, id: ServerId, checkpoint: u64) {
+        for client in 0..self.clients.len() {
+            let state = &self.clients[client];
+            if state.crashed || state.sent.is_empty() {
+                continue;
+            }
+            let ask = Msg::Checkpointed {
+                through: checkpoint,
+                resend: true,
+            };
+            self.transmit(Node::Server(id), Node::Client(state.id), ask);
+        }
+    }
+
+    /// Carries out a replica's effects. With sender-based logging the
+    /// log's buffer reports what it took at once (`on_logged`), before the
+    /// disk syncs it.
     pub(crate) fn apply(&mut self, server: ServerId, effects: Vec<Effect>) {
+        let mut appended = false;
         for effect in effects {
             match effect {
                 Effect::Send(to, msg) => {
@@ -365,7 +474,7 @@ impl World<'_> {
                     }
                     self.transmit(Node::Server(server), to, msg);
                 }
-                Effect::Append(entry) => self.append(server, entry),
+                Effect::Append(entry) => appended |= self.append(server, entry),
                 Effect::Serve {
                     to,
                     from,
@@ -420,15 +529,26 @@ impl World<'_> {
                 }
             }
         }
+        if appended && self.config.sender {
+            let now = self.now;
+            let state = self.server(server);
+            let through = state.log.len() as u64;
+            let mut out = Vec::new();
+            if let Some(replica) = state.replica.as_mut() {
+                replica.on_logged(through, now, &mut out);
+            }
+            self.apply(server, out);
+        }
     }
 
-    fn append(&mut self, server: ServerId, entry: Entry) {
+    /// Appends to the server's log; whether the log took the entry.
+    fn append(&mut self, server: ServerId, entry: Entry) -> bool {
         let version = entry.version();
         if self.config.sabotage == Some(Sabotage::SkipAppend { server, version }) {
             self.note(|| {
                 format!("sabotage: server {server} loses the append of version {version}")
             });
-            return;
+            return false;
         }
         let expected = self.servers[server as usize - 1].log.len() as u64 + 1;
         if version != expected {
@@ -437,7 +557,7 @@ impl World<'_> {
                 expected - 1
             ));
             self.aborted = true;
-            return;
+            return false;
         }
         match Record::decode(&entry.bytes) {
             Ok((record, _)) if record.header == entry.header => {}
@@ -446,7 +566,7 @@ impl World<'_> {
                     "server {server} appended version {version} whose bytes do not decode to its header"
                 ));
                 self.aborted = true;
-                return;
+                return false;
             }
         }
         self.counters.appends += 1;
@@ -456,6 +576,10 @@ impl World<'_> {
         let state = self.server(server);
         state.log.push(entry);
         state.sync_done_at = state.sync_done_at.max(now + delay);
+        if self.config.sender {
+            self.note_taken(server, version);
+        }
+        let state = self.server(server);
         let (at, incarnation) = (state.sync_done_at, state.incarnation);
         self.schedule(
             at,
@@ -465,6 +589,7 @@ impl World<'_> {
                 through: version,
             },
         );
+        true
     }
 
     /// Remembers the ack rule of a record the primary stamps (a record of
@@ -495,11 +620,24 @@ impl World<'_> {
         }
     }
 
+    /// What a server's log holds for the rules: its durable prefix, or
+    /// with sender-based logging every record its buffer took (a client
+    /// holds a copy of what is not synced yet).
+    fn kept(&self, id: ServerId) -> u64 {
+        let server = &self.servers[id as usize - 1];
+        if self.config.sender {
+            server.log.len() as u64
+        } else {
+            server.durable
+        }
+    }
+
     /// Output commit: a server acknowledges only what its own log holds
-    /// durably; under the all-replica rule the primary acknowledges only
-    /// what every log it counts holds.
+    /// durably (with sender-based logging: what its log has taken);
+    /// under the all-replica rule the primary acknowledges only what every
+    /// log it counts holds.
     fn check_ack(&mut self, server: ServerId, event: &EventId, version: u64) {
-        let durable = self.servers[server as usize - 1].durable;
+        let durable = self.kept(server);
         if version > durable {
             self.fail(format!(
                 "server {server} acknowledged {} at version {version} while its log was durable through {durable}",
@@ -514,8 +652,9 @@ impl World<'_> {
         }
         let counted: Vec<ServerId> = replica.counting().collect();
         for id in counted {
-            if !self.holds_same(id, server, version) {
-                let durable = self.servers[id as usize - 1].durable;
+            let taken = self.config.sender && self.has_taken(id, server, version);
+            if !self.holds_same(id, server, version) && !taken {
+                let durable = self.kept(id);
                 self.fail(format!(
                     "primary {server} acknowledged {} at version {version} while server {id} (counted) was durable through {durable} or held other bytes",
                     show(event)
@@ -532,11 +671,28 @@ impl World<'_> {
             &self.servers[other as usize - 1],
         );
         let index = version as usize - 1;
-        a.durable >= version
+        self.kept(id) >= version
             && match (a.log.get(index), b.log.get(index)) {
                 (Some(mine), Some(theirs)) => self.same_record(mine, theirs),
                 _ => false,
             }
+    }
+
+    /// Sender-based logging: whether an earlier process of `id` took, at
+    /// `version`, the bytes `other`'s log holds there, since they were
+    /// stamped, and lost them in its crash (its report counts; the running
+    /// process must hold what it reports).
+    fn has_taken(&self, id: ServerId, other: ServerId, version: u64) -> bool {
+        let Some(record) = self.servers[other as usize - 1]
+            .log
+            .get(version as usize - 1)
+        else {
+            return false;
+        };
+        let current = self.servers[id as usize - 1].incarnation;
+        self.taken_by.get(&version).is_some_and(|(taken, takers)| {
+            self.same_record(taken, record) && takers.range((id, 0)..(id, current)).next().is_some()
+        })
     }
 
     /// Whether two records are the same bytes.
@@ -545,12 +701,11 @@ impl World<'_> {
     }
 
     /// Readers never see a version go away (within a process), nor one
-    /// that is not durable, nor one that fewer logs hold than the commit
-    /// quorum of the rule it was written under (over the logs the primary
-    /// counts).
+    /// that is not durable (taken, with sender-based logging), nor one
+    /// that fewer logs hold than the commit quorum of the rule it was
+    /// written under (over the logs the primary counts).
     fn check_visible(&mut self, server: ServerId, version: u64) {
-        let state = &self.servers[server as usize - 1];
-        let (before, durable) = (state.visible, state.durable);
+        let (before, durable) = (self.servers[server as usize - 1].visible, self.kept(server));
         if version < before {
             self.fail(format!(
                 "server {server}: visible went back from {before} to {version}"
@@ -585,7 +740,10 @@ impl World<'_> {
             };
             let quorum = quorum.min(counted);
             let holding = (1..=self.config.servers)
-                .filter(|&id| self.holds_same(id, server, shown))
+                .filter(|&id| {
+                    self.holds_same(id, server, shown)
+                        || (self.config.sender && self.has_taken(id, server, shown))
+                })
                 .count();
             let record = self.servers[server as usize - 1]
                 .log
@@ -611,6 +769,33 @@ impl World<'_> {
         }
     }
 
+    /// Sender-based logging: a log that has taken a version reports it
+    /// logged before it syncs it, and a crash may take it again before
+    /// the primary acknowledges or commits it on that report (the version
+    /// lives on in the other logs and its client's copy). So a log counts
+    /// for a version once it has taken the same record at some time since
+    /// it was stamped: this notes which logs (which processes) have.
+    fn note_taken(&mut self, server: ServerId, version: u64) {
+        let Some(record) = self.servers[server as usize - 1]
+            .log
+            .get(version as usize - 1)
+            .cloned()
+        else {
+            return;
+        };
+        let same = self
+            .taken_by
+            .get(&version)
+            .is_some_and(|(taken, _)| self.same_record(taken, &record));
+        if !same {
+            self.taken_by
+                .insert(version, (record.clone(), BTreeSet::new()));
+        }
+        let incarnation = self.servers[server as usize - 1].incarnation;
+        let (_, takers) = self.taken_by.get_mut(&version).expect("present");
+        takers.insert((server, incarnation));
+    }
+
     /// The ack rule the record now at `version` was stamped under.
     fn rule_of(&self, version: u64) -> Option<AckRule> {
         self.rules.get(&version).map(|(rule, _)| *rule)
@@ -629,7 +814,7 @@ impl World<'_> {
         else {
             return false;
         };
-        if primary.is_rejoining() {
+        if primary.is_rejoining() || primary.sender_recovering() {
             return false;
         }
         let versioned = self.config.protocol != Protocol::Unversioned;

@@ -140,6 +140,22 @@ pub(crate) struct Server {
     pub(crate) observe_at: u64,
     /// The metrics of its earlier processes.
     pub(crate) past_metrics: ReplicaMetrics,
+    /// Sender-based logging: the newest checkpoint this server announced
+    /// as primary (kept on its disk across crashes), when it looks for a
+    /// new one next, and when a recovering primary asks its clients for
+    /// their copies again.
+    pub(crate) checkpointed: u64,
+    pub(crate) checkpoint_at: u64,
+    pub(crate) ask_at: u64,
+}
+
+/// Sender-based logging: a server crash, and the newest checkpoint any
+/// primary had announced when it happened. Acknowledged messages past it
+/// may live only in their clients' copies.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SenderCrash {
+    pub(crate) at_ms: u64,
+    pub(crate) checkpoint: u64,
 }
 
 pub(crate) struct Client {
@@ -152,8 +168,11 @@ pub(crate) struct Client {
     pub(crate) quota: u32,
     pub(crate) sent: Vec<Sent>,
     pub(crate) acknowledged: Vec<(EventId, Acknowledged)>,
+    /// When each of `acknowledged` was done.
+    pub(crate) acked_at: Vec<u64>,
     pub(crate) refused: u32,
     pub(crate) crashed: bool,
+    pub(crate) crashed_at: Option<u64>,
     seen: usize,
     observe_at: u64,
 }
@@ -181,11 +200,21 @@ pub(crate) struct World<'a> {
     /// held it: a replica refilled from an empty log later shows the
     /// same record while fewer logs hold it again for a while.
     pub(crate) quorum_reached: BTreeMap<u64, Entry>,
+    /// Sender-based logging: each version's record and the server
+    /// processes (server, incarnation) whose logs have taken it since (a
+    /// crash may take it again).
+    pub(crate) taken_by: BTreeMap<u64, (Entry, BTreeSet<(ServerId, u64)>)>,
     /// The ack rule each event was first stamped under.
     pub(crate) stamped_rules: BTreeMap<EventId, AckRule>,
     /// Events some client sent by the client-async flow (`Tagged`): a
     /// `hybrid` primary stamps those under the first-replica rule.
     pub(crate) tagged: BTreeSet<EventId>,
+    /// Sender-based logging: every server crash with the checkpoint
+    /// announced before it, the times of every checkpoint announcement,
+    /// and the newest one.
+    pub(crate) sender_crashes: Vec<SenderCrash>,
+    pub(crate) checkpoint_times: Vec<u64>,
+    pub(crate) last_checkpoint: u64,
     pub(crate) counters: Counters,
     failures: Vec<String>,
     failures_unlisted: usize,
@@ -216,6 +245,9 @@ impl<'a> World<'a> {
                 seen: 0,
                 observe_at: 0,
                 past_metrics: ReplicaMetrics::default(),
+                checkpointed: 0,
+                checkpoint_at: 0,
+                ask_at: 0,
             })
             .collect();
         let mut world = World {
@@ -234,8 +266,12 @@ impl<'a> World<'a> {
             senders_done: false,
             rules: BTreeMap::new(),
             quorum_reached: BTreeMap::new(),
+            taken_by: BTreeMap::new(),
             stamped_rules: BTreeMap::new(),
             tagged: BTreeSet::new(),
+            sender_crashes: Vec::new(),
+            checkpoint_times: Vec::new(),
+            last_checkpoint: 0,
             counters: Counters::default(),
             failures: Vec::new(),
             failures_unlisted: 0,
@@ -402,8 +438,10 @@ impl<'a> World<'a> {
             quota,
             sent: Vec::new(),
             acknowledged: Vec::new(),
+            acked_at: Vec::new(),
             refused: 0,
             crashed: false,
+            crashed_at: None,
             seen,
             observe_at: 0,
         });
@@ -433,6 +471,7 @@ impl<'a> World<'a> {
             return;
         }
         state.crashed = true;
+        state.crashed_at = Some(self.now);
         let (id, in_flight) = (state.id, state.producer.in_flight());
         self.counters.client_crashes += 1;
         self.note(|| format!("client {} crashes with {in_flight} in flight", short(id)));
@@ -496,9 +535,10 @@ impl<'a> World<'a> {
                             acknowledged.acks
                         )
                     });
-                    self.clients[client]
-                        .acknowledged
-                        .push((event, acknowledged));
+                    let now = self.now;
+                    let state = &mut self.clients[client];
+                    state.acknowledged.push((event, acknowledged));
+                    state.acked_at.push(now);
                 }
                 Err(refusal) => {
                     self.counters.messages_refused += 1;

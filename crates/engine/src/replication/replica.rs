@@ -324,6 +324,12 @@ struct SenderLog {
     /// The newest checkpoint's version, and the clients asked to resend.
     checkpoint: u64,
     asked: HashSet<u128>,
+    /// Resends past the bound of `resent` (`unbound_max`): the lowest
+    /// version turned away, and the clients that sent them. The window
+    /// then places only the versions below it and opens again, asking
+    /// those clients once more, so no copy is voided for want of room.
+    overflow: Option<u64>,
+    overflow_clients: BTreeSet<u128>,
 }
 
 #[derive(Debug)]
@@ -1056,13 +1062,8 @@ impl Replica {
                     // it now holds.
                     out.push(stamped(client, event, version, self.epoch(), true));
                 }
-                if flow == Flow::Forward && self.protocol == Protocol::OneHopAckClient {
-                    for backup in self.placement.backups() {
-                        out.push(Effect::Send(
-                            Node::Server(backup),
-                            Msg::Reack { event, version },
-                        ));
-                    }
+                if flow == Flow::Forward {
+                    self.reack(event, version, out);
                 }
                 let waiter = Waiter {
                     client,
@@ -1429,6 +1430,21 @@ impl Replica {
         }
     }
 
+    /// `one-hop-ack-client`: a client sent a message the primary has
+    /// logged again (its ack from some replica was lost), so the backups
+    /// ack it again once their logs hold it.
+    fn reack(&self, event: EventId, version: u64, out: &mut Vec<Effect>) {
+        if self.protocol != Protocol::OneHopAckClient {
+            return;
+        }
+        for backup in self.placement.backups() {
+            out.push(Effect::Send(
+                Node::Server(backup),
+                Msg::Reack { event, version },
+            ));
+        }
+    }
+
     /// Sender-based logging: a client holds the message with `version`.
     fn confirm(&mut self, event: EventId, version: u64, now: u64, out: &mut Vec<Effect>) {
         self.note_confirmed(event, version);
@@ -1475,6 +1491,7 @@ impl Replica {
             Lookup::Logged(logged) => {
                 self.metrics.duplicates += 1;
                 self.confirm(event, logged, now, out);
+                self.reack(event, logged, out);
                 let waiter = Waiter {
                     client,
                     event,
@@ -1540,6 +1557,7 @@ impl Replica {
         {
             Lookup::Logged(logged) => {
                 self.metrics.duplicates += 1;
+                self.reack(event, logged, out);
                 let waiter = Waiter {
                     client,
                     event,
@@ -1562,8 +1580,24 @@ impl Replica {
             Lookup::New => {
                 let sender = self.sender.as_mut().expect("recovering");
                 if sender.resent.len() >= limit && !sender.resent.contains_key(&version) {
+                    // Full: keep the lowest versions; the one turned away
+                    // comes back in the next round.
                     self.metrics.overflow_drops += 1;
-                    return refuse(out, client, event, Refusal::Busy);
+                    let highest = sender.resent.keys().next_back().copied();
+                    let (away, away_client) = match highest {
+                        Some(highest) if highest > version => {
+                            let evicted = sender.resent.remove(&highest).expect("present");
+                            (highest, evicted.client)
+                        }
+                        _ => (version, client),
+                    };
+                    sender.overflow = Some(sender.overflow.map_or(away, |v| v.min(away)));
+                    if sender.overflow_clients.len() < limit {
+                        sender.overflow_clients.insert(away_client);
+                    }
+                    if away == version {
+                        return refuse(out, client, event, Refusal::Busy);
+                    }
                 }
                 sender.resent.insert(
                     version,
@@ -1582,16 +1616,26 @@ impl Replica {
     /// logged ones: their clients held the versions), the versions no one
     /// resent are voided (never confirmed, so no reader or replica saw
     /// them, unless their client crashed too), then the messages that
-    /// waited are stamped after them.
+    /// waited are stamped after them. When resends were turned away for
+    /// room, only the versions below the lowest of them are settled, and
+    /// another window opens for the rest.
     fn end_sender_recovery(&mut self, now: u64, out: &mut Vec<Effect>) {
         let sender = self.sender.as_mut().expect("sender-based logging");
         sender.recovering_until = None;
         sender.asked.clear();
         let resent = std::mem::take(&mut sender.resent);
-        let queued = std::mem::take(&mut sender.queued);
+        let overflow = sender.overflow.take();
+        let queued = if overflow.is_some() {
+            Vec::new()
+        } else {
+            std::mem::take(&mut sender.queued)
+        };
         let rule = self.rule_for(Flow::Forward);
         let last = self.machine.last_version();
         let top = resent.keys().next_back().copied().unwrap_or(last);
+        // Resends were turned away for room: only the versions below the
+        // lowest of them are complete (every entry kept is below it).
+        let top = overflow.map_or(top, |away| top.min(away - 1));
         for version in last + 1..=top {
             let (entry, waiter) = match resent.get(&version) {
                 Some(Resent {
@@ -1635,6 +1679,22 @@ impl Replica {
             if let Some(waiter) = waiter {
                 self.wait(rule, version, waiter, out);
             }
+        }
+        if overflow.is_some() {
+            // Another round for the copies turned away: their clients are
+            // asked again, and the queued messages wait for its end.
+            let until = now + self.settings.sender_recovery_ms;
+            let sender = self.sender.as_mut().expect("sender-based logging");
+            sender.recovering_until = Some(until);
+            for client in std::mem::take(&mut sender.overflow_clients) {
+                sender.asked.insert(client);
+                let ask = Msg::Checkpointed {
+                    through: sender.checkpoint,
+                    resend: true,
+                };
+                out.push(Effect::Send(Node::Client(client), ask));
+            }
+            return;
         }
         for (client, msg) in queued {
             self.on_client(client, msg, now, out);
