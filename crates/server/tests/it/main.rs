@@ -10,4 +10,5 @@ mod harness;
 mod property;
 mod replication;
 mod restart;
+mod sender;
 mod streams;
