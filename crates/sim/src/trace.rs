@@ -45,6 +45,7 @@ pub(crate) fn fingerprint(msg: &Msg) -> [u64; 3] {
         Msg::Reack { event, version } => [13, event.sequence, *version],
         Msg::Confirm { event, version } => [15, event.sequence, *version],
         Msg::Checkpointed { through, resend } => [16, *through, u64::from(*resend)],
+        Msg::Checkpoint { through, state } => [17, *through, state.len() as u64],
     }
 }
 
@@ -110,6 +111,9 @@ pub(crate) fn describe(msg: &Msg) -> String {
         Msg::Need { from, to } => format!("need {from}..={to}"),
         Msg::Probe => "probe".to_string(),
         Msg::Reack { event, version } => format!("reack {} @{version}", show(event)),
+        Msg::Checkpoint { through, state } => {
+            format!("checkpoint @{through} ({} bytes)", state.len())
+        }
     }
 }
 

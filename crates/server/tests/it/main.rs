@@ -11,3 +11,4 @@ mod property;
 mod replication;
 mod restart;
 mod streams;
+mod transfer;
