@@ -924,7 +924,7 @@ impl Stream {
             );
             return;
         }
-        self.checkpointed.store(through, Ordering::Release);
+        self.checkpointed.fetch_max(through, Ordering::AcqRel);
         eprintln!(
             "stamplog: stream {:?}: installed the primary's checkpoint at version {through} ({} bytes) in place of the versions up to it (this log held up to {held}); it now starts at version {}",
             self.name,
@@ -1002,7 +1002,7 @@ impl Stream {
         let retained = tokio::task::spawn_blocking(move || {
             let now = wall_clock_ms();
             stream.log.checkpoint(through, &state, now)?;
-            stream.checkpointed.store(through, Ordering::Release);
+            stream.checkpointed.fetch_max(through, Ordering::AcqRel);
             stream.log.retain(retention, now)
         })
         .await

@@ -98,20 +98,28 @@ async fn a_replica_behind_the_retained_log_catches_up_through_a_checkpoint_trans
     )
     .await;
 
-    // It comes back and catches up through the transfer.
+    // It comes back and catches up through the transfer, while writes go
+    // on: what follows the checkpoint comes from the primary's log.
     cluster.start_server(victim).await.unwrap();
     let returned = state_of(&cluster, victim);
+    send(&publisher, 420, 480).await;
     wait_until(Duration::from_secs(30), "the replica to catch up", || {
-        returned
-            .stream_by_name(NAME)
-            .is_some_and(|s| s.log.first_version() > behind + 1 && s.log.durable_version() >= 420)
+        returned.stream_by_name(NAME).is_some_and(|s| {
+            s.log.first_version() > behind + 1
+                && s.log.durable_version() >= 480
+                && s.checkpointed() > behind
+        })
     })
     .await;
     let (first, _) = log_of(&returned);
     let through = first - 1;
     assert!(through > behind, "installed at {through}, held {behind}");
     let stream = returned.stream_by_name(NAME).unwrap();
-    assert!(stream.checkpointed() >= through, "the installed checkpoint");
+    let checkpointed = stream.checkpointed();
+    assert!(
+        checkpointed >= through,
+        "checkpointed {checkpointed}, the log starts at {first}"
+    );
     drop(stream);
 
     // It counts toward acknowledgements again, and new writes reach all.
@@ -121,10 +129,10 @@ async fn a_replica_behind_the_retained_log_catches_up_through_a_checkpoint_trans
             .is_some_and(|s| s.counting().contains(&victim))
     })
     .await;
-    send(&publisher, 420, 440).await;
+    send(&publisher, 480, 500).await;
     let states: Vec<Arc<ServerState>> = (1..=3).map(|id| state_of(&cluster, id)).collect();
-    wait_until(Duration::from_secs(20), "every log at 440", || {
-        states.iter().all(|state| log_of(state).1 >= 440)
+    wait_until(Duration::from_secs(20), "every log at 500", || {
+        states.iter().all(|state| log_of(state).1 >= 500)
     })
     .await;
 
@@ -135,25 +143,40 @@ async fn a_replica_behind_the_retained_log_catches_up_through_a_checkpoint_trans
         .unwrap();
     crate::harness::assert_version_1_unavailable(&reader, info.id, first).await;
 
-    // The logs agree from the installed version on.
-    let logs: Vec<Vec<LoggedRecord>> = tokio::task::spawn_blocking(move || {
-        states
-            .iter()
-            .map(|state| {
-                read_log(state, NAME)
-                    .into_iter()
-                    .filter(|r| r.version >= first)
-                    .collect()
-            })
+    // The returned replica holds every version after the installed one,
+    // and the logs agree on every version they all still hold (retention
+    // goes on deleting at the others).
+    let logs: Vec<Vec<LoggedRecord>> =
+        tokio::task::spawn_blocking(move || states.iter().map(|s| read_log(s, NAME)).collect())
+            .await
+            .unwrap();
+    let returned_versions: Vec<u64> = logs[victim as usize - 1]
+        .iter()
+        .map(|r| r.version)
+        .collect();
+    let oldest_left = logs[victim as usize - 1][0].version;
+    assert!(
+        oldest_left >= first,
+        "the returned log starts at {oldest_left}"
+    );
+    assert_eq!(returned_versions, (oldest_left..=500).collect::<Vec<_>>());
+    let common = logs.iter().map(|log| log[0].version).max().unwrap();
+    assert!(common < 500, "the logs share versions {common}..=500");
+    let tail = |log: &Vec<LoggedRecord>| -> Vec<LoggedRecord> {
+        log.iter()
+            .filter(|r| r.version >= common)
+            .cloned()
             .collect()
-    })
-    .await
-    .unwrap();
-    let expected: Vec<u64> = (first..=440).collect();
+    };
     for (index, log) in logs.iter().enumerate() {
-        let versions: Vec<u64> = log.iter().map(|r| r.version).collect();
-        assert_eq!(versions, expected, "server {}", index + 1);
-        assert_eq!(log, &logs[0], "server {} disagrees", index + 1);
+        let versions: Vec<u64> = tail(log).iter().map(|r| r.version).collect();
+        assert_eq!(
+            versions,
+            (common..=500).collect::<Vec<_>>(),
+            "server {}",
+            index + 1
+        );
+        assert_eq!(tail(log), tail(&logs[0]), "server {} disagrees", index + 1);
     }
     drop(publisher);
     drop(reader);
