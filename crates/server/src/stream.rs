@@ -1415,4 +1415,23 @@ mod tests {
         assert_eq!(reopened.checkpointed(), 30);
         assert_eq!(reopened.machine_state(), stream.machine_state());
     }
+
+    #[test]
+    fn a_checkpoint_larger_than_a_peer_frame_is_not_sent() {
+        let storage = wal::fault::FaultStorage::new();
+        retained_log(&storage, Path::new("/data/streams/s/log"), 40, &[20, 30]);
+        let (mut stream, router) = open_stream(&storage, 1, vec![1]);
+        let (_, state) = stream.log.newest_checkpoint().unwrap();
+        stream.peer_frame_bytes_max = TRANSFER_FRAME_OVERHEAD + state.len() - 1;
+        stream.serve(2, 1, 10);
+        assert_eq!(router.metrics.peer_sent.load(Ordering::Relaxed), 0);
+        assert_eq!(
+            stream.retained_asked.load(Ordering::Relaxed),
+            1,
+            "said once"
+        );
+        stream.peer_frame_bytes_max = TRANSFER_FRAME_OVERHEAD + state.len();
+        stream.serve(2, 1, 10);
+        assert_eq!(router.metrics.peer_sent.load(Ordering::Relaxed), 1);
+    }
 }

@@ -848,3 +848,35 @@ fn a_reset_of_an_open_log_goes_on_at_the_next_version_and_refuses_to_go_back() {
     assert_eq!(reopened.report.checkpoint, Some(75));
     assert_eq!(reopened.fold, Fold::of(&more));
 }
+
+#[test]
+fn a_damaged_reset_marker_is_refused_by_name_and_a_stray_temporary_one_is_ignored() {
+    let (config, storage, payloads) = forty_records();
+    // A crash while the marker's temporary file was written: nothing
+    // changed, the old log opens.
+    let stray = copy_of(&storage);
+    let temporary = folder().join(format!("{}.tmp", wal::RESET_MARKER));
+    stray
+        .open(&temporary, true)
+        .unwrap()
+        .write_at(b"half a marker", 0)
+        .unwrap();
+    let opened = open_from_checkpoint_ok(&stray, config.clone(), "stray temporary");
+    assert_reads(&opened.log, &payloads, 1, "stray temporary");
+    drop(opened);
+    // A whole marker that does not decode is damage, not a crash.
+    let damaged = copy_of(&storage);
+    damaged
+        .open(&folder().join(wal::RESET_MARKER), true)
+        .unwrap()
+        .write_at(b"not a checkpoint at all, not even close to one", 0)
+        .unwrap();
+    match open_from_checkpoint(Arc::new(damaged), config) {
+        Err(LogError::Corrupt { path, reason, .. }) => {
+            assert!(path.ends_with(wal::RESET_MARKER), "{}", path.display());
+            assert!(reason.contains("reset marker"), "{reason}");
+        }
+        Err(other) => panic!("another error: {other}"),
+        Ok(_) => panic!("a damaged reset marker was opened"),
+    }
+}
