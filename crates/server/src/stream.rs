@@ -897,7 +897,7 @@ impl Stream {
     /// `through + 1` with a checkpoint holding it, then hands it to the
     /// state machine, which asks for the versions after it. Takes the
     /// stream's lock throughout, so nothing is appended meanwhile; the
-    /// reset blocks on a few syncs.
+    /// reset blocks on a few syncs (the runtime is told, see `blocking`).
     fn install(&self, through: u64, state: Bytes) {
         let mut core = self.lock();
         if through <= core.replica.last_version() {
@@ -917,7 +917,7 @@ impl Stream {
         core.backlog.clear();
         core.backlog_bytes = 0;
         let held = self.log.last_version();
-        if let Err(error) = self.log.reset(through, &state, wall_clock_ms()) {
+        if let Err(error) = blocking(|| self.log.reset(through, &state, wall_clock_ms())) {
             eprintln!(
                 "stamplog: stream {:?}: could not install the primary's checkpoint at version {through}: {error}",
                 self.name
@@ -1139,6 +1139,19 @@ impl Stream {
                 }
             }
         });
+    }
+}
+
+/// Runs `work`, which blocks on disk I/O, telling a multi-threaded tokio
+/// runtime first so it moves this worker's other tasks elsewhere meanwhile
+/// (on any other thread it just runs).
+fn blocking<R>(work: impl FnOnce() -> R) -> R {
+    let multi_threaded = tokio::runtime::Handle::try_current()
+        .is_ok_and(|handle| handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+    if multi_threaded {
+        tokio::task::block_in_place(work)
+    } else {
+        work()
     }
 }
 
