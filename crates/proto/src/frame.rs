@@ -255,6 +255,12 @@ pub enum PeerMessage {
     },
     /// Primary to replica: report your log's progress and tail now.
     Probe,
+    /// Primary to replica: the state of its newest checkpoint, as of
+    /// `through`, in place of versions its log no longer keeps.
+    Checkpoint {
+        through: u64,
+        state: Vec<u8>,
+    },
     Reack {
         client: u128,
         session: u64,
@@ -570,6 +576,12 @@ fn put_peer_message(out: &mut Vec<u8>, message: &PeerMessage) {
             out.extend_from_slice(&to.to_le_bytes());
         }
         PeerMessage::Probe => out.push(7),
+        PeerMessage::Checkpoint { through, state } => {
+            out.push(8);
+            out.extend_from_slice(&through.to_le_bytes());
+            out.extend_from_slice(&(state.len() as u32).to_le_bytes());
+            out.extend_from_slice(state);
+        }
         PeerMessage::Reack {
             client,
             session,
@@ -686,6 +698,10 @@ impl Reader<'_> {
                 to: self.u64()?,
             },
             7 => PeerMessage::Probe,
+            8 => PeerMessage::Checkpoint {
+                through: self.u64()?,
+                state: self.bytes32()?,
+            },
             6 => PeerMessage::Reack {
                 client: self.u128()?,
                 session: self.u64()?,
@@ -1654,6 +1670,20 @@ mod tests {
             Frame::Peer {
                 stream: 5,
                 message: PeerMessage::Probe,
+            },
+            Frame::Peer {
+                stream: 5,
+                message: PeerMessage::Checkpoint {
+                    through: 4_000,
+                    state: b"engine state".to_vec(),
+                },
+            },
+            Frame::Peer {
+                stream: 5,
+                message: PeerMessage::Checkpoint {
+                    through: 1,
+                    state: Vec::new(),
+                },
             },
             Frame::Peer {
                 stream: 5,

@@ -83,6 +83,10 @@ impl ClusterConfig {
     }
 }
 
+/// Peer frames may be at least this large (64 MiB), whatever the message
+/// limit.
+pub const PEER_FRAME_BYTES_MIN: usize = 64 * 1024 * 1024;
+
 /// Every limit has a name here; the CLI maps the TOML file and flags to it.
 #[derive(Clone)]
 pub struct ServerConfig {
@@ -182,5 +186,11 @@ impl ServerConfig {
     /// Largest frame the server accepts: one message plus its headers.
     pub fn frame_bytes_max(&self) -> usize {
         self.message_bytes_max + 1024
+    }
+
+    /// Largest frame the server accepts from a peer: a replication batch,
+    /// or the state of a checkpoint sent to a replica that is behind.
+    pub fn peer_frame_bytes_max(&self) -> usize {
+        self.frame_bytes_max().max(PEER_FRAME_BYTES_MIN)
     }
 }

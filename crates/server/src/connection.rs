@@ -239,7 +239,7 @@ async fn serve_peer(
     mut buffer: FrameBuffer,
     server: &Arc<ServerState>,
 ) {
-    let max_frame = server.config.frame_bytes_max().max(64 * 1024 * 1024);
+    let max_frame = server.config.peer_frame_bytes_max();
     let mut scratch = vec![0u8; READ_BYTES];
     // Messages for one stream from one read are handed over in one step.
     let mut batch: Vec<Msg> = Vec::new();

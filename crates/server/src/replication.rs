@@ -225,6 +225,21 @@ impl Router {
         }
     }
 
+    /// The frames queued for a peer whose link has not started, for tests.
+    #[cfg(test)]
+    pub(crate) fn take_queued(&self, to: ServerId) -> Vec<Vec<u8>> {
+        let mut receivers = self.peer_receivers.lock().expect("router lock");
+        let mut frames = Vec::new();
+        for (id, _, receiver) in receivers.iter_mut() {
+            if *id == to {
+                while let Ok(frame) = receiver.try_recv() {
+                    frames.push(frame);
+                }
+            }
+        }
+        frames
+    }
+
     /// Registers a client connection; returns its handle for `unregister`.
     pub(crate) fn register(&self, client: u128, sender: mpsc::Sender<ClientNote>) -> u64 {
         let id = self.next_connection.fetch_add(1, Ordering::Relaxed);
@@ -405,6 +420,10 @@ fn peer_message(msg: Msg) -> Option<PeerMessage> {
         Msg::Commit { committed, last } => PeerMessage::Commit { committed, last },
         Msg::Need { from, to } => PeerMessage::Need { from, to },
         Msg::Probe => PeerMessage::Probe,
+        Msg::Checkpoint { through, state } => PeerMessage::Checkpoint {
+            through,
+            state: state.to_vec(),
+        },
         Msg::Reack { event, version } => PeerMessage::Reack {
             client: event.client,
             session: event.session,
@@ -452,6 +471,10 @@ pub(crate) fn peer_msg(message: PeerMessage) -> Msg {
         PeerMessage::Commit { committed, last } => Msg::Commit { committed, last },
         PeerMessage::Need { from, to } => Msg::Need { from, to },
         PeerMessage::Probe => Msg::Probe,
+        PeerMessage::Checkpoint { through, state } => Msg::Checkpoint {
+            through,
+            state: Arc::new(state),
+        },
         PeerMessage::Reack {
             client,
             session,

@@ -1,13 +1,15 @@
 //! One stream on this server: its log, its versioning state machine, and
 //! the append path that ties them together.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
-use engine::replication::{Effect, Entry, Msg, Node, Placement, Protocol, Replica, ServerId};
+use engine::replication::{
+    Bytes, Effect, Entry, Msg, Node, Placement, Protocol, Replica, ServerId,
+};
 use proto::DurabilityConfig;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{watch, Notify};
@@ -213,8 +215,15 @@ pub struct Stream {
     /// The version of the newest checkpoint written (or recovered from).
     checkpointed: AtomicU64,
     /// The first version a peer last asked for below the oldest retained
-    /// one, so the condition is logged once, not at every retry.
+    /// one with no checkpoint to send instead, so the condition is logged
+    /// once, not at every retry.
     retained_asked: AtomicU64,
+    /// Checkpoint transfers: the version sent to each replica, and when,
+    /// so a replica that asks again at every gap timeout while the state
+    /// is on its way does not get it again at once.
+    transfers: Mutex<HashMap<ServerId, (u64, Instant)>>,
+    /// The largest peer frame: a checkpoint's state must fit in one.
+    peer_frame_bytes_max: usize,
     /// The checkpoint task, awaited at shutdown: a checkpoint being
     /// written holds the stream, and the log must be closed before the
     /// server returns.
@@ -229,6 +238,26 @@ pub struct Stream {
 
 /// Clients a sender-based stream tells of its checkpoints, at most.
 const SENDERS_MAX: usize = 65_536;
+
+/// A replica that asked for versions this log no longer keeps gets the
+/// checkpoint again after this long at the earliest.
+const TRANSFER_REPEAT: Duration = Duration::from_secs(2);
+/// Room in a peer frame for everything but a checkpoint's state.
+const TRANSFER_FRAME_OVERHEAD: usize = 64;
+
+/// Work a state machine step asks for that runs once the stream's lock is
+/// released (a log read), or that takes the lock itself (a reset).
+enum Later {
+    Serve {
+        to: ServerId,
+        from: u64,
+        to_version: u64,
+    },
+    Install {
+        through: u64,
+        state: Bytes,
+    },
+}
 
 pub fn log_config(durability: DurabilityConfig, config: &ServerConfig) -> LogConfig {
     LogConfig {
@@ -346,6 +375,8 @@ impl Stream {
             retention: meta.retention(config),
             checkpointed: AtomicU64::new(report.checkpoint.unwrap_or(0)),
             retained_asked: AtomicU64::new(0),
+            transfers: Mutex::new(HashMap::new()),
+            peer_frame_bytes_max: config.peer_frame_bytes_max(),
             checkpoint_task: Mutex::new(None),
             boundary_timer: Arc::new(BoundaryTimer {
                 wake: Notify::new(),
@@ -628,31 +659,37 @@ impl Stream {
 
     /// Runs the state machine under the lock and carries out its effects.
     fn drive(&self, step: impl FnOnce(&mut Replica, u64, &mut Vec<Effect>)) {
-        let mut serves = Vec::new();
+        let mut later = Vec::new();
         {
             let mut core = self.lock();
             let now = now_ms();
             let mut effects = Vec::new();
             step(&mut core.replica, now, &mut effects);
-            self.apply(&mut core, effects, now, &mut serves);
+            self.apply(&mut core, effects, now, &mut later);
             if let Some(at) = core.replica.wake_at() {
                 if at < self.boundary_timer.scheduled.load(Ordering::Acquire) {
                     self.boundary_timer.wake.notify_one();
                 }
             }
         }
-        for (to, from, to_version) in serves {
-            self.serve(to, from, to_version);
+        self.run_later(later);
+    }
+
+    /// Carries out what a step left for after the lock.
+    fn run_later(&self, later: Vec<Later>) {
+        for work in later {
+            match work {
+                Later::Serve {
+                    to,
+                    from,
+                    to_version,
+                } => self.serve(to, from, to_version),
+                Later::Install { through, state } => self.install(through, state),
+            }
         }
     }
 
-    fn apply(
-        &self,
-        core: &mut Core,
-        mut effects: Vec<Effect>,
-        now: u64,
-        serves: &mut Vec<(ServerId, u64, u64)>,
-    ) {
+    fn apply(&self, core: &mut Core, mut effects: Vec<Effect>, now: u64, later: &mut Vec<Later>) {
         let immediate = self.durability != DurabilityConfig::Sync;
         // Messages for each client go in one note.
         let mut to_clients: Vec<(u128, Vec<Msg>)> = Vec::new();
@@ -674,7 +711,14 @@ impl Stream {
                         to,
                         from,
                         to_version,
-                    } => serves.push((to, from, to_version)),
+                    } => later.push(Later::Serve {
+                        to,
+                        from,
+                        to_version,
+                    }),
+                    Effect::Install { through, state } => {
+                        later.push(Later::Install { through, state })
+                    }
                     Effect::Visible(version) => {
                         self.visible.send_replace(version);
                     }
@@ -749,12 +793,10 @@ impl Stream {
             let mut effects = Vec::new();
             let through = self.log.last_version();
             core.replica.on_logged(through, now, &mut effects);
-            let mut serves = Vec::new();
-            self.apply(&mut core, effects, now, &mut serves);
+            let mut later = Vec::new();
+            self.apply(&mut core, effects, now, &mut later);
             drop(core);
-            for (to, from, to_version) in serves {
-                self.serve(to, from, to_version);
-            }
+            self.run_later(later);
         }
     }
 
@@ -766,16 +808,9 @@ impl Stream {
         let read = match self.log.read(from, count, SERVE_BYTES_MAX, &mut records) {
             Ok(read) => read,
             Err(ReadError::Retained { oldest, .. }) => {
-                // Catching a replica up from behind the retained log needs
-                // a checkpoint transfer, which the protocol does not have:
-                // say so once per asked-for version rather than at every
-                // retry, and serve nothing.
-                if self.retained_asked.swap(from, Ordering::Relaxed) != from {
-                    eprintln!(
-                        "stamplog: stream {:?}: server {to} asks for version {from}, but this log keeps versions from {oldest} only; that replica cannot catch up from this log",
-                        self.name
-                    );
-                }
+                // The replica is behind the retained log: it catches up
+                // from the newest checkpoint instead.
+                self.transfer_checkpoint(to, from, oldest);
                 return;
             }
             Err(_) => return,
@@ -794,6 +829,115 @@ impl Stream {
         }
         self.router
             .send_peer(to, self.id, Msg::Replicate { entries });
+    }
+
+    /// Sends a replica that asked for versions from `from`, older than the
+    /// oldest this log keeps (`oldest`), the newest checkpoint in their
+    /// place: the state as of a version V that the log follows from V + 1
+    /// (retention keeps every version after the oldest kept checkpoint),
+    /// so the replica asks for the rest by the usual `Need`. Only a
+    /// primary sends one; not again to the same replica within
+    /// `TRANSFER_REPEAT`; never a state larger than a peer frame may carry.
+    fn transfer_checkpoint(&self, to: ServerId, from: u64, oldest: u64) {
+        if !self.lock().replica.is_primary() {
+            return;
+        }
+        let mut transfers = self.transfers.lock().expect("transfers lock");
+        if transfers
+            .get(&to)
+            .is_some_and(|(_, at)| at.elapsed() < TRANSFER_REPEAT)
+        {
+            return;
+        }
+        let found = self
+            .log
+            .newest_checkpoint()
+            .filter(|(through, _)| through + 1 >= oldest);
+        let Some((through, state)) = found else {
+            if self.retained_asked.swap(from, Ordering::Relaxed) != from {
+                eprintln!(
+                    "stamplog: stream {:?}: server {to} asks for version {from}, but this log keeps versions from {oldest} only and has no checkpoint to send in their place; that replica cannot catch up yet",
+                    self.name
+                );
+            }
+            return;
+        };
+        let limit = self.peer_frame_bytes_max - TRANSFER_FRAME_OVERHEAD;
+        if state.len() > limit {
+            if self.retained_asked.swap(from, Ordering::Relaxed) != from {
+                eprintln!(
+                    "stamplog: stream {:?}: server {to} asks for version {from}, but this log keeps versions from {oldest} only, and the state of the checkpoint at version {through} ({} bytes) is larger than a peer frame may carry ({limit} bytes); that replica cannot catch up",
+                    self.name,
+                    state.len()
+                );
+            }
+            return;
+        }
+        let before = transfers.insert(to, (through, Instant::now()));
+        drop(transfers);
+        if before.is_none_or(|(sent, _)| sent != through) {
+            eprintln!(
+                "stamplog: stream {:?}: server {to} asks for version {from}, but this log keeps versions from {oldest} only; sending it the checkpoint at version {through} ({} bytes) instead",
+                self.name,
+                state.len()
+            );
+        }
+        self.router.send_peer(
+            to,
+            self.id,
+            Msg::Checkpoint {
+                through,
+                state: Arc::new(state),
+            },
+        );
+    }
+
+    /// Installs the state of the primary's checkpoint at `through` (see
+    /// `Effect::Install`): checks it, resets the log to start at
+    /// `through + 1` with a checkpoint holding it, then hands it to the
+    /// state machine, which asks for the versions after it. Takes the
+    /// stream's lock throughout, so nothing is appended meanwhile; the
+    /// reset blocks on a few syncs (the runtime is told, see `blocking`).
+    fn install(&self, through: u64, state: Bytes) {
+        let mut core = self.lock();
+        if through <= core.replica.last_version() {
+            return;
+        }
+        let machine = match core.replica.decode_install(&state) {
+            Ok(machine) => machine,
+            Err(error) => {
+                eprintln!(
+                    "stamplog: stream {:?}: the primary's checkpoint at version {through} was refused: {error}",
+                    self.name
+                );
+                return;
+            }
+        };
+        // What waited for room in the log is older than the checkpoint.
+        core.backlog.clear();
+        core.backlog_bytes = 0;
+        let held = self.log.last_version();
+        if let Err(error) = blocking(|| self.log.reset(through, &state, wall_clock_ms())) {
+            eprintln!(
+                "stamplog: stream {:?}: could not install the primary's checkpoint at version {through}: {error}",
+                self.name
+            );
+            return;
+        }
+        self.checkpointed.fetch_max(through, Ordering::AcqRel);
+        eprintln!(
+            "stamplog: stream {:?}: installed the primary's checkpoint at version {through} ({} bytes) in place of the versions up to it (this log held up to {held}); it now starts at version {}",
+            self.name,
+            state.len(),
+            self.log.first_version()
+        );
+        let now = now_ms();
+        let mut effects = Vec::new();
+        core.replica.install(machine, now, &mut effects);
+        let mut later = Vec::new();
+        self.apply(&mut core, effects, now, &mut later);
+        drop(core);
+        self.run_later(later);
     }
 
     /// The state machine's state as a checkpoint would hold it: its
@@ -858,7 +1002,7 @@ impl Stream {
         let retained = tokio::task::spawn_blocking(move || {
             let now = wall_clock_ms();
             stream.log.checkpoint(through, &state, now)?;
-            stream.checkpointed.store(through, Ordering::Release);
+            stream.checkpointed.fetch_max(through, Ordering::AcqRel);
             stream.log.retain(retention, now)
         })
         .await
@@ -995,6 +1139,19 @@ impl Stream {
                 }
             }
         });
+    }
+}
+
+/// Runs `work`, which blocks on disk I/O, telling a multi-threaded tokio
+/// runtime first so it moves this worker's other tasks elsewhere meanwhile
+/// (on any other thread it just runs).
+fn blocking<R>(work: impl FnOnce() -> R) -> R {
+    let multi_threaded = tokio::runtime::Handle::try_current()
+        .is_ok_and(|handle| handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+    if multi_threaded {
+        tokio::task::block_in_place(work)
+    } else {
+        work()
     }
 }
 
@@ -1154,21 +1311,29 @@ mod tests {
         assert!(log.first_version() > 1);
     }
 
-    #[test]
-    fn a_peer_asking_for_a_retained_version_is_served_nothing_and_nothing_panics() {
-        let storage = wal::fault::FaultStorage::new();
+    /// A stream of `storage`'s folder `/data/streams/s`, on server `me`
+    /// of the replica set `replicas` whose primary is server 1.
+    fn open_stream(
+        storage: &wal::fault::FaultStorage,
+        me: ServerId,
+        replicas: Vec<ServerId>,
+    ) -> (Stream, Arc<Router>) {
         let folder = Path::new("/data/streams/s");
-        retained_log(&storage, &folder.join("log"), 40, &[20, 30]);
         let mut config = ServerConfig::new("/data");
-        config.storage = Arc::new(storage);
+        config.storage = Arc::new(storage.clone());
         config.segment_bytes_max = 4096;
-        config.cluster.peers = vec![Peer {
-            id: 2,
-            address: "127.0.0.1:9".into(),
-        }];
+        config.cluster.me = me;
+        config.cluster.peers = [1, 2]
+            .into_iter()
+            .filter(|&id| id != me)
+            .map(|id| Peer {
+                id,
+                address: "127.0.0.1:9".into(),
+            })
+            .collect();
         let router = Arc::new(Router::new(&config.cluster, 16));
         let placement = Placement {
-            replicas: vec![1],
+            replicas,
             primary: 1,
             epoch: 1,
         };
@@ -1180,6 +1345,14 @@ mod tests {
             &placement,
         );
         let stream = Stream::open(&meta, folder, &config, Arc::clone(&router), None).unwrap();
+        (stream, router)
+    }
+
+    #[test]
+    fn a_peer_asking_for_a_retained_version_gets_the_newest_checkpoint_and_installs_it() {
+        let storage = wal::fault::FaultStorage::new();
+        retained_log(&storage, Path::new("/data/streams/s/log"), 40, &[20, 30]);
+        let (stream, router) = open_stream(&storage, 1, vec![1]);
         assert_eq!(
             stream.checkpointed(),
             30,
@@ -1191,9 +1364,87 @@ mod tests {
         let sent = || router.metrics.peer_sent.load(Ordering::Relaxed);
         stream.serve(2, 1, 10);
         stream.serve(2, 1, 10);
-        assert_eq!(sent(), 0, "nothing is served from before the log");
-        assert_eq!(stream.retained_asked.load(Ordering::Relaxed), 1);
+        assert_eq!(sent(), 1, "the checkpoint goes once, not at every ask");
+        let frames = router.take_queued(2);
+        assert_eq!(frames.len(), 1);
+        let (frame, _) = proto::Frame::decode(&frames[0], 1 << 26).unwrap().unwrap();
+        let proto::Frame::Peer {
+            stream: 5,
+            message: proto::PeerMessage::Checkpoint { through, state },
+        } = frame
+        else {
+            panic!("not a checkpoint transfer: {frame:?}");
+        };
+        assert_eq!(through, 30, "the newest checkpoint");
+        assert_eq!(Some((30, state.clone())), stream.log.newest_checkpoint());
         stream.serve(2, oldest, oldest + 3);
-        assert_eq!(sent(), 1, "what the log keeps is served");
+        assert_eq!(sent(), 2, "what the log keeps is served");
+
+        // The replica (server 2, holding nothing) installs it.
+        let replica_storage = wal::fault::FaultStorage::new();
+        let (replica, _replica_router) = open_stream(&replica_storage, 2, vec![1, 2]);
+        replica.on_peer_many(
+            1,
+            vec![Msg::Checkpoint {
+                through,
+                state: Arc::new(state),
+            }],
+        );
+        assert_eq!(replica.machine_state().0, 30);
+        assert_eq!(replica.log.first_version(), 31);
+        assert_eq!(replica.log.durable_version(), 30);
+        assert_eq!(replica.checkpointed(), 30);
+        let mut out = Vec::new();
+        assert_eq!(
+            replica.log.read(12, 10, 1 << 20, &mut out),
+            Err(ReadError::Retained {
+                requested: 12,
+                oldest: 31
+            })
+        );
+        // The records after the checkpoint come by the usual path.
+        let mut records = Vec::new();
+        let count = stream.log.read(31, 10, 1 << 20, &mut records).unwrap();
+        assert_eq!(count, 10);
+        let mut entries = Vec::new();
+        let mut offset = 0;
+        while let Ok((record, length)) = Record::decode(&records[offset..]) {
+            entries.push(Entry {
+                header: record.header,
+                bytes: Arc::new(records[offset..offset + length].to_vec()),
+            });
+            offset += length;
+        }
+        replica.on_peer_many(1, vec![Msg::Replicate { entries }]);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while replica.log.durable_version() < 40 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(replica.log.durable_version(), 40);
+        assert_eq!(replica.machine_state(), stream.machine_state());
+        drop(replica);
+        // A restart recovers from the installed checkpoint.
+        let (reopened, _) = open_stream(&replica_storage, 2, vec![1, 2]);
+        assert_eq!(reopened.checkpointed(), 30);
+        assert_eq!(reopened.machine_state(), stream.machine_state());
+    }
+
+    #[test]
+    fn a_checkpoint_larger_than_a_peer_frame_is_not_sent() {
+        let storage = wal::fault::FaultStorage::new();
+        retained_log(&storage, Path::new("/data/streams/s/log"), 40, &[20, 30]);
+        let (mut stream, router) = open_stream(&storage, 1, vec![1]);
+        let (_, state) = stream.log.newest_checkpoint().unwrap();
+        stream.peer_frame_bytes_max = TRANSFER_FRAME_OVERHEAD + state.len() - 1;
+        stream.serve(2, 1, 10);
+        assert_eq!(router.metrics.peer_sent.load(Ordering::Relaxed), 0);
+        assert_eq!(
+            stream.retained_asked.load(Ordering::Relaxed),
+            1,
+            "said once"
+        );
+        stream.peer_frame_bytes_max = TRANSFER_FRAME_OVERHEAD + state.len();
+        stream.serve(2, 1, 10);
+        assert_eq!(router.metrics.peer_sent.load(Ordering::Relaxed), 1);
     }
 }

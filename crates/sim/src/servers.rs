@@ -527,6 +527,11 @@ impl World<'_> {
                     };
                     self.propose(command, None);
                 }
+                // The simulated logs keep every version, so no primary
+                // sends a checkpoint in place of records.
+                Effect::Install { through, .. } => {
+                    self.note(|| format!("s{server} ignores a checkpoint at {through}"));
+                }
             }
         }
         if appended && self.config.sender {

@@ -49,6 +49,7 @@ pub(crate) fn fingerprint(msg: &Msg) -> [u64; 3] {
             count,
         } => [15, event.sequence, *version ^ (*count << 48)],
         Msg::Checkpointed { through, resend } => [16, *through, u64::from(*resend)],
+        Msg::Checkpoint { through, state } => [17, *through, state.len() as u64],
     }
 }
 
@@ -118,6 +119,9 @@ pub(crate) fn describe(msg: &Msg) -> String {
         Msg::Need { from, to } => format!("need {from}..={to}"),
         Msg::Probe => "probe".to_string(),
         Msg::Reack { event, version } => format!("reack {} @{version}", show(event)),
+        Msg::Checkpoint { through, state } => {
+            format!("checkpoint @{through} ({} bytes)", state.len())
+        }
     }
 }
 

@@ -20,6 +20,7 @@ mod config;
 mod log;
 mod maintenance;
 mod recovery;
+mod reset;
 pub mod segment;
 mod writer;
 
@@ -27,6 +28,7 @@ pub use config::{Durability, LogConfig};
 pub use log::{AppendError, Log, LogError, LogMetrics, Progress, ReadError};
 pub use maintenance::{CheckpointWritten, Retained, Retention};
 pub use recovery::RecoveryReport;
+pub use reset::RESET_MARKER;
 
 /// Reads the log of `stream` in `folder` without changing anything: calls
 /// `visit` with every valid record in version order and returns the last

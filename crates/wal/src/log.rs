@@ -142,6 +142,8 @@ pub(crate) struct State {
     /// The versions of the valid checkpoint files on disk, newest first
     /// (at most [`crate::checkpoint::CHECKPOINTS_KEPT`]).
     pub(crate) checkpoints: Vec<u64>,
+    /// Set by a reset: the I/O thread takes its tail segment anew.
+    pub(crate) tail_reset: bool,
 }
 
 pub(crate) struct Shared {
@@ -276,6 +278,7 @@ impl Log {
             memory: VecDeque::new(),
             memory_bytes: 0,
             checkpoints,
+            tail_reset: false,
         };
         let (progress, _) = watch::channel(Progress {
             durable: last_version,

@@ -197,6 +197,7 @@ pub(crate) fn recover(
 ) -> Result<Recovered, LogError> {
     if mode == Mode::Repair {
         storage.create_dir_all(folder).map_err(io_error(folder))?;
+        crate::reset::pending(storage, folder, stream, true)?;
     }
     let bases = segment_bases(storage, folder)?;
     scan_all(
@@ -220,6 +221,18 @@ pub(crate) fn inspect(
     stream: u64,
     visit: &mut dyn FnMut(&Record<'_>),
 ) -> Result<Recovered, LogError> {
+    if storage.exists(folder) {
+        if let Some(through) = crate::reset::pending(storage, folder, stream, false)? {
+            // A reset that a crash interrupted: the log is the empty one
+            // after `through` that the next open finishes making.
+            return Ok(Recovered {
+                segments: Vec::new(),
+                last_version: through,
+                checkpoints: Vec::new(),
+                report: RecoveryReport::default(),
+            });
+        }
+    }
     let bases = segment_bases(storage, folder)?;
     let first = bases.first().copied().unwrap_or(1);
     let loaded = checkpoint::load(storage, folder, stream).map_err(io_error(folder))?;
@@ -257,6 +270,7 @@ pub(crate) fn recover_checkpointed(
 ) -> Result<Recovered, LogError> {
     if mode == Mode::Repair {
         storage.create_dir_all(folder).map_err(io_error(folder))?;
+        crate::reset::pending(storage, folder, stream, true)?;
     }
     if let Some(manifest) = manifest::read(storage, folder, stream) {
         let recovered =

@@ -38,6 +38,10 @@ impl Shared {
     pub(crate) fn run_io(self: Arc<Self>) {
         let mut tail = self.current_tail();
         while let Some(batch) = self.next_batch() {
+            if std::mem::take(&mut self.lock_state().tail_reset) {
+                // A reset replaced every segment: the old tail is gone.
+                tail = self.current_tail();
+            }
             let started = Instant::now();
             match self.write_batch(&batch, &mut tail) {
                 Ok(()) => {

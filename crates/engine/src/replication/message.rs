@@ -256,6 +256,14 @@ pub enum Msg {
         from: u64,
         to: u64,
     },
+    /// Primary to replica, in answer to a `Need` for versions its log no
+    /// longer keeps (retention deleted them): the state of its newest
+    /// checkpoint, as of `through`. The replica installs it in place of
+    /// the records up to `through`, then asks for the rest.
+    Checkpoint {
+        through: u64,
+        state: Bytes,
+    },
     /// Primary to replica: report your log at once (a primary that starts
     /// learns the replicas' tails before it stamps anything).
     Probe,

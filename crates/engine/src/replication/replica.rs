@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 
 use proto::{EventId, RecordHeader};
 
-use super::message::{Binding, Content, Entry, Msg, Node, Refusal, ServerId};
+use super::message::{Binding, Bytes, Content, Entry, Msg, Node, Refusal, ServerId};
 use super::protocol::{AckRule, Flow, HybridMode, Protocol};
 use crate::dedupe::{DedupeLimits, Lookup};
 use crate::{Decision, StreamMachine};
@@ -137,6 +137,15 @@ pub enum Effect {
     /// A backup that did not count toward acknowledgements holds every
     /// committed version and counts from now on.
     InSync(ServerId),
+    /// The primary sent the state of its checkpoint at `through`, past
+    /// everything this replica holds: replace the log with an empty one
+    /// starting at `through + 1` (plus a checkpoint holding `state`), then
+    /// call [`Replica::install`] with [`Replica::decode_install`]'s
+    /// machine. Until then the replica logs nothing more.
+    Install {
+        through: u64,
+        state: Bytes,
+    },
 }
 
 /// Counters for status and metrics.
@@ -505,6 +514,67 @@ impl Replica {
         self.machine = machine;
         self.next_version = self.machine.last_version() + 1;
         Ok(self.machine.last_version())
+    }
+
+    /// Decodes the state of a checkpoint a primary sent (see
+    /// [`Effect::Install`]) without changing anything: the caller resets
+    /// its log only once the state is known good. Refused when it is not
+    /// past what this replica holds.
+    pub fn decode_install(&self, bytes: &[u8]) -> Result<StreamMachine, crate::SnapshotError> {
+        let machine = StreamMachine::decode_state(bytes, self.settings.dedupe)?;
+        let through = machine.last_version();
+        let last = self.machine.last_version();
+        if through <= last {
+            return Err(crate::SnapshotError(format!(
+                "the checkpoint at version {through} is not past this replica's last version {last}"
+            )));
+        }
+        Ok(machine)
+    }
+
+    /// A running replica takes the state of its primary's checkpoint (from
+    /// [`Replica::decode_install`]) in place of every version up to its
+    /// version V, once the caller's log holds nothing before V + 1: the
+    /// state machine becomes the checkpoint's, every version up to V
+    /// counts as logged and committed (the primary checkpoints only
+    /// committed versions), what was held back up to V is dropped, the
+    /// primary hears the new progress, and the versions after V are asked
+    /// for at once by the usual `Need`.
+    pub fn install(&mut self, machine: StreamMachine, now: u64, out: &mut Vec<Effect>) {
+        let through = machine.last_version();
+        assert!(
+            through > self.machine.last_version(),
+            "a checkpoint is installed only past the replica's last version"
+        );
+        let mut machine = machine;
+        machine.raise_epoch(self.machine.epoch());
+        self.machine = machine;
+        self.next_version = through + 1;
+        self.logged = self.logged.max(through);
+        self.committed = self.committed.max(through);
+        self.primary_last = self.primary_last.max(through);
+        self.held = self.held.split_off(&(through + 1));
+        self.bindings = self.bindings.split_off(&(through + 1));
+        // Every version up to V was released by the primary long ago.
+        self.boundaries.ends.retain(|end| *end > through);
+        self.boundaries.floor = self.boundaries.floor.max(through);
+        if let Some(sender) = &mut self.sender {
+            sender.appended = sender.appended.max(through);
+            sender.synced = sender.synced.max(through);
+            sender.awaiting = sender.awaiting.split_off(&(through + 1));
+        }
+        self.waiting_since = None;
+        self.need_to = None;
+        self.need_sent_at = None;
+        self.release(out);
+        if !self.is_primary() {
+            self.send_progress(now, out);
+            let known = self.known_last();
+            if known > through {
+                self.send_need(through, known, now, out);
+            }
+        }
+        self.finish(out);
     }
 
     /// Startup is over: the log holds (durably) every recovered version.
@@ -879,6 +949,13 @@ impl Replica {
             }
             Msg::Probe if !self.is_primary() && from == self.placement.primary => {
                 self.send_progress(now, out);
+            }
+            Msg::Checkpoint { through, state }
+                if !self.is_primary()
+                    && from == self.placement.primary
+                    && through > self.machine.last_version() =>
+            {
+                out.push(Effect::Install { through, state });
             }
             Msg::Need { from: first, to }
                 if self.is_primary() || from == self.placement.primary =>
@@ -2294,6 +2371,100 @@ mod tests {
         let mut refused = fresh();
         assert!(refused.restore(&damaged).is_err());
         assert_eq!(refused.last_version(), 0, "a refused state changes nothing");
+    }
+
+    /// A backup far behind gets the primary's checkpoint instead of the
+    /// records its primary no longer keeps: it installs the state, counts
+    /// every version up to it as logged, reports so, and asks for the
+    /// rest, after which it holds what the primary holds.
+    #[test]
+    fn a_backup_installs_its_primarys_checkpoint_then_asks_for_the_rest() {
+        let protocol = Protocol::OneHopAckClient;
+        let settings = ReplicaSettings::default();
+        let mut primary = started_primary(protocol, settings);
+        let mut out = Vec::new();
+        for sequence in 1..=30 {
+            primary.on_client(42, write(42, sequence), 2, &mut out);
+        }
+        let stamped = appended(&out);
+        assert_eq!(stamped.len(), 30);
+        // The primary's checkpoint at 20: the state after records 1..=20.
+        let mut at_twenty = Replica::new(7, 1, placement(), protocol, settings);
+        stamped[..20]
+            .iter()
+            .for_each(|e| at_twenty.recovered(&e.header));
+        let (through, state) = at_twenty.checkpoint_state();
+        assert_eq!(through, 20);
+
+        let mut backup = Replica::new(7, 2, placement(), protocol, settings);
+        let mut out = Vec::new();
+        backup.start(3, &mut out);
+        let first = stamped[..5].to_vec();
+        backup.on_peer(1, Msg::Replicate { entries: first }, 4, &mut out);
+        log_all(&mut backup, &mut out, 4);
+        backup.on_peer(
+            1,
+            Msg::Commit {
+                committed: 30,
+                last: 30,
+            },
+            5,
+            &mut out,
+        );
+        assert_eq!(backup.last_version(), 5);
+        let state = Arc::new(state);
+        let checkpoint = Msg::Checkpoint {
+            through: 20,
+            state: Arc::clone(&state),
+        };
+        // Only from the primary.
+        out.clear();
+        backup.on_peer(3, checkpoint.clone(), 6, &mut out);
+        assert!(!out.iter().any(|e| matches!(e, Effect::Install { .. })));
+        backup.on_peer(1, checkpoint.clone(), 6, &mut out);
+        assert!(out.contains(&Effect::Install {
+            through: 20,
+            state: Arc::clone(&state),
+        }));
+        // A damaged state is refused and changes nothing.
+        let mut damaged = state.to_vec();
+        damaged.truncate(damaged.len() - 1);
+        assert!(backup.decode_install(&damaged).is_err());
+        let machine = backup.decode_install(&state).expect("decodes");
+        out.clear();
+        backup.install(machine, 7, &mut out);
+        assert_eq!(backup.last_version(), 20);
+        assert_eq!(backup.logged(), 20);
+        assert!(out.contains(&Effect::Send(
+            Node::Server(1),
+            Msg::Progress {
+                logged: 20,
+                last: 20
+            }
+        )));
+        assert!(out.contains(&Effect::Send(
+            Node::Server(1),
+            Msg::Need { from: 21, to: 30 }
+        )));
+        assert!(out.contains(&Effect::Visible(20)));
+        assert!(appended(&out).is_empty(), "nothing up to 20 is logged");
+        // A second copy of the same checkpoint is no longer past the log.
+        out.clear();
+        backup.on_peer(1, checkpoint, 8, &mut out);
+        assert!(!out.iter().any(|e| matches!(e, Effect::Install { .. })));
+        assert!(backup.decode_install(&state).is_err());
+        // The rest comes by the usual repair and is logged from 21 on.
+        let rest = stamped[20..].to_vec();
+        backup.on_peer(1, Msg::Replicate { entries: rest }, 9, &mut out);
+        let taken: Vec<u64> = appended(&out).iter().map(Entry::version).collect();
+        assert_eq!(taken, (21..=30).collect::<Vec<_>>());
+        log_all(&mut backup, &mut out, 9);
+        assert_eq!(backup.logged(), 30);
+        let mut whole = Replica::new(7, 1, placement(), protocol, settings);
+        stamped.iter().for_each(|e| whole.recovered(&e.header));
+        assert_eq!(backup.checkpoint_state(), whole.checkpoint_state());
+        // The dedupe table came with the state: a duplicate is known.
+        assert_eq!(backup.dedupe_entries(), whole.dedupe_entries());
     }
 
     #[test]

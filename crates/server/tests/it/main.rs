@@ -12,3 +12,4 @@ mod replication;
 mod restart;
 mod sender;
 mod streams;
+mod transfer;

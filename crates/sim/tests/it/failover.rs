@@ -424,7 +424,7 @@ fn seeds_that_found_sender_logging_bugs_pass() {
 /// those losses, counts them, and passes the run.
 #[test]
 fn a_client_crash_during_a_server_crash_is_an_admitted_loss() {
-    let config = sender_config(55, Protocol::ServerSync, 1);
+    let config = sender_config(1217, Protocol::ServerSync, 1);
     let outcome = run(&config);
     assert_eq!(outcome, run(&config), "sender runs are deterministic");
     assert!(outcome.passed(), "{outcome}");

@@ -1223,3 +1223,172 @@ fn checkpoints_and_retention_while_appending_keep_every_record_readable_across_r
         drop(log);
     }
 }
+
+/// The 60 payloads of which the log of `forty_records` holds the first 40:
+/// a reset brings in the state of all 60.
+fn sixty_payloads(payloads: &[Vec<u8>]) -> Vec<Vec<u8>> {
+    let mut all = payloads.to_vec();
+    all.extend((41..=60).map(|version| payload(version, 700)));
+    all
+}
+
+/// Checks a log that a reset to 60 left: no record, the transferred
+/// state, reads before 61 refused naming 61, and appends going on at 61
+/// (they survive a restart).
+fn assert_reset_log(image: &FaultStorage, config: &LogConfig, all: &[Vec<u8>], context: &str) {
+    let opened = open_from_checkpoint_ok(image, config.clone(), context);
+    assert_eq!(opened.report.checkpoint, Some(60), "{context}");
+    assert!(opened.visited.is_empty(), "{context}: {:?}", opened.visited);
+    assert_eq!(opened.fold, Fold::of(all), "{context}");
+    assert_eq!(opened.log.first_version(), 61, "{context}");
+    assert_eq!(opened.log.last_version(), 60, "{context}");
+    assert_eq!(opened.log.durable_version(), 60, "{context}");
+    let mut out = Vec::new();
+    assert_eq!(
+        opened.log.read(20, 10, 1 << 20, &mut out),
+        Err(ReadError::Retained {
+            requested: 20,
+            oldest: 61
+        }),
+        "{context}"
+    );
+    assert!(
+        !image.exists(&folder().join(wal::RESET_MARKER)),
+        "{context}"
+    );
+    let next = payload(61, 700);
+    append(&opened.log, 61, &encode(STREAM, 61, &next)).expect("append after a reset");
+    wait_durable(&opened.log, 61, context);
+    drop(opened);
+    let reopened = open_from_checkpoint_ok(&copy_of(image), config.clone(), context);
+    assert_eq!(reopened.visited, vec![61], "{context}");
+    let mut with_next = all.to_vec();
+    with_next.push(next);
+    assert_eq!(reopened.fold, Fold::of(&with_next), "{context}");
+}
+
+#[test]
+fn a_crash_at_every_step_of_a_reset_leaves_the_old_log_or_the_new_one() {
+    let (config, storage, payloads) = forty_records();
+    let opened = open_from_checkpoint_ok(&storage, config.clone(), "first open");
+    checkpoint(&opened.log, &payloads, 9, 1000);
+    checkpoint(&opened.log, &payloads, 17, 1000);
+    drop(opened);
+    let all = sixty_payloads(&payloads);
+    let new_seen = AtomicU64::new(0);
+    let steps = crash_at_every_step(
+        &storage,
+        &config,
+        &|log| log.reset(60, &Fold::of(&all).encode(), 3000),
+        &|image, finished, context| {
+            // An inspection (what a checker does) never fails either.
+            let mut inspected = Vec::new();
+            let last = wal::inspect(image, folder(), STREAM, &mut |r| {
+                inspected.push(r.header.version)
+            })
+            .unwrap_or_else(|error| panic!("{context}: inspect: {error}"));
+            let opened = open_from_checkpoint_ok(image, config.clone(), context);
+            if opened.report.checkpoint == Some(60) {
+                assert_eq!(last, 60, "{context}: inspected");
+                assert!(inspected.is_empty(), "{context}: inspected {inspected:?}");
+                drop(opened);
+                new_seen.fetch_add(1, Ordering::Relaxed);
+                assert_reset_log(image, &config, &all, context);
+                return;
+            }
+            assert!(!finished, "{context}: a finished reset is kept");
+            assert_eq!(last, 40, "{context}: inspected");
+            assert_eq!(opened.report.checkpoint, Some(17), "{context}");
+            assert_eq!(opened.fold, Fold::of(&payloads), "{context}");
+            assert_reads(&opened.log, &payloads, 1, context);
+        },
+    );
+    // The marker (create, write, sync, rename, folder sync), then eight
+    // segments and two checkpoints removed, a folder sync, the new
+    // segment, the checkpoint and the marker's removal.
+    assert!(steps >= 20, "a reset took {steps} steps");
+    assert!(new_seen.load(Ordering::Relaxed) >= 2);
+}
+
+#[test]
+fn a_reset_of_an_open_log_goes_on_at_the_next_version_and_refuses_to_go_back() {
+    let (config, storage, payloads) = forty_records();
+    let opened = open_from_checkpoint_ok(&storage, config.clone(), "first open");
+    let all = sixty_payloads(&payloads);
+    let refused = opened.log.reset(40, &[], 0);
+    assert!(
+        matches!(refused, Err(LogError::Checkpoint(_))),
+        "{refused:?}"
+    );
+    let progress = opened.log.progress();
+    opened
+        .log
+        .reset(60, &Fold::of(&all).encode(), 3000)
+        .expect("reset");
+    assert_eq!(progress.borrow().durable, 60);
+    assert_eq!(opened.log.checkpoints(), vec![60]);
+    assert_eq!(
+        opened.log.newest_checkpoint(),
+        Some((60, Fold::of(&all).encode()))
+    );
+    for version in 61..=75 {
+        append(
+            &opened.log,
+            version,
+            &encode(STREAM, version, &payload(version, 700)),
+        )
+        .expect("append");
+    }
+    wait_durable(&opened.log, 75, "after the reset");
+    let mut more = all.clone();
+    more.extend((61..=75).map(|version| payload(version, 700)));
+    // Checkpoints and retention go on as in any log.
+    checkpoint(&opened.log, &more, 70, 4000);
+    checkpoint(&opened.log, &more, 75, 4000);
+    opened
+        .log
+        .retain(Retention { bytes: 1, ms: 0 }, 5000)
+        .unwrap();
+    let first = opened.log.first_version();
+    assert!(first > 61, "the log starts at {first}");
+    let expected: Vec<(u64, Vec<u8>)> = (first..=75)
+        .map(|v| (v, more[v as usize - 1].clone()))
+        .collect();
+    assert_eq!(read_back(&opened.log, first, 7, 3000), expected);
+    drop(opened);
+    let reopened = open_from_checkpoint_ok(&copy_of(&storage), config, "reopened");
+    assert_eq!(reopened.report.checkpoint, Some(75));
+    assert_eq!(reopened.fold, Fold::of(&more));
+}
+
+#[test]
+fn a_damaged_reset_marker_is_refused_by_name_and_a_stray_temporary_one_is_ignored() {
+    let (config, storage, payloads) = forty_records();
+    // A crash while the marker's temporary file was written: nothing
+    // changed, the old log opens.
+    let stray = copy_of(&storage);
+    let temporary = folder().join(format!("{}.tmp", wal::RESET_MARKER));
+    stray
+        .open(&temporary, true)
+        .unwrap()
+        .write_at(b"half a marker", 0)
+        .unwrap();
+    let opened = open_from_checkpoint_ok(&stray, config.clone(), "stray temporary");
+    assert_reads(&opened.log, &payloads, 1, "stray temporary");
+    drop(opened);
+    // A whole marker that does not decode is damage, not a crash.
+    let damaged = copy_of(&storage);
+    damaged
+        .open(&folder().join(wal::RESET_MARKER), true)
+        .unwrap()
+        .write_at(b"not a checkpoint at all, not even close to one", 0)
+        .unwrap();
+    match open_from_checkpoint(Arc::new(damaged), config) {
+        Err(LogError::Corrupt { path, reason, .. }) => {
+            assert!(path.ends_with(wal::RESET_MARKER), "{}", path.display());
+            assert!(reason.contains("reset marker"), "{reason}");
+        }
+        Err(other) => panic!("another error: {other}"),
+        Ok(_) => panic!("a damaged reset marker was opened"),
+    }
+}
