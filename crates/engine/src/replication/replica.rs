@@ -861,7 +861,7 @@ impl Replica {
                     if self.protocol.flow(self.mode) == Flow::Reserve {
                         self.place_reserved(client, version, content, now, out);
                     } else if self.sender.is_some() {
-                        self.placed_resend(client, version, content, now, out);
+                        self.placed_resend(client, content, now, out);
                     }
                 } else if self.protocol.flow(self.mode) == Flow::Stamp {
                     self.place_stamped(client, version, epoch, content, out);
@@ -1551,14 +1551,7 @@ impl Replica {
 
     /// Sender-based logging, outside recovery: a client resends a message
     /// with the version it holds (its confirmation or ack was lost).
-    fn placed_resend(
-        &mut self,
-        client: u128,
-        version: u64,
-        content: Content,
-        now: u64,
-        out: &mut Vec<Effect>,
-    ) {
+    fn placed_resend(&mut self, client: u128, content: Content, now: u64, out: &mut Vec<Effect>) {
         let event = content.event;
         match self
             .machine
@@ -1566,33 +1559,37 @@ impl Replica {
             .lookup(event.client, event.session, event.sequence)
         {
             Lookup::Logged(logged) => {
-                self.metrics.duplicates += 1;
                 self.confirm(event, logged, now, out);
-                self.reack(event, logged, out);
-                let waiter = Waiter {
-                    client,
-                    event,
-                    duplicate: true,
-                    verify: false,
-                };
-                let rule = self.rule_for(Flow::Forward);
-                self.wait(rule, logged, waiter, out);
+                self.answer_logged_copy(client, event, logged, out);
             }
-            Lookup::Retired { low_water } => {
-                let rejection = crate::Rejection::Retired {
-                    sequence: event.sequence,
-                    low_water,
-                };
-                refuse(out, client, event, rejection.into());
-            }
+            Lookup::Retired { low_water } => refuse_retired(out, client, event, low_water),
             // The log lost it and its version was voided (or given to
             // another message) when no one resent it in time: the client
             // asks for a new version.
-            Lookup::New => {
-                let _ = version;
-                refuse(out, client, event, Refusal::VersionVoid);
-            }
+            Lookup::New => refuse(out, client, event, Refusal::VersionVoid),
         }
+    }
+
+    /// Sender-based logging: a copy of a message the log holds at
+    /// `logged` is answered as a duplicate (and the backups asked to ack it
+    /// again).
+    fn answer_logged_copy(
+        &mut self,
+        client: u128,
+        event: EventId,
+        logged: u64,
+        out: &mut Vec<Effect>,
+    ) {
+        self.metrics.duplicates += 1;
+        self.reack(event, logged, out);
+        let waiter = Waiter {
+            client,
+            event,
+            duplicate: true,
+            verify: false,
+        };
+        let rule = self.rule_for(Flow::Forward);
+        self.wait(rule, logged, waiter, out);
     }
 
     /// Sender-based logging: a restarted primary takes resends (messages
@@ -1632,25 +1629,8 @@ impl Replica {
             .dedupe()
             .lookup(event.client, event.session, event.sequence)
         {
-            Lookup::Logged(logged) => {
-                self.metrics.duplicates += 1;
-                self.reack(event, logged, out);
-                let waiter = Waiter {
-                    client,
-                    event,
-                    duplicate: true,
-                    verify: false,
-                };
-                let rule = self.rule_for(Flow::Forward);
-                self.wait(rule, logged, waiter, out);
-            }
-            Lookup::Retired { low_water } => {
-                let rejection = crate::Rejection::Retired {
-                    sequence: event.sequence,
-                    low_water,
-                };
-                refuse(out, client, event, rejection.into());
-            }
+            Lookup::Logged(logged) => self.answer_logged_copy(client, event, logged, out),
+            Lookup::Retired { low_water } => refuse_retired(out, client, event, low_water),
             Lookup::New if version <= last || version == 0 => {
                 refuse(out, client, event, Refusal::VersionVoid);
             }
@@ -1799,11 +1779,7 @@ impl Replica {
                 return self.wait_log(version, waiter, out);
             }
             Lookup::Retired { low_water } => {
-                let rejection = crate::Rejection::Retired {
-                    sequence: event.sequence,
-                    low_water,
-                };
-                return refuse(out, client, event, rejection.into());
+                return refuse_retired(out, client, event, low_water);
             }
             Lookup::New => {}
         }
@@ -2178,6 +2154,15 @@ impl Replica {
             out.push(Effect::Visible(visible));
         }
     }
+}
+
+/// Refuses a message whose sequence the client's low-water mark retired.
+fn refuse_retired(out: &mut Vec<Effect>, client: u128, event: EventId, low_water: u64) {
+    let rejection = crate::Rejection::Retired {
+        sequence: event.sequence,
+        low_water,
+    };
+    refuse(out, client, event, rejection.into());
 }
 
 fn refuse(out: &mut Vec<Effect>, client: u128, event: EventId, refusal: Refusal) {

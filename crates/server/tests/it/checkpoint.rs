@@ -8,19 +8,7 @@ use std::time::Duration;
 use client::{Client, DurabilityConfig};
 use server::{ServerConfig, StreamMeta};
 
-use crate::harness::{fetch_all, quick_client_config, TestServer};
-
-/// Waits until `condition` holds, for at most `limit`.
-async fn wait_until(limit: Duration, what: &str, condition: impl Fn() -> bool) {
-    let deadline = tokio::time::Instant::now() + limit;
-    while !condition() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out after {limit:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
+use crate::harness::{fetch_all, quick_client_config, wait_until, TestServer};
 
 fn checkpointing_config(data: &std::path::Path) -> ServerConfig {
     let mut config = ServerConfig::new(data);

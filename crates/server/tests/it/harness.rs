@@ -269,3 +269,16 @@ pub async fn assert_version_1_unavailable(client: &client::Client, stream: u64, 
         other => panic!("subscribe from version 1: {other:?}"),
     }
 }
+
+/// Waits until `condition` holds, checking every 2 ms, for at most
+/// `limit`; fails the test naming `what` past it.
+pub async fn wait_until(limit: std::time::Duration, what: &str, condition: impl Fn() -> bool) {
+    let deadline = tokio::time::Instant::now() + limit;
+    while !condition() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {limit:?} waiting for {what}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    }
+}

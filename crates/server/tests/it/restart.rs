@@ -10,7 +10,7 @@ use std::time::Duration;
 use client::{Ack, AckLevel, Client, DurabilityConfig};
 use server::ServerConfig;
 
-use crate::harness::{fetch_all, quick_client_config, TestServer};
+use crate::harness::{fetch_all, quick_client_config, wait_until, TestServer};
 
 /// The payload of message `index`: its index, then filler of a length that
 /// depends on it, so a payload identifies its message.
@@ -29,19 +29,6 @@ fn index_of(payload: &[u8]) -> u32 {
             .try_into()
             .expect("a payload starts with its index"),
     )
-}
-
-/// Waits until `condition` holds, checking every few milliseconds, for at
-/// most `limit`.
-async fn wait_until(limit: Duration, what: &str, condition: impl Fn() -> bool) {
-    let deadline = tokio::time::Instant::now() + limit;
-    while !condition() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out after {limit:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -11,21 +11,9 @@ use client::{Client, ClientConfig, Protocol, Publisher, PublisherConfig};
 use proto::DurabilityConfig;
 use server::{LocalCluster, ServerState};
 
-use crate::harness::{read_log, LoggedRecord};
+use crate::harness::{read_log, wait_until, LoggedRecord};
 
 const NAME: &str = "behind";
-
-/// Waits until `condition` holds, for at most `limit`.
-async fn wait_until(limit: Duration, what: &str, condition: impl Fn() -> bool) {
-    let deadline = tokio::time::Instant::now() + limit;
-    while !condition() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out after {limit:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
 
 fn state_of(cluster: &LocalCluster, id: u32) -> Arc<ServerState> {
     let server = cluster
