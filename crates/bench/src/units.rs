@@ -17,9 +17,11 @@ pub fn parse_bytes(text: &str) -> Result<usize, String> {
         "kib" => 1024,
         "m" | "mb" => 1_000_000,
         "mib" => 1024 * 1024,
+        "g" | "gb" => 1_000_000_000,
+        "gib" => 1024 * 1024 * 1024,
         _ => {
             return Err(format!(
-                "{text:?} has an unknown unit (use B, KB, KiB, MB, MiB)"
+                "{text:?} has an unknown unit (use B, KB, KiB, MB, MiB, GB, GiB)"
             ))
         }
     };

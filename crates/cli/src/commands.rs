@@ -166,6 +166,16 @@ pub enum StreamsAction {
         /// ack latency on average; 0 acks at each group commit.
         #[arg(long, default_value_t = 0, value_name = "MS")]
         commit_interval_ms: u32,
+        /// Retention: keep at least this many bytes of log; older whole
+        /// segments that two checkpoints cover are deleted (units B, KB,
+        /// MB, GB, KiB, MiB, GiB) [default: the server's retain_bytes].
+        #[arg(long, value_parser = parse_size, value_name = "BYTES")]
+        retain_bytes: Option<u64>,
+        /// Retention: delete whole segments closed this many milliseconds
+        /// ago that two checkpoints cover [default: the server's
+        /// retain_ms].
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..), value_name = "MS")]
+        retain_ms: Option<u64>,
     },
     /// Delete a stream and its log.
     Delete { name: String },
@@ -392,12 +402,18 @@ pub fn streams(args: StreamsArgs) -> anyhow::Result<()> {
                 durability,
                 replication,
                 commit_interval_ms,
+                retain_bytes,
+                retain_ms,
             } => {
                 let options = client::StreamOptions {
                     durability: durability.config(),
                     protocol: replication.protocol,
                     replicas: replication.replicas,
                     commit_interval_ms,
+                    retention: client::RetentionConfig {
+                        bytes: retain_bytes.unwrap_or(0),
+                        ms: retain_ms.unwrap_or(0),
+                    },
                 };
                 let info = client.create_stream_with_options(&name, &options).await?;
                 let replicas: Vec<String> = info
@@ -561,4 +577,31 @@ fn print_status(json: &serde_json::Value) {
         ]);
     }
     local.print();
+}
+
+/// A byte count of at least 1 with an optional unit (B, KB = 1000,
+/// KiB = 1024, and MB, MiB, GB, GiB likewise).
+fn parse_size(text: &str) -> Result<u64, String> {
+    match bench::units::parse_bytes(text)? {
+        0 => {
+            Err("retention must be at least 1 byte (omit the flag for the server's default)".into())
+        }
+        bytes => Ok(bytes as u64),
+    }
+}
+
+#[cfg(test)]
+mod size_tests {
+    use super::parse_size;
+
+    #[test]
+    fn sizes_take_decimal_and_binary_units_and_refuse_zero_and_junk() {
+        assert_eq!(parse_size("500"), Ok(500));
+        assert_eq!(parse_size("2KB"), Ok(2_000));
+        assert_eq!(parse_size("1GiB"), Ok(1 << 30));
+        assert_eq!(parse_size("3 MiB"), Ok(3 << 20));
+        assert!(parse_size("0").is_err());
+        assert!(parse_size("5XB").is_err());
+        assert!(parse_size("lots").is_err());
+    }
 }

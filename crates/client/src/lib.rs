@@ -61,7 +61,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use proto::Frame;
-pub use proto::{AckLevel, DurabilityConfig, ErrorCode, EventId, StreamInfo};
+pub use proto::{AckLevel, DurabilityConfig, ErrorCode, EventId, RetentionConfig, StreamInfo};
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
 pub use engine::replication::{HybridMode, Protocol};
@@ -97,6 +97,10 @@ pub struct StreamOptions {
     /// servers took in before, once it is durable. 0 (the default) acks as
     /// soon as the group commit is durable.
     pub commit_interval_ms: u32,
+    /// The stream's own retention: keep at least `bytes` of log, delete
+    /// segments closed `ms` ago (only segments two checkpoints cover). 0
+    /// leaves the server's default for that limit.
+    pub retention: RetentionConfig,
 }
 
 impl StreamOptions {
@@ -107,6 +111,7 @@ impl StreamOptions {
             protocol: Protocol::OneHopAckClient,
             replicas: 0,
             commit_interval_ms: 0,
+            retention: RetentionConfig::default(),
         }
     }
 }
@@ -290,6 +295,7 @@ impl Client {
                 protocol: options.protocol.code(),
                 replicas: options.replicas,
                 commit_interval_ms: options.commit_interval_ms,
+                retention: options.retention,
             })
             .await?,
         )

@@ -119,6 +119,13 @@ pub struct StreamConfig {
     /// entries written before it existed.
     #[serde(default)]
     pub commit_interval_ms: u32,
+    /// The stream's own retention: bytes of log kept, and the age of
+    /// segments deleted (0: the server's default; absent in entries
+    /// written before it existed).
+    #[serde(default)]
+    pub retain_bytes: u64,
+    #[serde(default)]
+    pub retain_ms: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -808,6 +815,8 @@ mod tests {
             replicas,
             requirement: None,
             commit_interval_ms: 0,
+            retain_bytes: 0,
+            retain_ms: 0,
         }
     }
 

@@ -287,11 +287,15 @@ pub enum Frame {
         /// The output commit interval in milliseconds; 0 (and a frame
         /// without the field) acks as soon as the log holds a message.
         commit_interval_ms: u32,
+        /// The stream's own retention (zeros, and a frame without the
+        /// fields: the server's defaults).
+        retention: RetentionConfig,
     },
     /// Server to server: create this replica of a stream as described.
     CreateReplica {
         request: u64,
         info: StreamInfo,
+        retention: RetentionConfig,
     },
     /// A replication message from a client: `kind` is one of the
     /// `SUBMIT_*` constants; `version` and `epoch` matter for
@@ -514,6 +518,29 @@ fn put_durability(out: &mut Vec<u8>, durability: DurabilityConfig) {
     out.extend_from_slice(&page_size.to_le_bytes());
 }
 
+/// A stream's own retention at its creation; zeros leave the server's
+/// defaults (`retain_bytes`, `retain_ms`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RetentionConfig {
+    /// Keep at least this many bytes of log.
+    pub bytes: u64,
+    /// Delete segments closed this many milliseconds ago.
+    pub ms: u64,
+}
+
+/// The optional tail of `CreateStream` and `CreateReplica`: the commit
+/// interval (only when not 0), then the retention, after an interval
+/// written in full, only when it is not the default.
+fn put_interval_and_retention(out: &mut Vec<u8>, interval: u32, retention: RetentionConfig) {
+    if retention == RetentionConfig::default() {
+        put_optional_u32(out, interval);
+    } else {
+        out.extend_from_slice(&interval.to_le_bytes());
+        out.extend_from_slice(&retention.bytes.to_le_bytes());
+        out.extend_from_slice(&retention.ms.to_le_bytes());
+    }
+}
+
 /// A field added after a frame's original layout: written only when it is
 /// not 0, read as 0 when the body ends before it.
 fn put_optional_u32(out: &mut Vec<u8>, value: u32) {
@@ -623,6 +650,19 @@ impl Reader<'_> {
 
     /// A u32 added after a layout's end: 0 when the body ends here,
     /// malformed when fewer than 4 bytes are left.
+    /// The tail [`put_interval_and_retention`] writes.
+    fn interval_and_retention(&mut self) -> Option<(u32, RetentionConfig)> {
+        let interval = self.optional_u32()?;
+        if self.remaining() == 0 {
+            return Some((interval, RetentionConfig::default()));
+        }
+        let retention = RetentionConfig {
+            bytes: self.u64()?,
+            ms: self.u64()?,
+        };
+        Some((interval, retention))
+    }
+
     fn optional_u32(&mut self) -> Option<u32> {
         if self.remaining() == 0 {
             Some(0)
@@ -802,19 +842,24 @@ impl Frame {
                 protocol,
                 replicas,
                 commit_interval_ms,
+                retention,
             } => {
                 out.extend_from_slice(&request.to_le_bytes());
                 put_str16(out, name);
                 put_durability(out, *durability);
                 out.push(*protocol);
                 out.push(*replicas);
-                put_optional_u32(out, *commit_interval_ms);
+                put_interval_and_retention(out, *commit_interval_ms, *retention);
                 kind::CREATE_STREAM
             }
-            Frame::CreateReplica { request, info } => {
+            Frame::CreateReplica {
+                request,
+                info,
+                retention,
+            } => {
                 out.extend_from_slice(&request.to_le_bytes());
                 put_info(out, info);
-                put_optional_u32(out, info.commit_interval_ms);
+                put_interval_and_retention(out, info.commit_interval_ms, *retention);
                 kind::CREATE_REPLICA
             }
             Frame::Submit {
@@ -1174,13 +1219,20 @@ impl Frame {
             }
             kind::CREATE_STREAM => (
                 (|| {
+                    let request = reader.u64()?;
+                    let name = reader.str16()?;
+                    let durability = reader.durability()?;
+                    let protocol = reader.u8()?;
+                    let replicas = reader.u8()?;
+                    let (commit_interval_ms, retention) = reader.interval_and_retention()?;
                     Some(Frame::CreateStream {
-                        request: reader.u64()?,
-                        name: reader.str16()?,
-                        durability: reader.durability()?,
-                        protocol: reader.u8()?,
-                        replicas: reader.u8()?,
-                        commit_interval_ms: reader.optional_u32()?,
+                        request,
+                        name,
+                        durability,
+                        protocol,
+                        replicas,
+                        commit_interval_ms,
+                        retention,
                     })
                 })(),
                 "create-stream",
@@ -1189,8 +1241,13 @@ impl Frame {
                 (|| {
                     let request = reader.u64()?;
                     let mut info = reader.info()?;
-                    info.commit_interval_ms = reader.optional_u32()?;
-                    Some(Frame::CreateReplica { request, info })
+                    let (commit_interval_ms, retention) = reader.interval_and_retention()?;
+                    info.commit_interval_ms = commit_interval_ms;
+                    Some(Frame::CreateReplica {
+                        request,
+                        info,
+                        retention,
+                    })
                 })(),
                 "create-replica",
             ),
@@ -1597,6 +1654,7 @@ mod tests {
             Frame::CreateReplica {
                 request: 9,
                 info: info.clone(),
+                retention: RetentionConfig::default(),
             },
             Frame::Submit {
                 stream: 5,
@@ -1736,6 +1794,7 @@ mod tests {
                 protocol: 5,
                 replicas: 3,
                 commit_interval_ms: 0,
+                retention: RetentionConfig::default(),
             },
             Frame::CreateStream {
                 request: 1,
@@ -1744,6 +1803,7 @@ mod tests {
                 protocol: 5,
                 replicas: 3,
                 commit_interval_ms: 20,
+                retention: RetentionConfig::default(),
             },
             Frame::CreateStream {
                 request: 1,
@@ -1755,6 +1815,22 @@ mod tests {
                 protocol: 5,
                 replicas: 3,
                 commit_interval_ms: 0,
+                retention: RetentionConfig {
+                    bytes: 1 << 30,
+                    ms: 0,
+                },
+            },
+            Frame::CreateStream {
+                request: 1,
+                name: "orders".into(),
+                durability: DurabilityConfig::Sync,
+                protocol: 5,
+                replicas: 3,
+                commit_interval_ms: 0,
+                retention: RetentionConfig {
+                    bytes: 0,
+                    ms: 86_400_000,
+                },
             },
             Frame::DeleteStream {
                 request: 2,
@@ -1828,8 +1904,17 @@ mod tests {
                 request: 9,
                 info: StreamInfo {
                     commit_interval_ms: 5,
+                    ..info.clone()
+                },
+                retention: RetentionConfig::default(),
+            },
+            Frame::CreateReplica {
+                request: 9,
+                info: StreamInfo {
+                    commit_interval_ms: 0,
                     ..info
                 },
+                retention: RetentionConfig { bytes: 7, ms: 9 },
             },
             Frame::Ack {
                 request: 11,
@@ -1913,6 +1998,7 @@ mod tests {
             protocol: 5,
             replicas: 3,
             commit_interval_ms,
+            retention: RetentionConfig::default(),
         };
         let old_layout = frame(0).to_bytes();
         let body = old_layout.len() - FRAME_HEADER_LEN;

@@ -11,7 +11,8 @@ pub mod record;
 
 pub use frame::{
     AckLevel, DurabilityConfig, ErrorCode, Frame, FrameBuffer, FrameError, PeerMessage,
-    ReplicaAddress, StreamInfo, WireBinding, CONTROL_MAGIC, FRAME_HEADER_LEN, PROTOCOL_VERSION,
+    ReplicaAddress, RetentionConfig, StreamInfo, WireBinding, CONTROL_MAGIC, FRAME_HEADER_LEN,
+    PROTOCOL_VERSION,
 };
 pub use random::random_u128;
 pub use record::{

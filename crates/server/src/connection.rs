@@ -625,6 +625,7 @@ impl Connection {
                 protocol,
                 replicas,
                 commit_interval_ms,
+                retention,
             } => {
                 let protocol = if protocol == 0 {
                     Some(Protocol::OneHopAckClient)
@@ -645,7 +646,7 @@ impl Connection {
                         durability,
                         protocol,
                         replicas as usize,
-                        commit_interval_ms,
+                        (commit_interval_ms, retention),
                     )
                     .await;
                 let reply = match result {
@@ -658,10 +659,15 @@ impl Connection {
                 };
                 self.outgoing.send(&reply).await
             }
-            Frame::CreateReplica { request, info } => {
+            Frame::CreateReplica {
+                request,
+                info,
+                retention,
+            } => {
                 let server = Arc::clone(&self.server);
                 let result =
-                    tokio::task::spawn_blocking(move || server.create_replica(&info)).await;
+                    tokio::task::spawn_blocking(move || server.create_replica(&info, retention))
+                        .await;
                 let reply = match result.expect("create_replica does not panic") {
                     Ok(info) => Frame::StreamInfo { request, info },
                     Err(error) => Frame::Error {

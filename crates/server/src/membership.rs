@@ -267,9 +267,14 @@ async fn follow(
                 // Placed here by a refill, or created while this server
                 // was unreachable: an empty replica that catches up.
                 let info = server.info_for(placed, &placement);
+                let retention = proto::RetentionConfig {
+                    bytes: placed.config.retain_bytes,
+                    ms: placed.config.retain_ms,
+                };
                 let creator = Arc::clone(server);
                 let created =
-                    tokio::task::spawn_blocking(move || creator.create_replica(&info)).await;
+                    tokio::task::spawn_blocking(move || creator.create_replica(&info, retention))
+                        .await;
                 match created {
                     Ok(Ok(_)) => {}
                     Ok(Err(error)) => {

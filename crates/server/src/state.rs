@@ -293,7 +293,7 @@ impl ServerState {
         durability: DurabilityConfig,
         protocol: Protocol,
         replicas: usize,
-        commit_interval_ms: u32,
+        (commit_interval_ms, retention): (u32, proto::RetentionConfig),
     ) -> Result<StreamInfo, StreamError> {
         use proto::ErrorCode;
         if let Some(problem) = stream_name_error(name) {
@@ -311,7 +311,13 @@ impl ServerState {
         if self.config.cluster.is_multi() {
             return match self.control.get() {
                 Some(control) if self.is_ready() => {
-                    let options = (durability, protocol, replicas, commit_interval_ms);
+                    let options = (
+                        durability,
+                        protocol,
+                        replicas,
+                        commit_interval_ms,
+                        retention,
+                    );
                     self.create_through_control(control, name, options).await
                 }
                 _ => Err(joining()),
@@ -332,21 +338,26 @@ impl ServerState {
             if replica.id == self.config.cluster.me {
                 let server = Arc::clone(self);
                 let local = info.clone();
-                tokio::task::spawn_blocking(move || server.create_replica(&local))
+                tokio::task::spawn_blocking(move || server.create_replica(&local, retention))
                     .await
                     .expect("create_replica does not panic")?;
             } else {
-                remote_create(&replica.address, &info, self.config.handshake_timeout)
-                    .await
-                    .map_err(|problem| {
-                        StreamError::new(
-                            ErrorCode::Internal,
-                            format!(
-                                "creating the replica of {name:?} on server {} at {}: {problem}",
-                                replica.id, replica.address
-                            ),
-                        )
-                    })?;
+                remote_create(
+                    &replica.address,
+                    &info,
+                    retention,
+                    self.config.handshake_timeout,
+                )
+                .await
+                .map_err(|problem| {
+                    StreamError::new(
+                        ErrorCode::Internal,
+                        format!(
+                            "creating the replica of {name:?} on server {} at {}: {problem}",
+                            replica.id, replica.address
+                        ),
+                    )
+                })?;
             }
         }
         Ok(info)
@@ -359,11 +370,12 @@ impl ServerState {
         self: &Arc<Self>,
         control: &control::Control,
         name: &str,
-        (durability, protocol, replicas, commit_interval_ms): (
+        (durability, protocol, replicas, commit_interval_ms, retention): (
             DurabilityConfig,
             Protocol,
             usize,
             u32,
+            proto::RetentionConfig,
         ),
     ) -> Result<StreamInfo, StreamError> {
         use proto::ErrorCode;
@@ -378,6 +390,8 @@ impl ServerState {
                 replicas,
                 requirement: None,
                 commit_interval_ms,
+                retain_bytes: retention.bytes,
+                retain_ms: retention.ms,
             },
         };
         let placed = match control.propose(command).await {
@@ -411,13 +425,19 @@ impl ServerState {
             let created = if replica.id == self.config.cluster.me {
                 let server = Arc::clone(self);
                 let local = info.clone();
-                tokio::task::spawn_blocking(move || server.create_replica(&local))
+                tokio::task::spawn_blocking(move || server.create_replica(&local, retention))
                     .await
                     .expect("create_replica does not panic")
                     .map(|_| ())
                     .map_err(|e| e.message)
             } else {
-                remote_create(&replica.address, &info, self.config.handshake_timeout).await
+                remote_create(
+                    &replica.address,
+                    &info,
+                    retention,
+                    self.config.handshake_timeout,
+                )
+                .await
             };
             if let Err(problem) = created {
                 eprintln!(
@@ -431,7 +451,11 @@ impl ServerState {
 
     /// Creates this server's replica of a stream described by `info`;
     /// blocking disk work, call from `spawn_blocking`.
-    pub fn create_replica(self: &Arc<Self>, info: &StreamInfo) -> Result<StreamInfo, StreamError> {
+    pub fn create_replica(
+        self: &Arc<Self>,
+        info: &StreamInfo,
+        retention: proto::RetentionConfig,
+    ) -> Result<StreamInfo, StreamError> {
         use proto::ErrorCode;
         let invalid = |problem: String| StreamError::new(ErrorCode::InvalidArgument, problem);
         let protocol = Protocol::from_code(info.protocol)
@@ -477,7 +501,7 @@ impl ServerState {
                 info.commit_interval_ms,
             )));
         }
-        let stream = self.create_stream_with(info, protocol, &placement)?;
+        let stream = self.create_stream_with(info, protocol, &placement, retention)?;
         Ok(self.stream_info(&stream))
     }
 
@@ -586,6 +610,7 @@ impl ServerState {
         info: &StreamInfo,
         protocol: Protocol,
         placement: &Placement,
+        retention: proto::RetentionConfig,
     ) -> Result<Arc<Stream>, StreamError> {
         use proto::ErrorCode;
         let (name, id) = (info.name.as_str(), info.id);
@@ -613,6 +638,8 @@ impl ServerState {
         // name out of the folder meanwhile.
         let mut meta = StreamMeta::new(id, name, info.durability, protocol, placement);
         meta.commit_interval_ms = info.commit_interval_ms;
+        meta.retain_bytes = (retention.bytes != 0).then_some(retention.bytes);
+        meta.retain_ms = (retention.ms != 0).then_some(retention.ms);
         let created = self.create_files(&meta);
         let mut registry = self.streams.write().expect("registry lock poisoned");
         registry.busy_names.remove(name);
@@ -843,6 +870,10 @@ impl ServerState {
                     "name": info.name,
                     "id": info.id,
                     "durability": durability_name(info.durability),
+                    "retention": {
+                        "bytes": stream.retention.bytes,
+                        "ms": stream.retention.ms,
+                    },
                     "first_version": info.first_version,
                     "last_version": info.last_version,
                     "committed_version": info.committed_version,
@@ -967,6 +998,7 @@ fn name_hash(bytes: &[u8]) -> u64 {
 async fn remote_create(
     address: &str,
     info: &StreamInfo,
+    retention: proto::RetentionConfig,
     timeout: std::time::Duration,
 ) -> Result<(), String> {
     let work = async {
@@ -983,6 +1015,7 @@ async fn remote_create(
         Frame::CreateReplica {
             request: 1,
             info: info.clone(),
+            retention,
         }
         .encode(&mut out);
         socket.write_all(&out).await.map_err(|e| e.to_string())?;

@@ -54,6 +54,8 @@ impl ControlPlane {
             replicas: servers as usize,
             requirement: None,
             commit_interval_ms: 0,
+            retain_bytes: 0,
+            retain_ms: 0,
         };
         let response = state.apply(Command::CreateStream {
             name: name.clone(),

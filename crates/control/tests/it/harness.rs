@@ -204,5 +204,7 @@ pub fn stream_config() -> StreamConfig {
         replicas: 0,
         requirement: None,
         commit_interval_ms: 0,
+        retain_bytes: 0,
+        retain_ms: 0,
     }
 }

@@ -342,6 +342,7 @@ fn valid_frames(rng: &mut TestRng, connection: u64, stream: u64) -> Vec<u8> {
                 protocol: 0,
                 replicas: 0,
                 commit_interval_ms: 0,
+                retention: proto::RetentionConfig::default(),
             },
             1 => Frame::DeleteStream {
                 request,

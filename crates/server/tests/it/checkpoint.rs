@@ -260,3 +260,44 @@ async fn power_loss_after_checkpoints_and_retention_recovers_the_same_state_mach
         }
     }
 }
+
+/// A stream's own retention, set at creation, reaches every replica's
+/// meta file (and so survives restarts); limits left at 0 take the
+/// server's defaults.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_set_at_creation_reaches_every_replica() {
+    let data = tempfile::tempdir().unwrap();
+    let cluster = server::LocalCluster::start(3, data.path(), |config| {
+        config.retain_ms = 86_400_000;
+    })
+    .await
+    .unwrap();
+    let client = client::Client::connect(client::ClientConfig::new(
+        cluster.servers[0].address.to_string(),
+    ))
+    .await
+    .unwrap();
+    let options = client::StreamOptions {
+        replicas: 3,
+        retention: client::RetentionConfig {
+            bytes: 5 << 20,
+            ms: 0,
+        },
+        ..client::StreamOptions::new(DurabilityConfig::Sync)
+    };
+    client
+        .create_stream_with_options("kept", &options)
+        .await
+        .unwrap();
+    for server in &cluster.servers {
+        let stream = server.state.stream_by_name("kept").unwrap();
+        assert_eq!(stream.retention.bytes, 5 << 20, "the stream's own limit");
+        assert_eq!(stream.retention.ms, 86_400_000, "the server's default");
+        let meta = std::fs::read_to_string(stream.folder.join("stream.json")).unwrap();
+        let meta: serde_json::Value = serde_json::from_str(&meta).unwrap();
+        assert_eq!(meta["retain_bytes"], 5u64 << 20);
+        assert!(meta.get("retain_ms").is_none(), "{meta}");
+    }
+    drop(client);
+    cluster.stop().await;
+}
