@@ -10,12 +10,15 @@
 //! (TPC-C, saturated) and response time (WebStone) apart:
 //!
 //! 1. **Throughput**: `--messages` payloads as fast as the window allows
-//!    (`--window` in flight). Measured in the steady state: from the ack of
-//!    the first message after the warm-up to the last ack that arrived
-//!    while the publisher was still sending, so neither the start nor the
-//!    final boundary's wait (up to T with nothing left to send) counts.
-//!    Acks leave in batches at boundaries, and both ends of that span are
-//!    such releases, so the span holds whole intervals. A saturated closed
+//!    (`--window` in flight). Measured in the steady state, so neither the
+//!    start nor the final boundary's wait (up to T with nothing left to
+//!    send) counts. With T > 0 acks leave in releases at boundaries (a gap
+//!    of T/2 or more before an ack starts one): the span runs from the
+//!    first release that starts after the warm-up to the last release that
+//!    started while the publisher was still sending, and counts the acks
+//!    of the releases in between, so it holds whole intervals. With T = 0,
+//!    from the ack of the first message after the warm-up to the last ack
+//!    that arrived while the publisher was still sending. A saturated closed
 //!    loop's latency is only the window over the rate (Little's law), so
 //!    this phase reports no latency.
 //! 2. **Latency**: `--latency-messages` payloads offered at a fixed rate
@@ -26,7 +29,9 @@
 //!
 //! The list of intervals runs `--rounds` times, reversed every other round,
 //! so a shared machine's drift hits every interval alike: throughput is the
-//! median of the rounds, latency pools every round's messages.
+//! median of the rounds, latency pools every round's messages. The ratio
+//! to the first interval is the median of the rounds' own ratios (each
+//! round's run of T against the same round's run of the first interval).
 //!
 //! The space overhead is the seed's bandwidth × T (with the throughput
 //! phase's bandwidth): the payload bytes one interval's acks hold back. The
@@ -92,7 +97,7 @@ pub struct CommitIntervalArgs {
     /// Messages in flight at most. It must hold what arrives in one
     /// interval plus one group commit (rate × (T + commit time)), or the
     /// publisher stalls on every boundary and throughput drops.
-    #[arg(long, default_value_t = 32_768)]
+    #[arg(long, default_value_t = 65_536)]
     pub window: usize,
     /// Servers in the cluster, and replicas of each stream (R).
     #[arg(long, default_value_t = 1)]
@@ -123,7 +128,8 @@ pub struct IntervalRow {
     pub round_rates: Vec<f64>,
     /// Payload megabytes (10^6) per second.
     pub megabytes_per_second: f64,
-    /// `messages_per_second` over the baseline's.
+    /// Throughput against the baseline: the median of each round's ratio
+    /// to the baseline's run in the same round.
     pub throughput_ratio: f64,
     /// Ack latency of the latency phase's messages after the warm-up, in
     /// milliseconds.
@@ -234,7 +240,7 @@ async fn measure(
         for interval_ms in order {
             let rate = args.rate.or_else(|| {
                 let first = runs.first()?;
-                Some(steady_rate(&first.saturated, args.warmup).0 / 2.0)
+                Some(steady_rate(&first.saturated, args.warmup, first.interval_ms).0 / 2.0)
             });
             runs.push(run_interval(&cluster, &client, args, interval_ms, rate, bar).await?);
         }
@@ -283,7 +289,8 @@ async fn run_interval(
     .with_context(|| format!("cannot connect a publisher to {name}"))?;
     bar.set_message(format!("T = {interval_ms} ms, throughput"));
     let saturated = stream_messages(&publisher, args, args.messages, None, bar).await?;
-    let offered_rate = rate.unwrap_or_else(|| steady_rate(&saturated, args.warmup).0 / 2.0);
+    let offered_rate =
+        rate.unwrap_or_else(|| steady_rate(&saturated, args.warmup, interval_ms).0 / 2.0);
     bar.set_message(format!(
         "T = {interval_ms} ms, latency at {offered_rate:.0} msgs/s"
     ));
@@ -399,10 +406,29 @@ async fn collect_acks(
     Ok(acked)
 }
 
-/// Steady-state messages per second and the span's seconds: from the ack
-/// of the first message after the warm-up to the last ack that came while
-/// the publisher was still sending (or, when none did, the last ack).
-fn steady_rate(run: &Phase, warmup: usize) -> (f64, f64) {
+/// Steady-state messages per second and the span's seconds (the module's
+/// notes say which span).
+fn steady_rate(run: &Phase, warmup: usize, interval_ms: u32) -> (f64, f64) {
+    if interval_ms > 0 {
+        // The first ack of each release: the acks before it are T/2 or
+        // more older.
+        let gap = Duration::from_secs_f64(f64::from(interval_ms) / 2e3);
+        let starts: Vec<usize> = (1..run.acked.len())
+            .filter(|&index| {
+                index >= warmup
+                    && run.acked[index] <= run.last_submit
+                    && run.acked[index].saturating_duration_since(run.acked[index - 1]) >= gap
+            })
+            .collect();
+        if let (Some(&first), Some(&last)) = (starts.first(), starts.last()) {
+            let span = run.acked[last]
+                .saturating_duration_since(run.acked[first])
+                .as_secs_f64();
+            if last > first && span > 0.0 {
+                return ((last - first) as f64 / span, span);
+            }
+        }
+    }
     let first = warmup.min(run.acked.len() - 1);
     let last = run
         .acked
@@ -440,7 +466,7 @@ struct Pooled {
 fn pool(interval_ms: u32, runs: &[&Run], warmup: usize) -> Pooled {
     let measured: Vec<(f64, f64)> = runs
         .iter()
-        .map(|run| steady_rate(&run.saturated, warmup))
+        .map(|run| steady_rate(&run.saturated, warmup, run.interval_ms))
         .collect();
     let rates: Vec<f64> = measured.iter().map(|(rate, _)| *rate).collect();
     let mut sorted = rates.clone();
@@ -501,7 +527,7 @@ fn rows_of(runs: &[Run], args: &CommitIntervalArgs) -> Vec<IntervalRow> {
                 messages_per_second: rate,
                 round_rates: pooled.rates.clone(),
                 megabytes_per_second: bandwidth / 1e6,
-                throughput_ratio: rate / base.median_rate,
+                throughput_ratio: paired_ratio(&pooled.rates, &base.rates),
                 latency_ms: pooled.latency,
                 offered_rate: pooled.offered_rate,
                 mean_increase_ms: increase,
@@ -513,6 +539,19 @@ fn rows_of(runs: &[Run], args: &CommitIntervalArgs) -> Vec<IntervalRow> {
             }
         })
         .collect()
+}
+
+/// The median of each round's ratio of `rates` to the first interval's
+/// rate in the same round (the lower median for an even count): whole
+/// rounds move with a shared machine's drift, and the ratio cancels it.
+fn paired_ratio(rates: &[f64], base: &[f64]) -> f64 {
+    let mut ratios: Vec<f64> = rates
+        .iter()
+        .zip(base)
+        .map(|(rate, base)| rate / base)
+        .collect();
+    ratios.sort_by(f64::total_cmp);
+    ratios[(ratios.len() - 1) / 2]
 }
 
 /// The seed's sensitivity table: one row per interval.

@@ -370,11 +370,7 @@ impl Task {
                 },
                 batch = incoming.recv() => {
                     let Some(batch) = batch else { return };
-                    let now = self.now();
-                    for (from, msg) in batch {
-                        self.note(&msg);
-                        self.producer.on_message(from, msg, now, &mut out);
-                    }
+                    self.answers(batch, &mut out);
                 }
                 Some(info) = infos.recv() => {
                     let now = self.now();
@@ -402,10 +398,11 @@ impl Task {
                 }
             }
             while let Ok(batch) = incoming.try_recv() {
-                for (from, msg) in batch {
-                    self.note(&msg);
-                    self.producer.on_message(from, msg, now, &mut out);
-                }
+                // Let the callers the last batch completed run first: a
+                // task this one woke waits in this worker's slot, which no
+                // other worker takes over, until this task yields.
+                tokio::task::yield_now().await;
+                self.answers(batch, &mut out);
             }
             self.flush(&mut out).await;
             self.complete();
@@ -420,6 +417,19 @@ impl Task {
                 return;
             }
         }
+    }
+
+    /// Takes one batch of the servers' answers and completes the sends
+    /// they finish at once, so a burst of acks (an output commit boundary)
+    /// reaches the callers batch by batch rather than after the whole
+    /// burst.
+    fn answers(&mut self, batch: Vec<(ServerId, Msg)>, out: &mut Vec<(Node, Msg)>) {
+        let now = self.now();
+        for (from, msg) in batch {
+            self.note(&msg);
+            self.producer.on_message(from, msg, now, out);
+        }
+        self.complete();
     }
 
     /// A `NotPrimary` answer means the placement this producer knows is
@@ -540,8 +550,13 @@ impl Task {
         if self.producer.protocol() == Protocol::Hybrid {
             self.mode.store(mode, std::sync::atomic::Ordering::Relaxed);
         }
-        for Completion { event, outcome } in self.producer.take_completed() {
-            self.window.add_permits(1);
+        let completed = self.producer.take_completed();
+        if completed.is_empty() {
+            return;
+        }
+        // One release of the window for the lot, not one per message.
+        self.window.add_permits(completed.len());
+        for Completion { event, outcome } in completed {
             let Some(reply) = self.waiting.remove(&event.sequence) else {
                 continue;
             };
@@ -757,6 +772,11 @@ async fn run_refresher(
     }
 }
 
+/// Bytes of answers one read takes (about 700 acks): a burst of acks (an
+/// output commit boundary releasing thousands) reaches the producer, and
+/// the callers, in pieces of this size rather than all at once.
+const ANSWER_READ_BYTES: usize = 32 * 1024;
+
 /// Keeps one connection to one replica: writes what the producer sends,
 /// reads answers and hands them over in batches, reconnects when broken.
 #[allow(clippy::too_many_arguments)]
@@ -801,7 +821,7 @@ async fn run_link(
             mut buffer,
             ..
         } = current;
-        let mut scratch = vec![0u8; 256 * 1024];
+        let mut scratch = vec![0u8; ANSWER_READ_BYTES];
         let mut batch = Vec::with_capacity(256 * 1024);
         loop {
             tokio::select! {

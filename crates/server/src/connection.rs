@@ -426,10 +426,16 @@ async fn send_notes(
     while let Some(note) = notes.recv().await {
         match note {
             ClientNote::Msgs(stream, msgs) => {
-                // Every answer of the note leaves in one queued write.
+                // Every answer of the note leaves in one queued write. An
+                // append is registered before its stream can answer it, so
+                // an empty table means no answer here is a legacy one.
+                let any_legacy = !legacy.lock().expect("legacy lock").is_empty();
                 let mut bytes = Vec::new();
                 for msg in msgs {
-                    let frame = match legacy_answer(&legacy, stream, &msg) {
+                    let answer = any_legacy
+                        .then(|| legacy_answer(&legacy, stream, &msg))
+                        .flatten();
+                    let frame = match answer {
                         Some(frame) => frame,
                         None => match replication::client_frame(me, stream, msg) {
                             Some(frame) => frame,

@@ -615,6 +615,11 @@ impl Replica {
     }
 
     /// `unversioned`: every server logs on its own.
+    /// Whether the replica set has a server besides the primary.
+    fn has_backups(&self) -> bool {
+        self.placement.backups().next().is_some()
+    }
+
     fn standalone(&self) -> bool {
         self.protocol == Protocol::Unversioned
     }
@@ -1170,9 +1175,11 @@ impl Replica {
             let binding = self.binding_of(&entry, &content);
             self.accept(entry, true, out);
             self.out_bindings.push(binding);
-        } else {
+        } else if self.has_backups() {
             self.accept(entry.clone(), true, out);
             self.out_entries.push(entry);
+        } else {
+            self.accept(entry, true, out);
         }
         self.note_quorum(version, rule);
         if flow == Flow::Stamp {
@@ -1725,9 +1732,11 @@ impl Replica {
                     (Entry::void(self.stream, version, self.epoch()), None)
                 }
             };
-            self.accept(entry.clone(), true, out);
-            if !self.standalone() {
+            if !self.standalone() && self.has_backups() {
+                self.accept(entry.clone(), true, out);
                 self.out_entries.push(entry);
+            } else {
+                self.accept(entry, true, out);
             }
             self.note_quorum(version, rule);
             if waiter.is_some() {
@@ -2106,13 +2115,17 @@ impl Replica {
 
     /// Sends the batched records and bindings, and the new visible point.
     fn finish(&mut self, out: &mut Vec<Effect>) {
-        let entries = if self.sender.is_some() && self.is_primary() {
+        let entries = if !self.has_backups() {
+            // No replica to send to (a replica set that shrank to this one
+            // may leave some behind).
+            self.out_entries.clear();
+            Vec::new()
+        } else if self.sender.is_some() && self.is_primary() {
             // Sender-based logging: replicas get a record only once it is
-            // fully logged.
+            // fully logged; the ones still waiting stay, in order.
             let logged = self.logged;
             let cut = self.out_entries.partition_point(|e| e.version() <= logged);
-            let later = self.out_entries.split_off(cut);
-            std::mem::replace(&mut self.out_entries, later)
+            self.out_entries.drain(..cut).collect()
         } else {
             std::mem::take(&mut self.out_entries)
         };
