@@ -74,8 +74,10 @@ pub struct LoggingArgs {
     /// The modes comparison: messages in flight in the throughput runs.
     #[arg(long, default_value_t = 256)]
     pub window: usize,
-    /// The modes comparison: rounds of the four modes, in turns.
-    #[arg(long, default_value_t = 5)]
+    /// The modes comparison: rounds of the four modes, in turns (a
+    /// shared machine's runs seconds apart differ by tens of percent; the
+    /// median of many rounds is what holds still).
+    #[arg(long, default_value_t = 11)]
     pub rounds: usize,
     #[command(flatten)]
     pub output: OutputArgs,
