@@ -285,31 +285,18 @@ pub(crate) fn recover_checkpointed(
     let bases = bases_named(&names);
     let loaded =
         checkpoint::load_listed(storage, folder, stream, &names).map_err(io_error(folder))?;
-    let mut ignored: Vec<String> = loaded
-        .ignored
-        .iter()
-        .map(|(path, reason)| format!("{}: {reason}", path.display()))
-        .collect();
-    let valid: Vec<u64> = loaded.checkpoints.iter().map(|c| c.through).collect();
-    for checkpoint in &loaded.checkpoints {
-        let name = checkpoint::checkpoint_name(checkpoint.through);
-        let covered = match check_covered(storage, folder, stream, &bases, checkpoint)? {
-            Ok(covered) => covered,
-            Err(reason) => {
-                ignored.push(format!("{name}: {reason}"));
-                continue;
-            }
-        };
-        if let Err(reason) = restore(&checkpoint.blob) {
-            ignored.push(format!("{name}: its state was refused: {reason}"));
-            continue;
-        }
-        let first = covered.next_version;
-        let mut recovered = scan_all(storage, folder, stream, mode, &bases, first, covered, visit)?;
-        recovered.report.checkpoint = Some(checkpoint.through);
-        recovered.report.ignored = ignored;
-        let last = recovered.last_version;
-        recovered.checkpoints = valid.iter().copied().filter(|&v| v <= last).collect();
+    let mut ignored = ignored_reasons(&loaded);
+    let from_checkpoint = recover_from_first_usable(
+        &loaded,
+        &mut ignored,
+        restore,
+        |checkpoint| check_covered(storage, folder, stream, &bases, checkpoint),
+        |covered| {
+            let first = covered.next_version;
+            scan_all(storage, folder, stream, mode, &bases, first, covered, visit)
+        },
+    )?;
+    if let Some(recovered) = from_checkpoint {
         return Ok(recovered);
     }
     let mut recovered = scan_all(
@@ -365,15 +352,41 @@ fn recover_from_manifest(
     versions.sort_unstable_by(|a, b| b.cmp(a));
     versions.dedup();
     let loaded = checkpoint::load_versions(storage, folder, stream, &versions, true);
-    let mut ignored: Vec<String> = loaded
+    let mut ignored = ignored_reasons(&loaded);
+    recover_from_first_usable(
+        &loaded,
+        &mut ignored,
+        restore,
+        |checkpoint| probe_covered(storage, folder, stream, newest, checkpoint),
+        |covered| scan_probed(storage, folder, stream, mode, newest, covered, visit),
+    )
+}
+
+/// The checkpoint files that could not be used, each as "path: reason".
+fn ignored_reasons(loaded: &checkpoint::Loaded) -> Vec<String> {
+    loaded
         .ignored
         .iter()
         .map(|(path, reason)| format!("{}: {reason}", path.display()))
-        .collect();
+        .collect()
+}
+
+/// Recovers from the newest of `loaded`'s checkpoints whose covered
+/// segments check out (`covered_by`) and whose state `restore` takes,
+/// scanning the log after it (`scan`); each checkpoint passed over is
+/// added to `ignored` with the reason. `Ok(None)`, with nothing scanned,
+/// when none is usable.
+fn recover_from_first_usable(
+    loaded: &checkpoint::Loaded,
+    ignored: &mut Vec<String>,
+    restore: &mut dyn FnMut(&[u8]) -> Result<(), String>,
+    mut covered_by: impl FnMut(&checkpoint::Checkpoint) -> Result<Result<Covered, String>, LogError>,
+    mut scan: impl FnMut(Covered) -> Result<Recovered, LogError>,
+) -> Result<Option<Recovered>, LogError> {
     let valid: Vec<u64> = loaded.checkpoints.iter().map(|c| c.through).collect();
     for checkpoint in &loaded.checkpoints {
         let name = checkpoint::checkpoint_name(checkpoint.through);
-        let covered = match probe_covered(storage, folder, stream, newest, checkpoint)? {
+        let covered = match covered_by(checkpoint)? {
             Ok(covered) => covered,
             Err(reason) => {
                 ignored.push(format!("{name}: {reason}"));
@@ -384,9 +397,9 @@ fn recover_from_manifest(
             ignored.push(format!("{name}: its state was refused: {reason}"));
             continue;
         }
-        let mut recovered = scan_probed(storage, folder, stream, mode, newest, covered, visit)?;
+        let mut recovered = scan(covered)?;
         recovered.report.checkpoint = Some(checkpoint.through);
-        recovered.report.ignored = ignored;
+        recovered.report.ignored = std::mem::take(ignored);
         let last = recovered.last_version;
         recovered.checkpoints = valid.iter().copied().filter(|&v| v <= last).collect();
         return Ok(Some(recovered));
