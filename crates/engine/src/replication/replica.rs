@@ -614,12 +614,12 @@ impl Replica {
         self.standalone() || self.me == self.placement.primary
     }
 
-    /// `unversioned`: every server logs on its own.
     /// Whether the replica set has a server besides the primary.
     fn has_backups(&self) -> bool {
         self.placement.backups().next().is_some()
     }
 
+    /// `unversioned`: every server logs on its own.
     fn standalone(&self) -> bool {
         self.protocol == Protocol::Unversioned
     }
