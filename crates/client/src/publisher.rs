@@ -21,8 +21,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use engine::replication::{
-    Completion, Content, HybridMode, Msg, Node, Placement, Producer, ProducerSettings, Protocol,
-    Refusal, ServerId,
+    Bytes, Completion, Content, HybridMode, Msg, Node, Placement, Producer, ProducerSettings,
+    Protocol, Refusal, ServerId,
 };
 use proto::{ErrorCode, EventId, Frame, StreamInfo};
 use tokio::io::AsyncWriteExt;
@@ -523,7 +523,7 @@ impl Task {
         } = command;
         let id = self
             .producer
-            .send(Arc::new(key), Arc::new(payload), now, out);
+            .send(Bytes::from(key), Bytes::from(payload), now, out);
         debug_assert_eq!(id, event, "the handle predicts the producer's sequence");
         self.waiting.insert(id.sequence, reply);
     }
@@ -631,8 +631,8 @@ fn encode_submit(out: &mut Vec<u8>, stream: u64, msg: &Msg) {
             sequence: 0,
         },
         low_water: 0,
-        key: Arc::default(),
-        payload: Arc::default(),
+        key: Bytes::new(),
+        payload: Bytes::new(),
         resent: false,
     };
     let (kind, version, epoch, content, event, low_water) = match msg {
@@ -705,38 +705,44 @@ fn encode_submit(out: &mut Vec<u8>, stream: u64, msg: &Msg) {
 }
 
 /// A server's answer frame as a `Msg` for the producer.
-fn answer_msg(client: u128, frame: Frame) -> Option<(ServerId, Msg)> {
-    let event = |session, sequence| EventId {
-        client,
+/// The acks an `Acked` frame carries, one per message of its run (at most
+/// `ACKED_RUN_MAX + 1`, whatever the frame claims), onto `answers`.
+fn push_acks(client: u128, frame: Frame, answers: &mut Vec<(ServerId, Msg)>) {
+    let Frame::Acked {
+        server,
         session,
         sequence,
+        version,
+        epoch,
+        flags,
+        hint,
+        more,
+        ..
+    } = frame
+    else {
+        return;
     };
-    Some(match frame {
-        Frame::Acked {
-            server,
+    let duplicate = flags & proto::frame::ACKED_FLAG_DUPLICATE != 0;
+    let hint = match hint {
+        1 => Some(HybridMode::ServerSync),
+        2 => Some(HybridMode::ClientAsync),
+        _ => None,
+    };
+    for offset in 0..=u64::from(more.min(proto::frame::ACKED_RUN_MAX)) {
+        let event = EventId {
+            client,
             session,
-            sequence,
-            version,
+            sequence: sequence.saturating_add(offset),
+        };
+        let ack = Msg::Ack {
+            event,
+            version: version.saturating_add(offset),
             epoch,
-            flags,
+            duplicate,
             hint,
-            ..
-        } => (
-            server,
-            Msg::Ack {
-                event: event(session, sequence),
-                version,
-                epoch,
-                duplicate: flags & proto::frame::ACKED_FLAG_DUPLICATE != 0,
-                hint: match hint {
-                    1 => Some(HybridMode::ServerSync),
-                    2 => Some(HybridMode::ClientAsync),
-                    _ => None,
-                },
-            },
-        ),
-        _ => return None,
-    })
+        };
+        answers.push((server, ack));
+    }
 }
 
 /// Asks the known servers, one after another, for the stream's placement
@@ -878,7 +884,7 @@ async fn run_link(
                                     }));
                                 }
                             }
-                            Ok(Some(frame)) => answers.extend(answer_msg(client, frame)),
+                            Ok(Some(frame)) => push_acks(client, frame, &mut answers),
                             Ok(None) => break,
                             Err(_) => break,
                         }
@@ -916,6 +922,45 @@ fn refusal_of(code: ErrorCode) -> Option<Refusal> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_acked_run_expands_to_one_ack_per_message_and_no_further_than_the_bound() {
+        let frame = |more| Frame::Acked {
+            stream: 1,
+            server: 3,
+            session: 2,
+            sequence: 10,
+            version: 100,
+            epoch: 4,
+            flags: proto::frame::ACKED_FLAG_DUPLICATE,
+            hint: 1,
+            more,
+        };
+        let mut answers = Vec::new();
+        push_acks(7, frame(2), &mut answers);
+        let versions: Vec<(u64, u64)> = answers
+            .iter()
+            .map(|(server, msg)| match msg {
+                Msg::Ack {
+                    event,
+                    version,
+                    epoch: 4,
+                    duplicate: true,
+                    hint: Some(HybridMode::ServerSync),
+                } if *server == 3 && event.client == 7 && event.session == 2 => {
+                    (event.sequence, *version)
+                }
+                other => panic!("unexpected answer {other:?}"),
+            })
+            .collect();
+        assert_eq!(versions, vec![(10, 100), (11, 101), (12, 102)]);
+        answers.clear();
+        push_acks(7, frame(u32::MAX), &mut answers);
+        assert_eq!(
+            answers.len() as u64,
+            u64::from(proto::frame::ACKED_RUN_MAX) + 1
+        );
+    }
 
     fn confirm(server: ServerId, sequence: u64, version: u64) -> (Node, Msg) {
         let event = EventId {

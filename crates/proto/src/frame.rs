@@ -27,6 +27,11 @@ pub const SUBMIT_CONFIRM: u8 = 5;
 /// `Submit` kind bit: the message is sent again after a failover (its
 /// record carries `possible-duplicate`).
 pub const SUBMIT_FLAG_RESENT: u8 = 0x80;
+/// The longest run one `Acked` frame may carry (`more`): a server folds at
+/// most this many acks into a frame, and a client takes no more than this
+/// from one (no window of messages in flight is larger).
+pub const ACKED_RUN_MAX: u32 = 65_535;
+
 /// `Acked`/`Stamped` flag: the message was already logged.
 pub const ACKED_FLAG_DUPLICATE: u8 = 1;
 /// Body length (u32) + frame type (u8).
@@ -441,7 +446,10 @@ pub enum Frame {
     },
     /// Server `server`'s log has the message `(session, sequence)` of this
     /// connection's client under `version`. `hint`: a `hybrid` primary's
-    /// mode (0 none, 1 server-sync, 2 client-async).
+    /// mode (0 none, 1 server-sync, 2 client-async). `more`: so it has the
+    /// next `more` sequences of the session under the next `more`
+    /// versions, with the same epoch, flags and hint (a run of acks in one
+    /// frame).
     Acked {
         stream: u64,
         server: u32,
@@ -451,6 +459,7 @@ pub enum Frame {
         epoch: u64,
         flags: u8,
         hint: u8,
+        more: u32,
     },
     /// The primary gave the message this version (before logging it).
     Stamped {
@@ -916,6 +925,7 @@ impl Frame {
                 epoch,
                 flags,
                 hint,
+                more,
             } => {
                 out.extend_from_slice(&stream.to_le_bytes());
                 out.extend_from_slice(&server.to_le_bytes());
@@ -925,6 +935,7 @@ impl Frame {
                 out.extend_from_slice(&epoch.to_le_bytes());
                 out.push(*flags);
                 out.push(*hint);
+                put_optional_u32(out, *more);
                 kind::ACKED
             }
             Frame::Stamped {
@@ -1316,6 +1327,7 @@ impl Frame {
                         epoch: reader.u64()?,
                         flags: reader.u8()?,
                         hint: reader.u8()?,
+                        more: reader.optional_u32()?,
                     })
                 })(),
                 "acked",
@@ -1761,6 +1773,18 @@ mod tests {
                 epoch: 2,
                 flags: ACKED_FLAG_DUPLICATE,
                 hint: 1,
+                more: 0,
+            },
+            Frame::Acked {
+                stream: 5,
+                server: 3,
+                session: 1,
+                sequence: 45,
+                version: 13,
+                epoch: 2,
+                flags: 0,
+                hint: 0,
+                more: 699,
             },
             Frame::Stamped {
                 stream: 5,

@@ -15,7 +15,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use engine::replication::{AckRule, Content, HybridMode, Msg, Protocol, ServerId};
+use engine::replication::{AckRule, Bytes, Content, HybridMode, Msg, Protocol, ServerId};
 use proto::{ErrorCode, EventId, Frame, FrameBuffer, PROTOCOL_VERSION};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -430,7 +430,7 @@ async fn send_notes(
                 // append is registered before its stream can answer it, so
                 // an empty table means no answer here is a legacy one.
                 let any_legacy = !legacy.lock().expect("legacy lock").is_empty();
-                let mut bytes = Vec::new();
+                let mut frames = replication::ClientFrames::default();
                 for msg in msgs {
                     let answer = any_legacy
                         .then(|| legacy_answer(&legacy, stream, &msg))
@@ -442,8 +442,9 @@ async fn send_notes(
                             None => continue,
                         },
                     };
-                    frame.encode(&mut bytes);
+                    frames.push(frame);
                 }
+                let bytes = frames.finish();
                 if !bytes.is_empty() && outgoing.frames.send((bytes, None)).await.is_err() {
                     return;
                 }
@@ -900,8 +901,8 @@ impl Connection {
         let content = Content {
             event,
             low_water,
-            key: Arc::new(key),
-            payload: Arc::new(payload),
+            key: Bytes::from(key),
+            payload: Bytes::from(payload),
             resent: false,
         };
         match stream.submit(self.client, Msg::Write(content)) {

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use engine::replication::{Binding, Content, Entry, HybridMode, Msg, ServerId};
+use engine::replication::{Binding, Bytes, Content, Entry, HybridMode, Msg, ServerId};
 use proto::{EventId, Frame, PeerMessage, Record, WireBinding};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
@@ -437,19 +437,10 @@ fn peer_message(msg: Msg) -> Option<PeerMessage> {
 /// A peer frame body as a `Msg` (records were checked when decoded).
 pub(crate) fn peer_msg(message: PeerMessage) -> Msg {
     match message {
-        PeerMessage::Replicate { records, .. } => {
-            let mut entries = Vec::new();
-            let mut offset = 0;
+        PeerMessage::Replicate { records, .. } => Msg::Replicate {
             // The frame decoder verified every record's checksum.
-            while let Ok((record, length)) = Record::decode_verified(&records[offset..]) {
-                entries.push(Entry {
-                    header: record.header,
-                    bytes: Arc::new(records[offset..offset + length].to_vec()),
-                });
-                offset += length;
-            }
-            Msg::Replicate { entries }
-        }
+            entries: entries_of(Bytes::from(records), true),
+        },
         PeerMessage::Bind { bindings } => Msg::Bind {
             bindings: bindings
                 .into_iter()
@@ -473,7 +464,7 @@ pub(crate) fn peer_msg(message: PeerMessage) -> Msg {
         PeerMessage::Probe => Msg::Probe,
         PeerMessage::Checkpoint { through, state } => Msg::Checkpoint {
             through,
-            state: Arc::new(state),
+            state: Bytes::from(state),
         },
         PeerMessage::Reack {
             client,
@@ -489,6 +480,30 @@ pub(crate) fn peer_msg(message: PeerMessage) -> Msg {
             version,
         },
     }
+}
+
+/// The records laid end to end in `records`, each a slice of it, up to the
+/// first that does not decode. `checked`: their checksums were verified a
+/// moment ago (by the frame decoder), so decoding skips them.
+pub(crate) fn entries_of(records: Bytes, checked: bool) -> Vec<Entry> {
+    let mut entries = Vec::new();
+    let mut offset = 0;
+    loop {
+        let decoded = if checked {
+            Record::decode_verified(&records[offset..])
+        } else {
+            Record::decode(&records[offset..])
+        };
+        let Ok((record, length)) = decoded else {
+            break;
+        };
+        entries.push(Entry {
+            header: record.header,
+            bytes: records.slice(offset..offset + length),
+        });
+        offset += length;
+    }
+    entries
 }
 
 /// The event a client message is about.
@@ -524,8 +539,8 @@ pub(crate) fn submit_msg(
     let content = || Content {
         event,
         low_water,
-        key: Arc::new(key),
-        payload: Arc::new(payload),
+        key: Bytes::from(key),
+        payload: Bytes::from(payload),
         resent,
     };
     Some(match kind & !proto::frame::SUBMIT_FLAG_RESENT {
@@ -555,6 +570,90 @@ pub(crate) fn hint_code(hint: Option<HybridMode>) -> u8 {
     }
 }
 
+/// Encodes the frames of one note to a client, folding each `Acked` that
+/// continues the one before it (the next sequence of the same session
+/// under the next version, with the same stream, epoch, flags and hint)
+/// into that frame's run, so a batch of acks costs one frame rather than
+/// one per message.
+#[derive(Default)]
+pub(crate) struct ClientFrames {
+    bytes: Vec<u8>,
+    run: Option<Frame>,
+}
+
+impl ClientFrames {
+    pub(crate) fn push(&mut self, frame: Frame) {
+        if let Some(run) = &mut self.run {
+            if extend_run(run, &frame) {
+                return;
+            }
+        }
+        if let Some(run) = self.run.take() {
+            run.encode(&mut self.bytes);
+        }
+        match frame {
+            Frame::Acked { .. } => self.run = Some(frame),
+            other => other.encode(&mut self.bytes),
+        }
+    }
+
+    /// The encoded frames, in the order they were pushed.
+    pub(crate) fn finish(mut self) -> Vec<u8> {
+        if let Some(run) = self.run.take() {
+            run.encode(&mut self.bytes);
+        }
+        self.bytes
+    }
+}
+
+/// Folds `next` into `run` when it is the run's next ack.
+fn extend_run(run: &mut Frame, next: &Frame) -> bool {
+    let (
+        Frame::Acked {
+            stream,
+            server,
+            session,
+            sequence,
+            version,
+            epoch,
+            flags,
+            hint,
+            more,
+        },
+        Frame::Acked {
+            stream: next_stream,
+            server: next_server,
+            session: next_session,
+            sequence: next_sequence,
+            version: next_version,
+            epoch: next_epoch,
+            flags: next_flags,
+            hint: next_hint,
+            more: 0,
+        },
+    ) = (run, next)
+    else {
+        return false;
+    };
+    let step = u64::from(*more) + 1;
+    let continues = (*stream, *server, *session, *epoch, *flags, *hint)
+        == (
+            *next_stream,
+            *next_server,
+            *next_session,
+            *next_epoch,
+            *next_flags,
+            *next_hint,
+        )
+        && sequence.checked_add(step) == Some(*next_sequence)
+        && version.checked_add(step) == Some(*next_version)
+        && *more < proto::frame::ACKED_RUN_MAX;
+    if continues {
+        *more += 1;
+    }
+    continues
+}
+
 /// A client-bound `Msg` as the frame this server sends.
 pub(crate) fn client_frame(me: ServerId, stream: u64, msg: Msg) -> Option<Frame> {
     Some(match msg {
@@ -577,6 +676,7 @@ pub(crate) fn client_frame(me: ServerId, stream: u64, msg: Msg) -> Option<Frame>
                 0
             },
             hint: hint_code(hint),
+            more: 0,
         },
         Msg::Stamped {
             event,
@@ -619,6 +719,88 @@ pub(crate) fn client_frame(me: ServerId, stream: u64, msg: Msg) -> Option<Frame>
 mod tests {
     use super::*;
     use proto::RecordHeader;
+
+    fn acked(session: u64, sequence: u64, version: u64, flags: u8) -> Frame {
+        Frame::Acked {
+            stream: 4,
+            server: 2,
+            session,
+            sequence,
+            version,
+            epoch: 1,
+            flags,
+            hint: 0,
+            more: 0,
+        }
+    }
+
+    /// Every frame in `bytes`, each `Acked` run expanded to its acks.
+    fn expanded(bytes: &[u8]) -> (Vec<Frame>, usize) {
+        let mut buffer = proto::FrameBuffer::default();
+        buffer.extend(bytes);
+        let mut frames = Vec::new();
+        let mut count = 0;
+        while let Some(frame) = buffer.next_frame(1 << 20).expect("well formed") {
+            count += 1;
+            match frame {
+                Frame::Acked {
+                    session,
+                    sequence,
+                    version,
+                    flags,
+                    more,
+                    ..
+                } => {
+                    for offset in 0..=u64::from(more) {
+                        frames.push(acked(session, sequence + offset, version + offset, flags));
+                    }
+                }
+                other => frames.push(other),
+            }
+        }
+        (frames, count)
+    }
+
+    #[test]
+    fn consecutive_acks_travel_as_one_frame_and_expand_to_the_same_acks() {
+        let mut pushed = Vec::new();
+        for sequence in 1..=1000u64 {
+            pushed.push(acked(1, sequence, sequence + 10, 0));
+        }
+        // Each of these breaks the run: a gap in versions, a duplicate
+        // flag, another session, a frame of another kind.
+        pushed.push(acked(1, 1001, 1012, 0));
+        pushed.push(acked(1, 1002, 1013, proto::frame::ACKED_FLAG_DUPLICATE));
+        pushed.push(acked(2, 1003, 1014, 0));
+        pushed.push(Frame::Stamped {
+            stream: 4,
+            session: 2,
+            sequence: 1004,
+            version: 1015,
+            epoch: 1,
+            flags: 0,
+        });
+        pushed.push(acked(2, 1004, 1015, 0));
+        let mut frames = ClientFrames::default();
+        for frame in pushed.clone() {
+            frames.push(frame);
+        }
+        let (back, count) = expanded(&frames.finish());
+        assert_eq!(back, pushed);
+        assert_eq!(count, 6, "one frame for the run, one for each break");
+    }
+
+    #[test]
+    fn a_run_stops_at_the_longest_a_frame_may_carry() {
+        let total = u64::from(proto::frame::ACKED_RUN_MAX) + 10;
+        let mut frames = ClientFrames::default();
+        for sequence in 1..=total {
+            frames.push(acked(1, sequence, sequence, 0));
+        }
+        let (back, count) = expanded(&frames.finish());
+        assert_eq!(back.len() as u64, total);
+        assert_eq!(count, 2);
+    }
 
     #[test]
     fn a_replicate_frame_is_what_frame_encode_makes() {

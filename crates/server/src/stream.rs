@@ -631,11 +631,7 @@ impl Stream {
                 senders.insert(client);
             }
         }
-        self.drive(|replica, now, out| {
-            for msg in msgs {
-                replica.on_client(client, msg, now, out);
-            }
-        });
+        self.drive(|replica, now, out| replica.on_clients(client, msgs, now, out));
         Ok(())
     }
 
@@ -818,15 +814,7 @@ impl Stream {
         if read == 0 {
             return;
         }
-        let mut entries = Vec::with_capacity(read);
-        let mut offset = 0;
-        while let Ok((record, length)) = proto::Record::decode(&records[offset..]) {
-            entries.push(Entry {
-                header: record.header,
-                bytes: Arc::new(records[offset..offset + length].to_vec()),
-            });
-            offset += length;
-        }
+        let entries = crate::replication::entries_of(Bytes::from(records), false);
         self.router
             .send_peer(to, self.id, Msg::Replicate { entries });
     }
@@ -887,7 +875,7 @@ impl Stream {
             self.id,
             Msg::Checkpoint {
                 through,
-                state: Arc::new(state),
+                state: Bytes::from(state),
             },
         );
     }
@@ -1387,7 +1375,7 @@ mod tests {
             1,
             vec![Msg::Checkpoint {
                 through,
-                state: Arc::new(state),
+                state: Bytes::from(state),
             }],
         );
         assert_eq!(replica.machine_state().0, 30);
@@ -1406,15 +1394,7 @@ mod tests {
         let mut records = Vec::new();
         let count = stream.log.read(31, 10, 1 << 20, &mut records).unwrap();
         assert_eq!(count, 10);
-        let mut entries = Vec::new();
-        let mut offset = 0;
-        while let Ok((record, length)) = Record::decode(&records[offset..]) {
-            entries.push(Entry {
-                header: record.header,
-                bytes: Arc::new(records[offset..offset + length].to_vec()),
-            });
-            offset += length;
-        }
+        let entries = crate::replication::entries_of(Bytes::from(records), false);
         replica.on_peer_many(1, vec![Msg::Replicate { entries }]);
         let deadline = Instant::now() + Duration::from_secs(5);
         while replica.log.durable_version() < 40 && Instant::now() < deadline {

@@ -702,7 +702,8 @@ impl World<'_> {
 
     /// Whether two records are the same bytes.
     pub(crate) fn same_record(&self, a: &Entry, b: &Entry) -> bool {
-        std::sync::Arc::ptr_eq(&a.bytes, &b.bytes) || a.bytes == b.bytes
+        let shared = a.bytes.as_ptr() == b.bytes.as_ptr() && a.bytes.len() == b.bytes.len();
+        shared || a.bytes == b.bytes
     }
 
     /// Readers never see a version go away (within a process), nor one

@@ -6,12 +6,12 @@
 //! `servers.rs`.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
 
 use checker::Sent;
 use control::state::Command;
 use engine::replication::{
-    AckRule, Acknowledged, Entry, Msg, Node, Placement, Producer, Replica, ReplicaMetrics, ServerId,
+    AckRule, Acknowledged, Bytes, Entry, Msg, Node, Placement, Producer, Replica, ReplicaMetrics,
+    ServerId,
 };
 use proto::EventId;
 
@@ -338,8 +338,74 @@ impl<'a> World<'a> {
             }
             self.mix(time);
             self.mix(event.code());
-            self.handle(event);
+            match event {
+                Event::Deliver {
+                    from: Node::Client(client),
+                    to: Node::Server(server),
+                    to_incarnation,
+                    msg,
+                    ..
+                } => self.deliver_from_client(client, server, to_incarnation, msg),
+                other => self.handle(other),
+            }
         }
+    }
+
+    /// A client's message to a server, with the ones from the same client
+    /// to the same server that come right after it at the same instant:
+    /// a server takes what one read of a connection holds in one step
+    /// (`Replica::on_clients`), so the simulator does too.
+    fn deliver_from_client(&mut self, client: u128, server: ServerId, incarnation: u64, msg: Msg) {
+        let mut msgs = vec![msg];
+        while let Some(entry) = self.queue.first_entry() {
+            let same = entry.key().0 == self.now
+                && matches!(
+                    entry.get(),
+                    Event::Deliver {
+                        from: Node::Client(c),
+                        to: Node::Server(s),
+                        to_incarnation,
+                        ..
+                    } if *c == client && *s == server && *to_incarnation == incarnation
+                );
+            if !same {
+                break;
+            }
+            let (_, event) = entry.remove_entry();
+            self.counters.events += 1;
+            self.mix(self.now);
+            self.mix(event.code());
+            if let Event::Deliver { msg, .. } = event {
+                msgs.push(msg);
+            }
+        }
+        if !self.connected(Node::Server(server), incarnation) {
+            self.counters.network_undeliverable += msgs.len() as u64;
+            return;
+        }
+        for msg in &msgs {
+            self.mix(node_code(Node::Client(client)));
+            self.mix(node_code(Node::Server(server)));
+            for word in fingerprint(msg) {
+                self.mix(word);
+            }
+            self.note(|| {
+                format!(
+                    "{} -> {}: {}",
+                    node(Node::Client(client)),
+                    node(Node::Server(server)),
+                    describe(msg)
+                )
+            });
+        }
+        let now = self.now;
+        let mut out = Vec::new();
+        let Some(replica) = self.servers[server as usize - 1].replica.as_mut() else {
+            self.counters.network_undeliverable += msgs.len() as u64;
+            return;
+        };
+        replica.on_clients(client, msgs, now, &mut out);
+        self.apply(server, out);
     }
 
     fn handle(&mut self, event: Event) {
@@ -500,9 +566,9 @@ impl<'a> World<'a> {
                 break;
             }
             let key_length = self.rng.between(0, KEY_BYTES_MAX) as usize;
-            let key = Arc::new(self.rng.bytes(key_length));
+            let key = Bytes::from(self.rng.bytes(key_length));
             let payload_length = self.rng.between(0, PAYLOAD_BYTES_MAX) as usize;
-            let payload = Arc::new(self.rng.bytes(payload_length));
+            let payload = Bytes::from(self.rng.bytes(payload_length));
             let digest = checker::digest(&key, &payload);
             let now = self.now;
             let mut out = Vec::new();

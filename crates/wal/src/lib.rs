@@ -16,6 +16,7 @@ pub mod manifest;
 pub mod storage;
 
 pub use storage::{FileStorage, Storage, StorageFile};
+mod block;
 mod config;
 mod log;
 mod maintenance;

@@ -18,6 +18,7 @@ use std::time::Instant;
 use proto::Record;
 use tokio::sync::{watch, Notify};
 
+use crate::block::BlockBuffer;
 use crate::config::{Durability, LogConfig};
 use crate::recovery::{self, Recovered, RecoveryReport, Segment};
 use crate::storage::{Storage, StorageFile};
@@ -110,7 +111,7 @@ pub(crate) const LATENCY_SAMPLES_MAX: usize = 1 << 20;
 pub(crate) struct Chunk {
     pub(crate) segment_base: u64,
     pub(crate) offset: u64,
-    pub(crate) bytes: Vec<u8>,
+    pub(crate) bytes: BlockBuffer,
     pub(crate) last_version: u64,
     pub(crate) records: u64,
     /// When each record was appended, for latency sampling (empty unless
@@ -131,7 +132,7 @@ pub(crate) struct State {
     /// Bytes appended and not yet durable.
     pub(crate) pending_bytes: usize,
     /// Paged: page buffers ready for reuse. Sync: spare buffers.
-    pub(crate) free_buffers: Vec<Vec<u8>>,
+    pub(crate) free_buffers: Vec<BlockBuffer>,
     /// Paged: pages in existence (free, filling or being written).
     pub(crate) pages_in_use: usize,
     pub(crate) failed: Option<Arc<str>>,
@@ -144,6 +145,10 @@ pub(crate) struct State {
     pub(crate) checkpoints: Vec<u64>,
     /// Set by a reset: the I/O thread takes its tail segment anew.
     pub(crate) tail_reset: bool,
+    /// The I/O thread waits on `work` for a `Sync` batch. An append wakes
+    /// it only then: a condition variable's notify is a system call even
+    /// with no one waiting, and one per append cost more than the append.
+    pub(crate) io_waiting: bool,
 }
 
 pub(crate) struct Shared {
@@ -279,6 +284,7 @@ impl Log {
             memory_bytes: 0,
             checkpoints,
             tail_reset: false,
+            io_waiting: false,
         };
         let (progress, _) = watch::channel(Progress {
             durable: last_version,
@@ -359,9 +365,10 @@ impl Log {
         shared.place_record(&mut state, version, record)?;
         state.last_version = version;
         state.pending_bytes += record.len();
+        let wake = shared.config.durability == Durability::Sync && state.io_waiting;
         drop(state);
         shared.counters.appends.fetch_add(1, Ordering::Relaxed);
-        if shared.config.durability == Durability::Sync {
+        if wake {
             shared.work.notify_one();
         }
         Ok(())
@@ -808,7 +815,7 @@ impl Shared {
                 Some(buffer) => buffer,
                 None if state.pages_in_use < pages => {
                     state.pages_in_use += 1;
-                    Vec::with_capacity(page_size)
+                    BlockBuffer::with_capacity(page_size)
                 }
                 None => {
                     self.counters
@@ -830,6 +837,8 @@ impl Shared {
             },
             _ => state.free_buffers.pop().unwrap_or_default(),
         };
+        let mut buffer: BlockBuffer = buffer;
+        buffer.reset(offset);
         state.pending.push_back(Chunk {
             segment_base,
             offset,

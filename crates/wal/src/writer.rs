@@ -11,7 +11,7 @@ use std::time::Instant;
 use crate::config::Durability;
 use crate::log::{LogError, Shared};
 use crate::recovery;
-use crate::storage::StorageFile;
+use crate::storage::{StorageFile, BLOCK_BYTES};
 
 /// Spare buffers a `Sync` log keeps for reuse between batches.
 const SPARE_BUFFERS_MAX: usize = 4;
@@ -24,6 +24,12 @@ const PREALLOCATE_AHEAD_BYTES: u64 = 1024 * 1024;
 /// Zeros written per preallocation step.
 const PREALLOCATE_STEP_BYTES: usize = 1024 * 1024;
 
+/// One preallocation step of zeros, on a block boundary so it can be
+/// written past the page cache like the records.
+#[repr(C, align(4096))]
+struct Zeros([u8; PREALLOCATE_STEP_BYTES]);
+static ZEROS: Zeros = Zeros([0; PREALLOCATE_STEP_BYTES]);
+
 /// The I/O thread's view of the segment it appends to.
 struct Tail {
     base: u64,
@@ -32,18 +38,24 @@ struct Tail {
     /// Off after a preallocation failed (a nearly full disk): the log goes
     /// on without it, and real writes report the error.
     preallocate: bool,
+    /// Where the last record this thread wrote to the segment ends, and
+    /// the segment's bytes from the block boundary before that point up to
+    /// it: what the next write, which starts there, puts back in front of
+    /// its records. `None` until the first write (the prefix is then read
+    /// from the file).
+    written: Option<(u64, Vec<u8>)>,
 }
-
 impl Shared {
     pub(crate) fn run_io(self: Arc<Self>) {
         let mut tail = self.current_tail();
-        while let Some(batch) = self.next_batch() {
+        while let Some(mut batch) = self.next_batch() {
             if std::mem::take(&mut self.lock_state().tail_reset) {
-                // A reset replaced every segment: the old tail is gone.
-                tail = self.current_tail();
+                // A reset replaced every segment: the old tail is gone, and
+                // the batch starts the new one.
+                tail = self.tail_of(batch[0].segment_base);
             }
             let started = Instant::now();
-            match self.write_batch(&batch, &mut tail) {
+            match self.write_batch(&mut batch, &mut tail) {
                 Ok(()) => {
                     let last = batch.last().expect("a batch is never empty");
                     let end = last.offset + last.bytes.len() as u64;
@@ -72,24 +84,46 @@ impl Shared {
         }
     }
 
+    /// The segment writing goes on in: that of the oldest chunk not yet
+    /// written, or the last segment when none is pending (appends may have
+    /// opened later segments before this thread started).
     fn current_tail(&self) -> Tail {
-        let state = self.lock_state();
-        let segment = state.segments.last().expect("a disk log has a segment");
-        let allocated = segment
-            .file
-            .as_ref()
+        let base = {
+            let state = self.lock_state();
+            match state.pending.front() {
+                Some(chunk) => chunk.segment_base,
+                None => {
+                    state
+                        .segments
+                        .last()
+                        .expect("a disk log has a segment")
+                        .base
+                }
+            }
+        };
+        self.tail_of(base)
+    }
+
+    /// The tail as segment `base` stands on disk, before this thread wrote
+    /// to it.
+    fn tail_of(&self, base: u64) -> Tail {
+        let allocated = self
+            .segment_file(base)
             .and_then(|f| f.len().ok())
             .unwrap_or(0);
         Tail {
-            base: segment.base,
+            base,
             allocated,
             preallocate: true,
+            written: None,
         }
     }
 
     /// Extends the tail segment with zeros when its last record comes
     /// within `PREALLOCATE_AHEAD_BYTES` of the file's end. The zeros are
     /// made durable by the next batch's fdatasync; recovery cuts them off.
+    /// They start on the block boundary after the records (the records'
+    /// last block was padded with zeros when it was written).
     fn preallocate(&self, tail: &mut Tail, end: u64) {
         let limit = self.config.segment_bytes_max;
         if !tail.preallocate
@@ -101,10 +135,12 @@ impl Shared {
         let Some(file) = self.segment_file(tail.base) else {
             return;
         };
-        static ZEROS: [u8; PREALLOCATE_STEP_BYTES] = [0; PREALLOCATE_STEP_BYTES];
-        let from = tail.allocated.max(end);
+        let from = tail.allocated.max(end.next_multiple_of(BLOCK_BYTES as u64));
         let length = (PREALLOCATE_STEP_BYTES as u64).min(limit.saturating_sub(from)) as usize;
-        match file.write_at(&ZEROS[..length], from) {
+        if length == 0 {
+            return;
+        }
+        match file.write_blocks_at(&ZEROS.0[..length], from) {
             Ok(()) => tail.allocated = from + length as u64,
             Err(_) => {
                 // A short write may have grown the file before failing;
@@ -183,7 +219,12 @@ impl Shared {
                         .expect("log state lock poisoned")
                         .0
                 }
-                _ => self.work.wait(state).expect("log state lock poisoned"),
+                _ => {
+                    state.io_waiting = true;
+                    let mut woken = self.work.wait(state).expect("log state lock poisoned");
+                    woken.io_waiting = false;
+                    woken
+                }
             };
         }
     }
@@ -194,12 +235,23 @@ impl Shared {
         segment.file.clone()
     }
 
-    fn write_batch(&self, batch: &[crate::log::Chunk], tail: &mut Tail) -> Result<(), LogError> {
+    fn write_batch(
+        &self,
+        batch: &mut [crate::log::Chunk],
+        tail: &mut Tail,
+    ) -> Result<(), LogError> {
         let mut touched: Vec<(std::path::PathBuf, Arc<dyn StorageFile>)> = Vec::new();
         for chunk in batch {
             let path = crate::segment::segment_path(&self.folder, chunk.segment_base);
             let file = match self.segment_file(chunk.segment_base) {
-                Some(file) => file,
+                Some(file) if chunk.segment_base == tail.base => file,
+                Some(file) => {
+                    // A segment this thread did not open: the tail it knew
+                    // was taken before the appends that decide it.
+                    self.trim_tail(tail, &mut touched)?;
+                    *tail = self.tail_of(chunk.segment_base);
+                    file
+                }
                 None => {
                     // Everything written to earlier segments is made durable
                     // before a later segment gets any record, so recovery
@@ -231,11 +283,12 @@ impl Shared {
                         base: chunk.segment_base,
                         allocated: crate::segment::SEGMENT_HEADER_LEN as u64,
                         preallocate: tail.preallocate,
+                        written: None,
                     };
                     file
                 }
             };
-            file.write_at(&chunk.bytes, chunk.offset)
+            self.write_chunk(chunk, file.as_ref(), tail)
                 .map_err(|source| LogError::Io {
                     path: path.clone(),
                     source,
@@ -245,6 +298,54 @@ impl Shared {
             }
         }
         sync_all(&touched)
+    }
+
+    /// Writes one chunk as whole blocks: the bytes already in the file
+    /// from the block boundary before the chunk (the same bytes again, so
+    /// a torn write leaves them as they were), its records, and zeros to
+    /// the next boundary, which the preallocated tail holds anyway.
+    /// Only inside the zeros already in the file: a write that would grow
+    /// the file goes as an append of the records alone, as without blocks,
+    /// since a crash keeps an append's bytes in order while a write over
+    /// old bytes and past them may keep the part past them alone.
+    fn write_chunk(
+        &self,
+        chunk: &mut crate::log::Chunk,
+        file: &dyn StorageFile,
+        tail: &mut Tail,
+    ) -> std::io::Result<()> {
+        let block = BLOCK_BYTES as u64;
+        let start = chunk.offset - chunk.offset % block;
+        let end = chunk.offset + chunk.bytes.len() as u64;
+        let in_tail = chunk.segment_base == tail.base;
+        let fits = in_tail && end.next_multiple_of(block) <= tail.allocated;
+        let prefix = match tail.written.take() {
+            _ if !fits => None,
+            Some((written, prefix)) if written == chunk.offset => Some(prefix),
+            _ => {
+                // Read once after opening: the bytes before the chunk, if
+                // they can be read back (a storage that keeps nothing, as
+                // the buffering-only benchmark's, cannot).
+                let mut prefix = vec![0u8; (chunk.offset - start) as usize];
+                file.read_exact_at(&mut prefix, start).ok().map(|()| prefix)
+            }
+        };
+        let Some(mut prefix) = prefix else {
+            if in_tail {
+                tail.allocated = tail.allocated.max(end);
+            }
+            return file.write_at(chunk.bytes.records(), chunk.offset);
+        };
+        chunk.bytes.set_prefix(&prefix);
+        let blocks = chunk.bytes.blocks();
+        file.write_blocks_at(blocks, start)?;
+        // What the next write, which starts at `end`, puts back in front.
+        prefix.clear();
+        prefix.extend_from_slice(
+            &blocks[(end - end % block - start) as usize..(end - start) as usize],
+        );
+        tail.written = Some((end, prefix));
+        Ok(())
     }
 
     /// Writes the manifest naming `newest_segment` and the kept
@@ -284,9 +385,8 @@ impl Shared {
                 Durability::Paged { .. } => usize::MAX,
                 _ => SPARE_BUFFERS_MAX,
             };
-            for mut chunk in batch {
+            for chunk in batch {
                 if state.free_buffers.len() < keep {
-                    chunk.bytes.clear();
                     state.free_buffers.push(chunk.bytes);
                 }
             }

@@ -2,8 +2,6 @@
 //! frames carry these between processes; the simulator carries them as
 //! values. Messages carry no stream id: the caller routes by stream.
 
-use std::sync::Arc;
-
 use proto::{EventId, Record, RecordHeader};
 
 use super::protocol::HybridMode;
@@ -12,8 +10,9 @@ use crate::Rejection;
 /// A server's id in the cluster configuration.
 pub type ServerId = u32;
 
-/// Shared bytes: a message goes to several replicas without copies.
-pub type Bytes = Arc<Vec<u8>>;
+/// Shared bytes: a message goes to several replicas without copies, and a
+/// record received in a frame of many is a slice of that frame's bytes.
+pub use bytes::Bytes;
 
 /// A message as the client sent it: event id, low-water mark, content.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -69,7 +68,7 @@ impl Entry {
         record.encode(&mut bytes);
         Entry {
             header,
-            bytes: Arc::new(bytes),
+            bytes: Bytes::from(bytes),
         }
     }
 

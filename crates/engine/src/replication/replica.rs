@@ -816,6 +816,27 @@ impl Replica {
 
     /// A message from a client.
     pub fn on_client(&mut self, client: u128, msg: Msg, now: u64, out: &mut Vec<Effect>) {
+        self.on_clients(client, std::iter::once(msg), now, out);
+    }
+
+    /// Messages from one client, taken in one step: each is handled as
+    /// `on_client` would, and what they leave to send to the backups goes
+    /// out once, as one `Replicate` (and one `Bind`) for them all.
+    pub fn on_clients(
+        &mut self,
+        client: u128,
+        msgs: impl IntoIterator<Item = Msg>,
+        now: u64,
+        out: &mut Vec<Effect>,
+    ) {
+        for msg in msgs {
+            self.take_client(client, msg, now, out);
+        }
+        self.finish(out);
+    }
+
+    /// One client message, short of `finish`.
+    fn take_client(&mut self, client: u128, msg: Msg, now: u64, out: &mut Vec<Effect>) {
         if self.boundary(now, out) {
             self.finish(out);
         }
@@ -827,7 +848,6 @@ impl Replica {
         }
         if self.is_primary() && self.sender_recovering() {
             self.recovering_client(client, msg, out);
-            self.finish(out);
             return;
         }
         match msg {
@@ -892,7 +912,6 @@ impl Replica {
             // accepted from clients.
             _ => {}
         }
-        self.finish(out);
     }
 
     /// A message from another server.
@@ -2199,7 +2218,6 @@ fn stamped(client: u128, event: EventId, version: u64, epoch: u64, duplicate: bo
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
 
     use super::*;
 
@@ -2219,8 +2237,8 @@ mod tests {
                 sequence,
             },
             low_water: 1,
-            key: Arc::new(Vec::new()),
-            payload: Arc::new(vec![sequence as u8; 8]),
+            key: Bytes::new(),
+            payload: Bytes::from(vec![sequence as u8; 8]),
             resent: false,
         })
     }
@@ -2410,10 +2428,10 @@ mod tests {
             &mut out,
         );
         assert_eq!(backup.last_version(), 5);
-        let state = Arc::new(state);
+        let state = Bytes::from(state);
         let checkpoint = Msg::Checkpoint {
             through: 20,
-            state: Arc::clone(&state),
+            state: state.clone(),
         };
         // Only from the primary.
         out.clear();
@@ -2422,7 +2440,7 @@ mod tests {
         backup.on_peer(1, checkpoint.clone(), 6, &mut out);
         assert!(out.contains(&Effect::Install {
             through: 20,
-            state: Arc::clone(&state),
+            state: state.clone(),
         }));
         // A damaged state is refused and changes nothing.
         let mut damaged = state.to_vec();
@@ -2557,7 +2575,7 @@ mod tests {
         let mut producer = Producer::new(42, 1, protocol, placement(), ProducerSettings::default());
         let mut sent = Vec::new();
         for _ in 0..2 {
-            producer.send(Arc::new(Vec::new()), Arc::new(vec![7; 8]), 0, &mut sent);
+            producer.send(Bytes::new(), Bytes::from(vec![7; 8]), 0, &mut sent);
         }
         let mut primary = started_primary(protocol, settings);
         let mut out = Vec::new();

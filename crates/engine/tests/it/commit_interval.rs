@@ -2,10 +2,8 @@
 //! boundaries (multiples of T on the replica's clock), for the batch of
 //! versions taken in before the boundary, once the batch is durable.
 
-use std::sync::Arc;
-
 use engine::replication::{
-    Content, Effect, Entry, Msg, Node, Placement, Protocol, Replica, ReplicaSettings,
+    Bytes, Content, Effect, Entry, Msg, Node, Placement, Protocol, Replica, ReplicaSettings,
 };
 use proto::EventId;
 
@@ -34,8 +32,8 @@ fn write(sequence: u64) -> Msg {
             sequence,
         },
         low_water: 1,
-        key: Arc::new(Vec::new()),
-        payload: Arc::new(vec![sequence as u8; 8]),
+        key: Bytes::new(),
+        payload: Bytes::from(vec![sequence as u8; 8]),
         resent: false,
     })
 }

@@ -3,11 +3,9 @@
 //! client confirmed it (or the log synced it); a restarted primary takes
 //! its clients' copies back at their versions.
 
-use std::sync::Arc;
-
 use engine::replication::{
-    Content, Effect, Entry, Msg, Node, Placement, Producer, ProducerSettings, Protocol, Replica,
-    ReplicaSettings,
+    Bytes, Content, Effect, Entry, Msg, Node, Placement, Producer, ProducerSettings, Protocol,
+    Replica, ReplicaSettings,
 };
 use proto::EventId;
 
@@ -49,8 +47,8 @@ fn content(client: u128, sequence: u64) -> Content {
     Content {
         event: event(client, sequence),
         low_water: 1,
-        key: Arc::new(Vec::new()),
-        payload: Arc::new(vec![sequence as u8; 8]),
+        key: Bytes::new(),
+        payload: Bytes::from(vec![sequence as u8; 8]),
         resent: false,
     }
 }
@@ -339,7 +337,7 @@ fn a_producer_on_one_server_is_done_once_it_holds_the_version() {
     };
     let mut producer = Producer::new(CLIENT, 1, Protocol::OneHop, one_server(), settings);
     let mut out = Vec::new();
-    let event = producer.send(Arc::new(Vec::new()), Arc::new(vec![1; 10]), 0, &mut out);
+    let event = producer.send(Bytes::new(), Bytes::from(vec![1; 10]), 0, &mut out);
     out.clear();
     let stamp = Msg::Stamped {
         event,
@@ -374,8 +372,8 @@ fn a_producer_confirms_holds_until_the_checkpoint_and_resends_when_asked() {
     };
     let mut producer = Producer::new(CLIENT, 1, Protocol::OneHop, three_servers(), settings);
     let mut out = Vec::new();
-    let first = producer.send(Arc::new(Vec::new()), Arc::new(vec![1; 10]), 0, &mut out);
-    let second = producer.send(Arc::new(Vec::new()), Arc::new(vec![2; 10]), 0, &mut out);
+    let first = producer.send(Bytes::new(), Bytes::from(vec![1; 10]), 0, &mut out);
+    let second = producer.send(Bytes::new(), Bytes::from(vec![2; 10]), 0, &mut out);
     out.clear();
     for (event, version) in [(first, 1), (second, 2)] {
         producer.on_message(
