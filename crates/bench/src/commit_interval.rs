@@ -3,11 +3,14 @@
 //! intervals of 20 to 160 ms; response time; space overhead = bandwidth ×
 //! interval).
 //!
-//! A cluster of `--replicas` servers runs in this process on loopback
-//! (`LocalCluster`; one server by default). For each interval T one stream
-//! is created with `commit_interval_ms = T` and durability `sync`, and one
-//! publisher writes to it in two phases, as the seed measured throughput
-//! (TPC-C, saturated) and response time (WebStone) apart:
+//! A cluster of `--replicas` servers runs as a child process on loopback
+//! (`stamplog cluster`; one server by default), as a service runs apart
+//! from its clients: in one process the client's and the server's tasks
+//! would share one runtime's workers, and where the scheduler put them
+//! moved a run's throughput by half. For each interval T and each of the
+//! two phases a stream is created with `commit_interval_ms = T` and
+//! durability `sync`, and one publisher writes to it, as the seed measured
+//! throughput (TPC-C, saturated) and response time (WebStone) apart:
 //!
 //! 1. **Throughput**: `--messages` payloads as fast as the window allows
 //!    (`--window` in flight). Measured in the steady state, so neither the
@@ -35,39 +38,39 @@
 //!
 //! The space overhead is the seed's bandwidth × T (with the throughput
 //! phase's bandwidth): the payload bytes one interval's acks hold back. The
-//! experiment also samples the primary's acks held back (waiting for the
-//! log or a boundary) every millisecond in the latency phase and reports
-//! the peak, in messages and payload bytes.
+//! experiment also reports the most acks the primary held back at once
+//! (waiting for the log or a boundary) in the latency phase, in messages
+//! and payload bytes: the `pending_acks_peak` the primary keeps for the
+//! latency phase's stream.
 
-use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context};
 use clap::Parser;
-use client::{
-    Client, ClientConfig, PendingPublish, Protocol, Publisher, PublisherConfig, StreamOptions,
-};
+use client::{PendingPublish, Protocol, Publisher, PublisherConfig, StreamOptions};
 use indicatif::ProgressBar;
 use report::plot::{Chart, Series};
 use report::stats::Summary;
 use report::Table;
-use server::LocalCluster;
 use tokio::sync::mpsc;
 
 use crate::output::{self, Output, OutputArgs};
 use crate::progress;
-use crate::replication::parse_protocol;
+use crate::replication::{binary_or_self, parse_protocol, spawn_cluster, Cluster};
 use crate::units::{fixed, format_bytes, parse_bytes};
 
-/// How often the primary's held-back acks are sampled.
-const SAMPLE_EVERY: Duration = Duration::from_millis(1);
+/// Acks per progress bar update.
+const PROGRESS_STEP: usize = 1024;
 
 /// Options of `bench commit-interval`.
 #[derive(Parser, Debug, Clone)]
 #[command(name = "commit-interval")]
 pub struct CommitIntervalArgs {
+    /// The stamplog binary to run as the cluster (`<binary> cluster
+    /// --servers <replicas>`) [default: this program].
+    #[arg(long, value_name = "PATH")]
+    pub server_binary: Option<PathBuf>,
     /// Output commit intervals T in milliseconds, comma separated; the
     /// first is the baseline the others are compared with (0: ack at each
     /// group commit).
@@ -94,9 +97,12 @@ pub struct CommitIntervalArgs {
     /// Payload bytes of each message (units B, KB = 1000, KiB = 1024).
     #[arg(long, value_parser = parse_bytes, default_value = "1KB")]
     pub size: usize,
-    /// Messages in flight at most. It must hold what arrives in one
-    /// interval plus one group commit (rate × (T + commit time)), or the
-    /// publisher stalls on every boundary and throughput drops.
+    /// Messages in flight at most, up to 65,536 (what a server keeps per
+    /// session for deduplication). It must hold what arrives in one
+    /// interval plus one group commit and the time to take a boundary's
+    /// burst of acks (rate × (T + commit time + burst)), or the publisher
+    /// stalls on every boundary and throughput drops: at 270,000 msgs/s
+    /// one 160 ms interval is 43,000 messages.
     #[arg(long, default_value_t = 65_536)]
     pub window: usize,
     /// Servers in the cluster, and replicas of each stream (R).
@@ -186,13 +192,17 @@ pub fn run(args: CommitIntervalArgs) -> anyhow::Result<CommitIntervalFigures> {
         args.size <= 1024 * 1024,
         "sizes above 1 MiB exceed the server's message limit"
     );
+    let binary = binary_or_self(&args.server_binary)?;
     let data = args.output.data_folder("commit-interval")?;
     let runtime = output::runtime()?;
+    let process = spawn_cluster(&binary, usize::from(args.replicas), data.path())?;
+    let cluster = runtime.block_on(Cluster::connect(process))?;
     let total =
         ((args.messages + args.latency_messages) * args.intervals.len() * args.rounds) as u64;
     let bar = progress::bar(total, "interval", args.output.quiet);
-    let runs = runtime.block_on(measure(&args, data.path(), &bar))?;
+    let runs = runtime.block_on(measure(&args, &cluster, &bar))?;
     bar.finish_and_clear();
+    cluster.stop()?;
     let figures = CommitIntervalFigures {
         rows: rows_of(&runs, &args),
     };
@@ -220,17 +230,9 @@ struct Run {
 
 async fn measure(
     args: &CommitIntervalArgs,
-    folder: &Path,
+    cluster: &Cluster,
     bar: &ProgressBar,
 ) -> anyhow::Result<Vec<Run>> {
-    let count = usize::from(args.replicas);
-    let cluster = LocalCluster::start(count, folder, |_| {})
-        .await
-        .map_err(|problem| anyhow::anyhow!("cannot start a cluster of {count}: {problem}"))?;
-    let address = cluster.servers[0].address.to_string();
-    let client = Client::connect(ClientConfig::new(address))
-        .await
-        .context("cannot connect to the cluster")?;
     let mut runs: Vec<Run> = Vec::new();
     for round in 0..args.rounds {
         let mut order = args.intervals.clone();
@@ -242,39 +244,66 @@ async fn measure(
                 let first = runs.first()?;
                 Some(steady_rate(&first.saturated, args.warmup, first.interval_ms).0 / 2.0)
             });
-            runs.push(run_interval(&cluster, &client, args, interval_ms, rate, bar).await?);
+            runs.push(run_interval(cluster, args, interval_ms, rate, bar).await?);
         }
     }
-    drop(client);
-    cluster.stop().await;
     Ok(runs)
 }
 
 async fn run_interval(
-    cluster: &LocalCluster,
-    client: &Client,
+    cluster: &Cluster,
     args: &CommitIntervalArgs,
     interval_ms: u32,
     rate: Option<f64>,
     bar: &ProgressBar,
 ) -> anyhow::Result<Run> {
+    bar.set_message(format!("T = {interval_ms} ms, throughput"));
     let name = format!("commit-interval-{interval_ms}");
+    let (saturated, _) =
+        run_phase(cluster, args, &name, interval_ms, args.messages, None, bar).await?;
+    let offered_rate =
+        rate.unwrap_or_else(|| steady_rate(&saturated, args.warmup, interval_ms).0 / 2.0);
+    bar.set_message(format!(
+        "T = {interval_ms} ms, latency at {offered_rate:.0} msgs/s"
+    ));
+    let name = format!("commit-interval-{interval_ms}-latency");
+    let (paced, peak_held_acks) = run_phase(
+        cluster,
+        args,
+        &name,
+        interval_ms,
+        args.latency_messages,
+        Some(offered_rate),
+        bar,
+    )
+    .await?;
+    Ok(Run {
+        interval_ms,
+        saturated,
+        paced,
+        offered_rate,
+        peak_held_acks,
+    })
+}
+
+/// One phase on a stream of its own, created for it and deleted after:
+/// what it observed, and the most acks the primary held at once.
+async fn run_phase(
+    cluster: &Cluster,
+    args: &CommitIntervalArgs,
+    name: &str,
+    interval_ms: u32,
+    messages: usize,
+    rate: Option<f64>,
+    bar: &ProgressBar,
+) -> anyhow::Result<(Phase, usize)> {
     let options = StreamOptions {
         protocol: args.protocol,
         replicas: args.replicas,
         commit_interval_ms: interval_ms,
         ..StreamOptions::new(client::DurabilityConfig::Sync)
     };
-    let info = client
-        .create_stream_with_options(&name, &options)
-        .await
-        .with_context(|| format!("cannot create stream {name}"))?;
-    let stream = cluster
-        .servers
-        .iter()
-        .find(|server| server.id == info.primary)
-        .and_then(|server| server.state.stream_by_name(&name))
-        .with_context(|| format!("the primary does not hold stream {name}"))?;
+    let info = cluster.create_with(name, &options).await?;
     let publisher = Publisher::connect(
         &info,
         PublisherConfig {
@@ -287,61 +316,16 @@ async fn run_interval(
     )
     .await
     .with_context(|| format!("cannot connect a publisher to {name}"))?;
-    bar.set_message(format!("T = {interval_ms} ms, throughput"));
-    let saturated = stream_messages(&publisher, args, args.messages, None, bar).await?;
-    let offered_rate =
-        rate.unwrap_or_else(|| steady_rate(&saturated, args.warmup, interval_ms).0 / 2.0);
-    bar.set_message(format!(
-        "T = {interval_ms} ms, latency at {offered_rate:.0} msgs/s"
-    ));
-    let sampling = Arc::new(AtomicBool::new(true));
-    let peak = Arc::new(AtomicUsize::new(0));
-    let sampler = tokio::spawn(sample_held_acks(
-        Arc::clone(&stream),
-        Arc::clone(&sampling),
-        Arc::clone(&peak),
-    ));
-    let paced = stream_messages(
-        &publisher,
-        args,
-        args.latency_messages,
-        Some(offered_rate),
-        bar,
-    )
-    .await;
-    sampling.store(false, Ordering::Release);
-    sampler.await.context("the sampler panicked")?;
-    drop(stream);
+    let phase = stream_messages(&publisher, args, messages, rate, bar).await;
     drop(publisher);
-    let paced = paced?;
+    let replication = cluster.replication_status(info.primary, name).await?;
+    let peak = replication["pending_acks_peak"]
+        .as_u64()
+        .with_context(|| format!("the status of {name} lacks pending_acks_peak"))?;
     // The run's log is of no further use; deleting it keeps the disk from
     // filling over many runs.
-    client
-        .delete_stream(&name)
-        .await
-        .with_context(|| format!("cannot delete stream {name}"))?;
-    Ok(Run {
-        interval_ms,
-        saturated,
-        paced,
-        offered_rate,
-        peak_held_acks: peak.load(Ordering::Acquire),
-    })
-}
-
-/// The largest number of acks the primary held back at once.
-async fn sample_held_acks(
-    stream: Arc<server::Stream>,
-    sampling: Arc<AtomicBool>,
-    peak: Arc<AtomicUsize>,
-) {
-    let mut ticker = tokio::time::interval(SAMPLE_EVERY);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    while sampling.load(Ordering::Acquire) {
-        ticker.tick().await;
-        let held = stream.pending_acks();
-        peak.fetch_max(held, Ordering::AcqRel);
-    }
+    cluster.delete(&info).await?;
+    Ok((phase?, peak as usize))
 }
 
 /// Publishes `messages` payloads with up to `--window` in flight, as fast
@@ -401,8 +385,13 @@ async fn collect_acks(
     while let Some(pending) = receiver.recv().await {
         pending.await.context("a message was not acknowledged")?;
         acked.push(Instant::now());
-        bar.inc(1);
+        // The bar moves in steps: one update per message would add its
+        // cost to every measured latency.
+        if acked.len() % PROGRESS_STEP == 0 {
+            bar.inc(PROGRESS_STEP as u64);
+        }
     }
+    bar.inc((acked.len() % PROGRESS_STEP) as u64);
     Ok(acked)
 }
 

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, ensure, Context};
 use client::{
     Client, ClientConfig, ClientError, DurabilityConfig, ErrorCode, PendingPublish, Protocol,
-    Publisher, StreamInfo,
+    Publisher, StreamInfo, StreamOptions,
 };
 use indicatif::ProgressBar;
 use tokio::sync::mpsc;
@@ -146,6 +146,34 @@ impl Cluster {
             })
     }
 
+    /// Creates a stream with `options` through the first server.
+    pub async fn create_with(
+        &self,
+        name: &str,
+        options: &StreamOptions,
+    ) -> anyhow::Result<StreamInfo> {
+        let (_, first) = &self.admins[0];
+        first
+            .create_stream_with_options(name, options)
+            .await
+            .with_context(|| format!("cannot create stream {name}"))
+    }
+
+    /// The replication part of stream `name`'s entry in server `server`'s
+    /// status (its replica's state and counters).
+    pub async fn replication_status(
+        &self,
+        server: u32,
+        name: &str,
+    ) -> anyhow::Result<serde_json::Value> {
+        let status = self
+            .admin(server)?
+            .status()
+            .await
+            .with_context(|| format!("cannot read the status of server {server}"))?;
+        Ok(stream_entry(&status, server, name)?["replication"].take())
+    }
+
     /// Creates a stream named `<prefix>-<n>` whose primary is `primary`.
     ///
     /// The cluster places a stream by the hash of its name, so this tries
@@ -248,13 +276,19 @@ async fn connect_admin(address: SocketAddr) -> anyhow::Result<Client> {
 }
 
 /// Reads one stream's `log` counters out of a server's status document.
-fn replica_log(status: &str, server: u32, stream: &str) -> anyhow::Result<ReplicaLog> {
+/// The entry of `stream` in server `server`'s status document.
+fn stream_entry(status: &str, server: u32, stream: &str) -> anyhow::Result<serde_json::Value> {
     let document: serde_json::Value = serde_json::from_str(status)
         .with_context(|| format!("server {server} sent a status that is not JSON"))?;
-    let entry = document["streams"]
+    document["streams"]
         .as_array()
         .and_then(|streams| streams.iter().find(|s| s["name"] == stream))
-        .with_context(|| format!("server {server} has no stream {stream} in its status"))?;
+        .cloned()
+        .with_context(|| format!("server {server} has no stream {stream} in its status"))
+}
+
+fn replica_log(status: &str, server: u32, stream: &str) -> anyhow::Result<ReplicaLog> {
+    let entry = stream_entry(status, server, stream)?;
     let log = &entry["log"];
     let field = |name: &str| -> anyhow::Result<u64> {
         log[name]

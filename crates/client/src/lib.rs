@@ -66,7 +66,7 @@ use tokio::sync::{mpsc, oneshot, Semaphore};
 
 pub use engine::replication::{HybridMode, Protocol};
 pub use producer::{Ack, PendingAck, Producer};
-pub use publisher::{PendingPublish, Published, Publisher, PublisherConfig};
+pub use publisher::{PendingPublish, Published, Publisher, PublisherConfig, PUBLISHER_WINDOW_MAX};
 pub use subscription::{ReceivedRecord, Subscription};
 
 /// What a stream of a cluster does while its requirement is not met.
@@ -168,6 +168,8 @@ pub enum ClientError {
     Closed,
     #[error("unexpected answer from the server: {0}")]
     Protocol(String),
+    #[error("invalid configuration: {0}")]
+    Config(String),
 }
 
 pub(crate) struct Inner {

@@ -55,10 +55,18 @@ pub struct Published {
     pub acks: Vec<(ServerId, u64)>,
 }
 
+/// The largest window a publisher takes: a server keeps the versions of at
+/// most this many unanswered messages of one session for deduplication
+/// (`engine::DedupeLimits`). With more in flight, a message refused for a
+/// full table could find it full at every retry, filled by the messages
+/// sent after it, while the low-water mark that would empty it waits for
+/// that very message.
+pub const PUBLISHER_WINDOW_MAX: usize = 1 << 16;
+
 /// Settings of a publisher.
 #[derive(Clone, Debug)]
 pub struct PublisherConfig {
-    /// Messages in flight at most.
+    /// Messages in flight at most, 1 to [`PUBLISHER_WINDOW_MAX`].
     pub window: usize,
     /// A message not done after this long is sent again.
     pub retry: Duration,
@@ -155,6 +163,12 @@ impl Publisher {
         if info.replicas.is_empty() {
             return Err(ClientError::Protocol("the stream has no replicas".into()));
         }
+        if !(1..=PUBLISHER_WINDOW_MAX).contains(&config.window) {
+            return Err(ClientError::Config(format!(
+                "a window of {} messages: it must be 1 to {PUBLISHER_WINDOW_MAX}, the unanswered messages of one session a server keeps for deduplication",
+                config.window
+            )));
+        }
         let placement = Placement {
             replicas: info.replicas.iter().map(|r| r.id).collect(),
             primary: info.primary,
@@ -231,6 +245,7 @@ impl Publisher {
             refusals,
             held: Arc::clone(&held),
             held_bytes_max: config.held_bytes_max,
+            completed: Vec::new(),
         };
         tokio::spawn(task.run(command_receiver, incoming_receiver, infos_receiver));
         Ok(Publisher {
@@ -332,6 +347,8 @@ struct Task {
     refusals: Refusals,
     held: Arc<Held>,
     held_bytes_max: usize,
+    /// The producer's completions being answered; kept between calls.
+    completed: Vec<Completion>,
 }
 
 /// The server's words for messages refused for good, by sequence, so the
@@ -550,13 +567,15 @@ impl Task {
         if self.producer.protocol() == Protocol::Hybrid {
             self.mode.store(mode, std::sync::atomic::Ordering::Relaxed);
         }
-        let completed = self.producer.take_completed();
+        let mut completed = std::mem::take(&mut self.completed);
+        self.producer.drain_completed(&mut completed);
         if completed.is_empty() {
+            self.completed = completed;
             return;
         }
         // One release of the window for the lot, not one per message.
         self.window.add_permits(completed.len());
-        for Completion { event, outcome } in completed {
+        for Completion { event, outcome } in completed.drain(..) {
             let Some(reply) = self.waiting.remove(&event.sequence) else {
                 continue;
             };
@@ -582,6 +601,8 @@ impl Task {
             };
             let _ = reply.send(result);
         }
+        // Kept, with its room, for the next burst.
+        self.completed = completed;
     }
 }
 
@@ -778,10 +799,14 @@ async fn run_refresher(
     }
 }
 
-/// Bytes of answers one read takes (about 700 acks): a burst of acks (an
-/// output commit boundary releasing thousands) reaches the producer, and
-/// the callers, in pieces of this size rather than all at once.
+/// Bytes of answers one read takes.
 const ANSWER_READ_BYTES: usize = 32 * 1024;
+
+/// Answers handed to the publisher's task at once: a burst of acks (an
+/// output commit boundary releasing thousands, which a server sends as a
+/// few runs of a frame each) reaches the producer, and the callers, in
+/// pieces of this many rather than all at once.
+const ANSWER_PIECE_MAX: usize = 512;
 
 /// Keeps one connection to one replica: writes what the producer sends,
 /// reads answers and hands them over in batches, reconnects when broken.
@@ -889,8 +914,15 @@ async fn run_link(
                             Err(_) => break,
                         }
                     }
-                    if !answers.is_empty() && incoming.send(answers).await.is_err() {
-                        return;
+                    let mut answers = answers.into_iter();
+                    loop {
+                        let piece: Vec<_> = answers.by_ref().take(ANSWER_PIECE_MAX).collect();
+                        if piece.is_empty() {
+                            break;
+                        }
+                        if incoming.send(piece).await.is_err() {
+                            return;
+                        }
                     }
                 }
             }

@@ -561,6 +561,7 @@ impl Stream {
             "awaiting_confirmation": replica.awaiting_confirmation(),
             "commit_interval_ms": replica.commit_interval_ms(),
             "pending_acks": replica.pending_acks(),
+            "pending_acks_peak": metrics.pending_acks_peak,
         })
     }
 

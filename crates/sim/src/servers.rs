@@ -846,6 +846,7 @@ fn add_metrics(a: ReplicaMetrics, b: ReplicaMetrics) -> ReplicaMetrics {
         gap_requests: a.gap_requests + b.gap_requests,
         overflow_drops: a.overflow_drops + b.overflow_drops,
         resent_placed: a.resent_placed + b.resent_placed,
+        pending_acks_peak: a.pending_acks_peak.max(b.pending_acks_peak),
     }
 }
 

@@ -23,6 +23,11 @@ const SPARE_BUFFERS_MAX: usize = 4;
 const PREALLOCATE_AHEAD_BYTES: u64 = 1024 * 1024;
 /// Zeros written per preallocation step.
 const PREALLOCATE_STEP_BYTES: usize = 1024 * 1024;
+/// The most the tail is kept ahead of its last record: batches larger than
+/// `PREALLOCATE_AHEAD_BYTES` (many messages in flight) raise the distance
+/// to twice the largest batch seen, up to this, so that a batch still
+/// lands inside zeros and is written past the page cache.
+const PREALLOCATE_AHEAD_MAX_BYTES: u64 = 16 * 1024 * 1024;
 
 /// One preallocation step of zeros, on a block boundary so it can be
 /// written past the page cache like the records.
@@ -48,6 +53,7 @@ struct Tail {
 impl Shared {
     pub(crate) fn run_io(self: Arc<Self>) {
         let mut tail = self.current_tail();
+        let mut ahead = PREALLOCATE_AHEAD_BYTES;
         while let Some(mut batch) = self.next_batch() {
             if std::mem::take(&mut self.lock_state().tail_reset) {
                 // A reset replaced every segment: the old tail is gone, and
@@ -60,9 +66,13 @@ impl Shared {
                     let last = batch.last().expect("a batch is never empty");
                     let end = last.offset + last.bytes.len() as u64;
                     let in_tail = last.segment_base == tail.base;
+                    let bytes: u64 = batch.iter().map(|c| c.bytes.len() as u64).sum();
+                    ahead = ahead
+                        .max((2 * bytes).next_multiple_of(PREALLOCATE_STEP_BYTES as u64))
+                        .min(PREALLOCATE_AHEAD_MAX_BYTES);
                     self.complete(batch, started);
                     if in_tail {
-                        self.preallocate(&mut tail, end);
+                        self.preallocate(&mut tail, end, ahead);
                     }
                 }
                 Err(error) => {
@@ -119,34 +129,34 @@ impl Shared {
         }
     }
 
-    /// Extends the tail segment with zeros when its last record comes
-    /// within `PREALLOCATE_AHEAD_BYTES` of the file's end. The zeros are
-    /// made durable by the next batch's fdatasync; recovery cuts them off.
-    /// They start on the block boundary after the records (the records'
-    /// last block was padded with zeros when it was written).
-    fn preallocate(&self, tail: &mut Tail, end: u64) {
+    /// Extends the tail segment with zeros, a step at a time, until it
+    /// reaches `ahead` bytes past its last record (or the segment's
+    /// limit). The zeros are made durable by the next batch's fdatasync;
+    /// recovery cuts them off. They start on the block boundary after the
+    /// records (the records' last block was padded with zeros when it was
+    /// written).
+    fn preallocate(&self, tail: &mut Tail, end: u64, ahead: u64) {
         let limit = self.config.segment_bytes_max;
-        if !tail.preallocate
-            || tail.allocated >= end + PREALLOCATE_AHEAD_BYTES
-            || tail.allocated >= limit
-        {
+        if !tail.preallocate || tail.allocated >= end + ahead || tail.allocated >= limit {
             return;
         }
         let Some(file) = self.segment_file(tail.base) else {
             return;
         };
-        let from = tail.allocated.max(end.next_multiple_of(BLOCK_BYTES as u64));
-        let length = (PREALLOCATE_STEP_BYTES as u64).min(limit.saturating_sub(from)) as usize;
-        if length == 0 {
-            return;
-        }
-        match file.write_blocks_at(&ZEROS.0[..length], from) {
-            Ok(()) => tail.allocated = from + length as u64,
-            Err(_) => {
-                // A short write may have grown the file before failing;
-                // remember its real length so a rollover still trims it.
-                tail.allocated = file.len().unwrap_or(from + length as u64);
-                tail.preallocate = false;
+        while tail.preallocate && tail.allocated < (end + ahead).min(limit) {
+            let from = tail.allocated.max(end.next_multiple_of(BLOCK_BYTES as u64));
+            let length = (PREALLOCATE_STEP_BYTES as u64).min(limit.saturating_sub(from)) as usize;
+            if length == 0 {
+                return;
+            }
+            match file.write_blocks_at(&ZEROS.0[..length], from) {
+                Ok(()) => tail.allocated = from + length as u64,
+                Err(_) => {
+                    // A short write may have grown the file before failing;
+                    // remember its real length so a rollover still trims it.
+                    tail.allocated = file.len().unwrap_or(from + length as u64);
+                    tail.preallocate = false;
+                }
             }
         }
     }

@@ -98,6 +98,10 @@ pub struct Producer {
     settings: ProducerSettings,
     next_sequence: u64,
     pending: BTreeMap<u64, Pending>,
+    /// No pending message is due for a resend before this time: `on_tick`
+    /// scans the pending messages only from then on, not at every tick (a
+    /// window of 65,536 scanned every 10 ms cost more than the messages).
+    resend_scan_at: u64,
     mode: HybridMode,
     completed: Vec<Completion>,
     /// Sender-based logging: done messages by version, until the
@@ -123,6 +127,7 @@ impl Producer {
             settings,
             next_sequence: 1,
             pending: BTreeMap::new(),
+            resend_scan_at: 0,
             completed: Vec::new(),
             held: BTreeMap::new(),
             held_bytes: 0,
@@ -213,6 +218,13 @@ impl Producer {
     /// Messages done since the last call.
     pub fn take_completed(&mut self) -> Vec<Completion> {
         std::mem::take(&mut self.completed)
+    }
+
+    /// Moves the messages done since the last call onto `into`, keeping
+    /// this producer's list (and its room) for the next ones: a caller
+    /// that empties `into` each time allocates nothing per burst of acks.
+    pub fn drain_completed(&mut self, into: &mut Vec<Completion>) {
+        into.append(&mut self.completed);
     }
 
     /// Sends a new message; returns its event id.
@@ -397,6 +409,9 @@ impl Producer {
 
     /// Resends every message not done within the retry time.
     pub fn on_tick(&mut self, now: u64, out: &mut Vec<(Node, Msg)>) {
+        if now < self.resend_scan_at {
+            return;
+        }
         let retry = self.settings.retry_ms;
         let due: Vec<u64> = self
             .pending
@@ -410,6 +425,11 @@ impl Producer {
             let pending = &self.pending[&sequence];
             self.dispatch(pending, true, out);
         }
+        // Every `sent_at` is set to the time of its send, so the oldest one
+        // never moves back: nothing is due before the oldest one plus the
+        // retry time, and the ticks until then need not look.
+        let oldest = self.pending.values().map(|p| p.sent_at).min();
+        self.resend_scan_at = oldest.unwrap_or(now).saturating_add(retry);
     }
 
     /// A message is done at `version`: with sender-based logging, its copy

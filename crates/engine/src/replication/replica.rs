@@ -165,6 +165,10 @@ pub struct ReplicaMetrics {
     /// Sender-based logging: messages a restarted primary put back at the
     /// versions their clients held.
     pub resent_placed: u64,
+    /// The most acks this replica has held at once (waiting for its log,
+    /// the other replicas or an output commit boundary), as seen at the
+    /// end of each step.
+    pub pending_acks_peak: u64,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -2134,6 +2138,8 @@ impl Replica {
 
     /// Sends the batched records and bindings, and the new visible point.
     fn finish(&mut self, out: &mut Vec<Effect>) {
+        let held = self.pending_acks() as u64;
+        self.metrics.pending_acks_peak = self.metrics.pending_acks_peak.max(held);
         let entries = if !self.has_backups() {
             // No replica to send to (a replica set that shrank to this one
             // may leave some behind).

@@ -203,3 +203,38 @@ async fn every_protocol_replicates_one_version_on_every_replica() {
     // Flushes the logs, then judges again from the files.
     cluster.stop().await;
 }
+
+/// A window past what a server keeps per session for deduplication is
+/// refused up front (it could deadlock); the largest one works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publisher_window_past_the_dedupe_bound_is_refused_and_the_bound_itself_works() {
+    let folder = tempfile::tempdir().unwrap();
+    let cluster = LocalCluster::start(1, folder.path(), |_| {}).await.unwrap();
+    let client = Client::connect(ClientConfig::new(cluster.address(1).to_string()))
+        .await
+        .unwrap();
+    let info = client
+        .create_stream("window", DurabilityConfig::Sync)
+        .await
+        .unwrap();
+    let config = |window| PublisherConfig {
+        window,
+        ..PublisherConfig::default()
+    };
+    for window in [0, client::PUBLISHER_WINDOW_MAX + 1] {
+        match Publisher::connect(&info, config(window)).await {
+            Err(client::ClientError::Config(message)) => {
+                assert!(message.contains("65536"), "{message}")
+            }
+            Err(other) => panic!("window {window}: {other}"),
+            Ok(_) => panic!("window {window} was taken"),
+        }
+    }
+    let publisher = Publisher::connect(&info, config(client::PUBLISHER_WINDOW_MAX))
+        .await
+        .unwrap();
+    let published = publisher.send(b"", b"one").await.unwrap();
+    assert_eq!(published.version, 1);
+    drop(publisher);
+    cluster.stop().await;
+}
