@@ -15,9 +15,20 @@
 //! knows for the stream's placement every [`REFRESH_INTERVAL`]; a newer
 //! epoch moves every message not done to the new primary at once, with
 //! the same event ids.
+//!
+//! Who does what: the producer and everything it decides sit in one
+//! [`Core`] behind a lock. A caller's `submit` runs the producer and
+//! encodes the frames straight into each server's [`Outbox`]; each link
+//! task writes its outbox to its socket and feeds the answers it reads to
+//! the producer itself; a background task ticks the resends and follows
+//! the placement. So a message crosses no task of the publisher's own on
+//! its way out, nor an ack on its way back: the handoffs between tasks
+//! cost more than the producer's work, and every one is a thread wake-up
+//! when the workers are idle.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use engine::replication::{
@@ -26,7 +37,7 @@ use engine::replication::{
 };
 use proto::{ErrorCode, EventId, Frame, StreamInfo};
 use tokio::io::AsyncWriteExt;
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::{mpsc, oneshot, watch, Notify, Semaphore};
 
 use crate::driver;
 use crate::{ClientConfig, ClientError};
@@ -34,8 +45,22 @@ use crate::{ClientConfig, ClientError};
 /// How often a publisher that suspects a failover asks for the placement.
 pub const REFRESH_INTERVAL: Duration = Duration::from_millis(100);
 
-/// Which replica links are up, by server.
-type LinkStates = Arc<Mutex<HashMap<ServerId, bool>>>;
+/// How often the background task ticks the producer (resends).
+const TICK: Duration = Duration::from_millis(10);
+
+/// Bytes waiting for one server at most: past this (a server that stopped
+/// reading) further frames are dropped, and the resend timer sends the
+/// messages again.
+const OUTBOX_BYTES_MAX: usize = 64 * 1024 * 1024;
+
+/// Bytes of answers one read takes.
+const ANSWER_READ_BYTES: usize = 32 * 1024;
+
+/// Answers taken under one hold of the lock: a burst of acks (an output
+/// commit boundary releasing thousands, which a server sends as a few runs
+/// of a frame each) reaches the callers in pieces of this many rather
+/// than all at once, and the lock is never held for long.
+const ANSWER_PIECE_MAX: usize = 128;
 
 /// What a replicated send returns once its protocol's ack rule is met.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -93,42 +118,128 @@ impl Default for PublisherConfig {
     }
 }
 
-enum Command {
-    Send {
-        /// The event id the handle predicted (the task's producer gives
-        /// sequences in the order commands arrive).
-        event: EventId,
-        key: Vec<u8>,
-        payload: Vec<u8>,
-        reply: oneshot::Sender<Result<Published, ClientError>>,
-    },
-}
-
-/// The handle's side of the command queue: the next sequence and the
-/// sender, under one lock so sequences enter the queue in order.
-struct Queue {
-    next_sequence: u64,
-    commands: mpsc::UnboundedSender<Command>,
-}
-
-/// A replicated producer of one stream. Cheap to share behind an `Arc`;
-/// dropping it stops its tasks (messages in flight are abandoned).
+/// A replicated producer of one stream. Cheap to share behind an `Arc`.
+/// Dropping it lets its tasks end once every message sent is done.
 pub struct Publisher {
-    queue: std::sync::Mutex<Queue>,
-    session: u64,
-    window: Arc<Semaphore>,
-    client_id: u128,
+    shared: Arc<Shared>,
     protocol: Protocol,
-    mode: Arc<std::sync::atomic::AtomicU8>,
-    held: Arc<Held>,
 }
 
-/// Sender-based logging: the done messages the task keeps until the
-/// primary's checkpoint covers them, and their bytes.
+/// What the callers, the links and the background task share.
+struct Shared {
+    stream: u64,
+    client_id: u128,
+    core: Mutex<Core>,
+    /// Messages in flight: a send takes a permit, a done message returns it.
+    window: Semaphore,
+    /// Sender-based logging: woken when the copies kept for the primary's
+    /// checkpoint shrink, for sends waiting for room.
+    held_room: Notify,
+    held_bytes_max: usize,
+    /// A `hybrid` stream's mode as the primary last reported it (0: none).
+    mode: AtomicU8,
+    held: Held,
+    /// The server's words for messages refused for good, by sequence, so
+    /// the caller's error says what the server said.
+    refusals: Mutex<HashMap<u64, String>>,
+    /// Which links are up, by server.
+    link_states: Mutex<HashMap<ServerId, bool>>,
+    /// The publisher was dropped: the tasks end once nothing waits.
+    closed: AtomicBool,
+}
+
+/// The producer and what it decided, under the publisher's lock.
+struct Core {
+    producer: Producer,
+    /// Each server's bytes to write.
+    outboxes: HashMap<ServerId, Arc<Outbox>>,
+    replies: Replies,
+    /// The producer's completions being answered; kept between calls.
+    completed: Vec<Completion>,
+    /// What a step sends; kept between calls.
+    out: Vec<(Node, Msg)>,
+    started: Instant,
+    /// A failover may be under way: ask for the placement.
+    suspect: bool,
+    refreshed_at: Option<Instant>,
+}
+
+/// Sender-based logging: the done messages kept until the primary's
+/// checkpoint covers them, and their bytes.
 #[derive(Default)]
 struct Held {
-    messages: std::sync::atomic::AtomicUsize,
-    bytes: std::sync::atomic::AtomicUsize,
+    messages: AtomicUsize,
+    bytes: AtomicUsize,
+}
+
+type Reply = oneshot::Sender<Result<Published, ClientError>>;
+
+/// The callers waiting for their messages, by sequence. Sequences are
+/// handed out densely and in order, so a queue from the oldest one waiting
+/// holds them without hashing.
+#[derive(Default)]
+struct Replies {
+    first: u64,
+    slots: VecDeque<Option<Reply>>,
+}
+
+impl Replies {
+    fn insert(&mut self, sequence: u64, reply: Reply) {
+        if self.slots.is_empty() {
+            self.first = sequence;
+        }
+        assert_eq!(
+            sequence,
+            self.first + self.slots.len() as u64,
+            "a producer hands out sequences densely, in order"
+        );
+        self.slots.push_back(Some(reply));
+    }
+
+    fn remove(&mut self, sequence: u64) -> Option<Reply> {
+        let index = usize::try_from(sequence.checked_sub(self.first)?).ok()?;
+        let reply = self.slots.get_mut(index)?.take();
+        while matches!(self.slots.front(), Some(None)) {
+            self.slots.pop_front();
+            self.first += 1;
+        }
+        reply
+    }
+
+    fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+}
+
+/// The bytes waiting to be written to one server, and the wake-up of the
+/// link that writes them.
+#[derive(Default)]
+struct Outbox {
+    bytes: Mutex<Vec<u8>>,
+    ready: Notify,
+}
+
+impl Outbox {
+    /// Appends what `encode` writes, unless `OUTBOX_BYTES_MAX` bytes wait
+    /// already (the frame is then dropped: the resend timer covers it).
+    fn push(&self, encode: impl FnOnce(&mut Vec<u8>)) {
+        let mut bytes = self.bytes.lock().expect("outbox lock");
+        if bytes.len() >= OUTBOX_BYTES_MAX {
+            return;
+        }
+        let was_empty = bytes.is_empty();
+        encode(&mut bytes);
+        drop(bytes);
+        if was_empty {
+            self.ready.notify_one();
+        }
+    }
+
+    /// Swaps what waits into `into` (emptied first).
+    fn take(&self, into: &mut Vec<u8>) {
+        into.clear();
+        std::mem::swap(into, &mut self.bytes.lock().expect("outbox lock"));
+    }
 }
 
 /// A message sent and not yet done.
@@ -175,28 +286,61 @@ impl Publisher {
             epoch: info.epoch,
         };
         let client_id = config.client_id.unwrap_or_else(proto::random_u128);
-        let (incoming, incoming_receiver) = mpsc::channel(1024);
-        let refusals: Refusals = Arc::default();
-        let link_states: LinkStates = Arc::default();
-        let mut links = HashMap::new();
+        let mut first_connections = Vec::new();
         for replica in &info.replicas {
             let mut link_config = ClientConfig::new(replica.address.clone());
             link_config.connect_timeout = config.connect_timeout;
             // The first connection must succeed: a wrong address is an
             // error now, not an endless retry.
             let connection = driver::connect(&link_config, client_id).await?;
-            let (outgoing, outgoing_receiver) = mpsc::channel(config.window.max(1) * 2 + 64);
+            first_connections.push((replica.id, link_config, connection));
+        }
+        let producer = Producer::new(
+            client_id,
+            config.session,
+            protocol,
+            placement,
+            ProducerSettings {
+                retry_ms: config.retry.as_millis() as u64,
+                sender_logging: matches!(info.durability, proto::DurabilityConfig::Sender { .. }),
+            },
+        );
+        let outboxes: HashMap<ServerId, Arc<Outbox>> = first_connections
+            .iter()
+            .map(|(id, _, _)| (*id, Arc::default()))
+            .collect();
+        let shared = Arc::new(Shared {
+            stream: info.id,
+            client_id,
+            core: Mutex::new(Core {
+                producer,
+                outboxes: outboxes.clone(),
+                replies: Replies::default(),
+                completed: Vec::new(),
+                out: Vec::new(),
+                started: Instant::now(),
+                suspect: false,
+                refreshed_at: None,
+            }),
+            window: Semaphore::new(config.window),
+            held_room: Notify::new(),
+            held_bytes_max: config.held_bytes_max,
+            mode: AtomicU8::new(0),
+            held: Held::default(),
+            refusals: Mutex::default(),
+            link_states: Mutex::default(),
+            closed: AtomicBool::new(false),
+        });
+        let (stop, stopped) = watch::channel(false);
+        for (id, link_config, connection) in first_connections {
             tokio::spawn(run_link(
-                replica.id,
+                id,
                 link_config,
-                (client_id, info.id),
+                Arc::clone(&shared),
                 Some(connection),
-                outgoing_receiver,
-                incoming.clone(),
-                Arc::clone(&refusals),
-                Arc::clone(&link_states),
+                Arc::clone(&outboxes[&id]),
+                stopped.clone(),
             ));
-            links.insert(replica.id, outgoing);
         }
         let addresses: Arc<Mutex<Vec<String>>> = Arc::new(Mutex::new(
             info.replicas.iter().map(|r| r.address.clone()).collect(),
@@ -210,71 +354,29 @@ impl Publisher {
             refresh_receiver,
             infos,
         ));
-        let producer = Producer::new(
-            client_id,
-            config.session,
-            protocol,
-            placement,
-            ProducerSettings {
-                retry_ms: config.retry.as_millis() as u64,
-                sender_logging: matches!(info.durability, proto::DurabilityConfig::Sender { .. }),
-            },
-        );
-        // Unbounded in type only: the window's permits bound it.
-        let (commands, command_receiver) = mpsc::unbounded_channel();
-        let window = Arc::new(Semaphore::new(config.window.max(1)));
-        let mode = Arc::new(std::sync::atomic::AtomicU8::new(0));
-        let held = Arc::new(Held::default());
-        let task = Task {
-            stream: info.id,
-            producer,
-            links,
-            incoming: incoming.clone(),
-            link_states,
+        let background = Background {
+            shared: Arc::clone(&shared),
             addresses,
             refresh,
-            suspect: false,
-            refreshed_at: None,
-            window_size: config.window.max(1),
             connect_timeout: config.connect_timeout,
-            client_id,
-            waiting: HashMap::new(),
-            window: Arc::clone(&window),
-            started: Instant::now(),
-            mode: Arc::clone(&mode),
-            refusals,
-            held: Arc::clone(&held),
-            held_bytes_max: config.held_bytes_max,
-            completed: Vec::new(),
+            stop,
         };
-        tokio::spawn(task.run(command_receiver, incoming_receiver, infos_receiver));
-        Ok(Publisher {
-            queue: std::sync::Mutex::new(Queue {
-                next_sequence: 1,
-                commands,
-            }),
-            session: config.session,
-            window,
-            client_id,
-            protocol,
-            mode,
-            held,
-        })
+        tokio::spawn(background.run(infos_receiver));
+        Ok(Publisher { shared, protocol })
     }
 
     /// Sender-based logging (durability `sender`): the messages this
     /// publisher still keeps after they were acknowledged, until the
     /// primary's checkpoint covers them, and their key and payload bytes.
     pub fn held(&self) -> (usize, usize) {
-        use std::sync::atomic::Ordering::Relaxed;
         (
-            self.held.messages.load(Relaxed),
-            self.held.bytes.load(Relaxed),
+            self.shared.held.messages.load(Ordering::Relaxed),
+            self.shared.held.bytes.load(Ordering::Relaxed),
         )
     }
 
     pub fn client_id(&self) -> u128 {
-        self.client_id
+        self.shared.client_id
     }
 
     pub fn protocol(&self) -> Protocol {
@@ -283,7 +385,7 @@ impl Publisher {
 
     /// A `hybrid` stream's current mode as the primary last reported it.
     pub fn hybrid_mode(&self) -> Option<HybridMode> {
-        match self.mode.load(std::sync::atomic::Ordering::Relaxed) {
+        match self.shared.mode.load(Ordering::Relaxed) {
             1 => Some(HybridMode::ServerSync),
             2 => Some(HybridMode::ClientAsync),
             _ => None,
@@ -298,285 +400,97 @@ impl Publisher {
     /// Sends one message once the window has room; the returned future
     /// resolves when the message is done.
     pub async fn submit(&self, key: &[u8], payload: &[u8]) -> Result<PendingPublish, ClientError> {
-        let permit = Arc::clone(&self.window)
-            .acquire_owned()
+        let shared = &self.shared;
+        shared
+            .window
+            .acquire()
             .await
-            .map_err(|_| ClientError::Closed)?;
-        permit.forget();
+            .map_err(|_| ClientError::Closed)?
+            .forget();
         let (reply, answer) = oneshot::channel();
-        let mut queue = self.queue.lock().expect("publisher lock");
-        let event = EventId {
-            client: self.client_id,
-            session: self.session,
-            sequence: queue.next_sequence,
-        };
-        queue
-            .commands
-            .send(Command::Send {
-                event,
-                key: key.to_vec(),
-                payload: payload.to_vec(),
-                reply,
-            })
-            .map_err(|_| ClientError::Closed)?;
-        queue.next_sequence += 1;
-        Ok(PendingPublish { event, answer })
-    }
-}
-
-struct Task {
-    stream: u64,
-    producer: Producer,
-    links: HashMap<ServerId, mpsc::Sender<Vec<u8>>>,
-    /// For links opened after a failover.
-    incoming: mpsc::Sender<Vec<(ServerId, Msg)>>,
-    link_states: LinkStates,
-    /// Every server address seen, for placement requests.
-    addresses: Arc<Mutex<Vec<String>>>,
-    refresh: mpsc::Sender<()>,
-    /// A failover may be under way: ask for the placement.
-    suspect: bool,
-    refreshed_at: Option<Instant>,
-    window_size: usize,
-    connect_timeout: Duration,
-    client_id: u128,
-    waiting: HashMap<u64, oneshot::Sender<Result<Published, ClientError>>>,
-    window: Arc<Semaphore>,
-    started: Instant,
-    mode: Arc<std::sync::atomic::AtomicU8>,
-    refusals: Refusals,
-    held: Arc<Held>,
-    held_bytes_max: usize,
-    /// The producer's completions being answered; kept between calls.
-    completed: Vec<Completion>,
-}
-
-/// The server's words for messages refused for good, by sequence, so the
-/// caller's error says what the server said.
-type Refusals = Arc<std::sync::Mutex<HashMap<u64, String>>>;
-
-impl Task {
-    fn now(&self) -> u64 {
-        self.started.elapsed().as_millis() as u64
-    }
-
-    /// Sender-based logging: the copies kept for the primary's checkpoint
-    /// fill their budget; new sends wait for the next checkpoint.
-    fn held_full(&self) -> bool {
-        self.producer.held().1 > self.held_bytes_max
-    }
-
-    async fn run(
-        mut self,
-        mut commands: mpsc::UnboundedReceiver<Command>,
-        mut incoming: mpsc::Receiver<Vec<(ServerId, Msg)>>,
-        mut infos: mpsc::Receiver<StreamInfo>,
-    ) {
-        let mut tick = tokio::time::interval(Duration::from_millis(10));
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut out = Vec::new();
-        let mut closed = false;
+        let key = Bytes::copy_from_slice(key);
+        let payload = Bytes::copy_from_slice(payload);
         loop {
-            tokio::select! {
-                command = commands.recv(), if !closed && !self.held_full() => match command {
-                    Some(command) => {
-                        let now = self.now();
-                        self.take(command, now, &mut out);
-                    }
-                    None => closed = true,
-                },
-                batch = incoming.recv() => {
-                    let Some(batch) = batch else { return };
-                    self.answers(batch, &mut out);
-                }
-                Some(info) = infos.recv() => {
-                    let now = self.now();
-                    self.adopt(info, now, &mut out);
-                }
-                _ = tick.tick() => {
-                    let now = self.now();
-                    let before = out.len();
-                    self.producer.on_tick(now, &mut out);
-                    // Resends mean answers are missing.
-                    self.suspect |= out.len() > before;
-                    self.ask_placement();
+            // Created before the check, so room freed in between wakes it.
+            let room = shared.held_room.notified();
+            tokio::pin!(room);
+            room.as_mut().enable();
+            {
+                let mut core = shared.lock();
+                if core.producer.held().1 <= shared.held_bytes_max {
+                    let now = core.now();
+                    let mut out = std::mem::take(&mut core.out);
+                    let event = core.producer.send(key, payload, now, &mut out);
+                    core.replies.insert(event.sequence, reply);
+                    core.flush(shared.stream, &mut out);
+                    core.out = out;
+                    return Ok(PendingPublish { event, answer });
                 }
             }
-            // Take whatever else is waiting before writing, so one write
-            // per server carries many messages.
-            let now = self.now();
-            for _ in 0..1024 {
-                if self.held_full() {
-                    break;
+            // Sender-based logging: the copies kept for the primary's
+            // checkpoint fill their budget; wait for the next checkpoint.
+            room.await;
+        }
+    }
+}
+
+impl Drop for Publisher {
+    fn drop(&mut self) {
+        self.shared.closed.store(true, Ordering::Release);
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Core> {
+        self.core.lock().expect("publisher lock")
+    }
+
+    /// Takes a server's answers, a piece at a time, and answers the callers
+    /// whose messages they complete.
+    async fn answers(&self, answers: Vec<(ServerId, Msg)>) {
+        let mut answers = answers.into_iter().peekable();
+        let mut done = Vec::new();
+        while answers.peek().is_some() {
+            {
+                let mut core = self.lock();
+                let now = core.now();
+                let mut out = std::mem::take(&mut core.out);
+                for (from, msg) in answers.by_ref().take(ANSWER_PIECE_MAX) {
+                    core.note(&msg);
+                    core.producer.on_message(from, msg, now, &mut out);
                 }
-                match commands.try_recv() {
-                    Ok(command) => self.take(command, now, &mut out),
-                    Err(_) => break,
-                }
+                core.flush(self.stream, &mut out);
+                core.out = out;
+                self.complete(&mut core, &mut done);
             }
-            while let Ok(batch) = incoming.try_recv() {
-                // Let the callers the last batch completed run first: a
-                // task this one woke waits in this worker's slot, which no
-                // other worker takes over, until this task yields.
+            self.reply(&mut done);
+            if answers.peek().is_some() {
+                // The callers just answered run before the next piece.
                 tokio::task::yield_now().await;
-                self.answers(batch, &mut out);
-            }
-            self.flush(&mut out).await;
-            self.complete();
-            let (messages, bytes) = self.producer.held();
-            self.held
-                .messages
-                .store(messages, std::sync::atomic::Ordering::Relaxed);
-            self.held
-                .bytes
-                .store(bytes, std::sync::atomic::Ordering::Relaxed);
-            if closed && self.waiting.is_empty() {
-                return;
             }
         }
     }
 
-    /// Takes one batch of the servers' answers and completes the sends
-    /// they finish at once, so a burst of acks (an output commit boundary)
-    /// reaches the callers batch by batch rather than after the whole
-    /// burst.
-    fn answers(&mut self, batch: Vec<(ServerId, Msg)>, out: &mut Vec<(Node, Msg)>) {
-        let now = self.now();
-        for (from, msg) in batch {
-            self.note(&msg);
-            self.producer.on_message(from, msg, now, out);
-        }
-        self.complete();
-    }
-
-    /// A `NotPrimary` answer means the placement this producer knows is
-    /// stale.
-    fn note(&mut self, msg: &Msg) {
-        if let Msg::Refused {
-            refusal: Refusal::NotPrimary,
-            ..
-        } = msg
-        {
-            self.suspect = true;
-        }
-    }
-
-    /// Asks for the placement while a failover may be under way.
-    fn ask_placement(&mut self) {
-        let primary = self.producer.placement().primary;
-        let primary_down = !self
-            .link_states
-            .lock()
-            .expect("link states lock")
-            .get(&primary)
-            .copied()
-            .unwrap_or(false);
-        if !(self.suspect || primary_down) {
-            return;
-        }
-        if self
-            .refreshed_at
-            .is_some_and(|at| at.elapsed() < REFRESH_INTERVAL)
-        {
-            return;
-        }
-        self.refreshed_at = Some(Instant::now());
-        let _ = self.refresh.try_send(());
-    }
-
-    /// A placement from a server: a newer epoch (or a changed replica set)
-    /// moves the messages not done there.
-    fn adopt(&mut self, info: StreamInfo, now: u64, out: &mut Vec<(Node, Msg)>) {
-        let current = self.producer.placement();
-        if info.id != self.stream || info.epoch < current.epoch || info.primary == 0 {
-            return;
-        }
-        let placement = Placement {
-            replicas: info.replicas.iter().map(|r| r.id).collect(),
-            primary: info.primary,
-            epoch: info.epoch,
-        };
-        if &placement == current {
-            self.suspect = false;
-            return;
-        }
-        {
-            let mut addresses = self.addresses.lock().expect("addresses lock");
-            for replica in &info.replicas {
-                if !addresses.contains(&replica.address) {
-                    addresses.push(replica.address.clone());
-                }
-            }
-        }
-        for replica in &info.replicas {
-            if self.links.contains_key(&replica.id) {
-                continue;
-            }
-            let mut link_config = ClientConfig::new(replica.address.clone());
-            link_config.connect_timeout = self.connect_timeout;
-            let (outgoing, outgoing_receiver) = mpsc::channel(self.window_size * 2 + 64);
-            tokio::spawn(run_link(
-                replica.id,
-                link_config,
-                (self.client_id, self.stream),
-                None,
-                outgoing_receiver,
-                self.incoming.clone(),
-                Arc::clone(&self.refusals),
-                Arc::clone(&self.link_states),
-            ));
-            self.links.insert(replica.id, outgoing);
-        }
-        self.suspect = false;
-        self.producer.reconfigure(placement, now, out);
-    }
-
-    fn take(&mut self, command: Command, now: u64, out: &mut Vec<(Node, Msg)>) {
-        let Command::Send {
-            event,
-            key,
-            payload,
-            reply,
-        } = command;
-        let id = self
-            .producer
-            .send(Bytes::from(key), Bytes::from(payload), now, out);
-        debug_assert_eq!(id, event, "the handle predicts the producer's sequence");
-        self.waiting.insert(id.sequence, reply);
-    }
-
-    async fn flush(&mut self, out: &mut Vec<(Node, Msg)>) {
-        let mut frames: HashMap<ServerId, Vec<u8>> = HashMap::new();
-        for (node, msg) in coalesce_confirms(out.drain(..)) {
-            let Node::Server(server) = node else { continue };
-            encode_submit(frames.entry(server).or_default(), self.stream, &msg);
-        }
-        for (server, bytes) in frames {
-            if let Some(link) = self.links.get(&server) {
-                // A full or broken link drops the frame: the retry resends.
-                let _ = link.try_send(bytes);
-            }
-        }
-    }
-
-    fn complete(&mut self) {
-        let mode = match self.producer.hybrid_mode() {
+    /// Takes the producer's completions and the replies they answer (sent
+    /// by `reply`, once the lock is released).
+    fn complete(&self, core: &mut Core, done: &mut Vec<(Reply, Result<Published, ClientError>)>) {
+        let mode = match core.producer.hybrid_mode() {
             HybridMode::ServerSync => 1,
             HybridMode::ClientAsync => 2,
         };
-        if self.producer.protocol() == Protocol::Hybrid {
-            self.mode.store(mode, std::sync::atomic::Ordering::Relaxed);
+        if core.producer.protocol() == Protocol::Hybrid {
+            self.mode.store(mode, Ordering::Relaxed);
         }
-        let mut completed = std::mem::take(&mut self.completed);
-        self.producer.drain_completed(&mut completed);
-        if completed.is_empty() {
-            self.completed = completed;
-            return;
+        let (messages, bytes) = core.producer.held();
+        let before = self.held.bytes.swap(bytes, Ordering::Relaxed);
+        self.held.messages.store(messages, Ordering::Relaxed);
+        if bytes < before {
+            self.held_room.notify_waiters();
         }
-        // One release of the window for the lot, not one per message.
-        self.window.add_permits(completed.len());
+        let mut completed = std::mem::take(&mut core.completed);
+        core.producer.drain_completed(&mut completed);
         for Completion { event, outcome } in completed.drain(..) {
-            let Some(reply) = self.waiting.remove(&event.sequence) else {
+            let Some(reply) = core.replies.remove(event.sequence) else {
                 continue;
             };
             let result = match outcome {
@@ -599,10 +513,175 @@ impl Task {
                     })
                 }
             };
-            let _ = reply.send(result);
+            done.push((reply, result));
         }
         // Kept, with its room, for the next burst.
-        self.completed = completed;
+        core.completed = completed;
+    }
+
+    /// Answers the callers and returns their messages' window permits:
+    /// one release for the lot, not one per message.
+    fn reply(&self, done: &mut Vec<(Reply, Result<Published, ClientError>)>) {
+        if done.is_empty() {
+            return;
+        }
+        self.window.add_permits(done.len());
+        for (reply, result) in done.drain(..) {
+            let _ = reply.send(result);
+        }
+    }
+}
+
+impl Core {
+    fn now(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    /// A `NotPrimary` answer means the placement this producer knows is
+    /// stale.
+    fn note(&mut self, msg: &Msg) {
+        if let Msg::Refused {
+            refusal: Refusal::NotPrimary,
+            ..
+        } = msg
+        {
+            self.suspect = true;
+        }
+    }
+
+    /// Encodes what the producer sends into the servers' outboxes.
+    fn flush(&mut self, stream: u64, out: &mut Vec<(Node, Msg)>) {
+        for (node, msg) in coalesce_confirms(out.drain(..)) {
+            let Node::Server(server) = node else { continue };
+            if let Some(outbox) = self.outboxes.get(&server) {
+                outbox.push(|bytes| encode_submit(bytes, stream, &msg));
+            }
+        }
+    }
+}
+
+/// The background task: resends on time, and the placement.
+struct Background {
+    shared: Arc<Shared>,
+    /// Every server address seen, for placement requests.
+    addresses: Arc<Mutex<Vec<String>>>,
+    refresh: mpsc::Sender<()>,
+    connect_timeout: Duration,
+    /// Tells the links to end.
+    stop: watch::Sender<bool>,
+}
+
+impl Background {
+    async fn run(self, mut infos: mpsc::Receiver<StreamInfo>) {
+        let mut tick = tokio::time::interval(TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut done = Vec::new();
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {
+                    let mut core = self.shared.lock();
+                    let now = core.now();
+                    let mut out = std::mem::take(&mut core.out);
+                    core.producer.on_tick(now, &mut out);
+                    // Resends mean answers are missing.
+                    core.suspect |= !out.is_empty();
+                    core.flush(self.shared.stream, &mut out);
+                    core.out = out;
+                    self.ask_placement(&mut core);
+                    self.shared.complete(&mut core, &mut done);
+                    let finished = self.shared.closed.load(Ordering::Acquire) && core.replies.is_empty();
+                    drop(core);
+                    self.shared.reply(&mut done);
+                    if finished {
+                        let _ = self.stop.send(true);
+                        return;
+                    }
+                }
+                Some(info) = infos.recv() => self.adopt(info, &mut done),
+            }
+        }
+    }
+
+    /// Asks for the placement while a failover may be under way.
+    fn ask_placement(&self, core: &mut Core) {
+        let primary = core.producer.placement().primary;
+        let primary_down = !self
+            .shared
+            .link_states
+            .lock()
+            .expect("link states lock")
+            .get(&primary)
+            .copied()
+            .unwrap_or(false);
+        if !(core.suspect || primary_down) {
+            return;
+        }
+        if core
+            .refreshed_at
+            .is_some_and(|at| at.elapsed() < REFRESH_INTERVAL)
+        {
+            return;
+        }
+        core.refreshed_at = Some(Instant::now());
+        let _ = self.refresh.try_send(());
+    }
+
+    /// A placement from a server: a newer epoch (or a changed replica set)
+    /// moves the messages not done there.
+    fn adopt(&self, info: StreamInfo, done: &mut Vec<(Reply, Result<Published, ClientError>)>) {
+        let shared = &self.shared;
+        let mut core = shared.lock();
+        let current = core.producer.placement();
+        if info.id != shared.stream || info.epoch < current.epoch || info.primary == 0 {
+            return;
+        }
+        let placement = Placement {
+            replicas: info.replicas.iter().map(|r| r.id).collect(),
+            primary: info.primary,
+            epoch: info.epoch,
+        };
+        if &placement == current {
+            core.suspect = false;
+            return;
+        }
+        {
+            let mut addresses = self.addresses.lock().expect("addresses lock");
+            for replica in &info.replicas {
+                if !addresses.contains(&replica.address) {
+                    addresses.push(replica.address.clone());
+                }
+            }
+        }
+        let mut new_links = Vec::new();
+        for replica in &info.replicas {
+            if core.outboxes.contains_key(&replica.id) {
+                continue;
+            }
+            let outbox: Arc<Outbox> = Arc::default();
+            core.outboxes.insert(replica.id, Arc::clone(&outbox));
+            let mut link_config = ClientConfig::new(replica.address.clone());
+            link_config.connect_timeout = self.connect_timeout;
+            new_links.push((replica.id, link_config, outbox));
+        }
+        core.suspect = false;
+        let now = core.now();
+        let mut out = std::mem::take(&mut core.out);
+        core.producer.reconfigure(placement, now, &mut out);
+        core.flush(shared.stream, &mut out);
+        core.out = out;
+        shared.complete(&mut core, done);
+        drop(core);
+        shared.reply(done);
+        for (id, link_config, outbox) in new_links {
+            tokio::spawn(run_link(
+                id,
+                link_config,
+                Arc::clone(shared),
+                None,
+                outbox,
+                self.stop.subscribe(),
+            ));
+        }
     }
 }
 
@@ -725,7 +804,6 @@ fn encode_submit(out: &mut Vec<u8>, stream: u64, msg: &Msg) {
     .encode(out, &content.key, &content.payload);
 }
 
-/// A server's answer frame as a `Msg` for the producer.
 /// The acks an `Acked` frame carries, one per message of its run (at most
 /// `ACKED_RUN_MAX + 1`, whatever the frame claims), onto `answers`.
 fn push_acks(client: u128, frame: Frame, answers: &mut Vec<(ServerId, Msg)>) {
@@ -799,51 +877,53 @@ async fn run_refresher(
     }
 }
 
-/// Bytes of answers one read takes.
-const ANSWER_READ_BYTES: usize = 32 * 1024;
-
-/// Answers handed to the publisher's task at once: a burst of acks (an
-/// output commit boundary releasing thousands, which a server sends as a
-/// few runs of a frame each) reaches the producer, and the callers, in
-/// pieces of this many rather than all at once.
-const ANSWER_PIECE_MAX: usize = 512;
-
-/// Keeps one connection to one replica: writes what the producer sends,
-/// reads answers and hands them over in batches, reconnects when broken.
-#[allow(clippy::too_many_arguments)]
+/// Keeps a connection to one server: writes its outbox and hands the
+/// answers it reads to the producer, reconnecting with backoff until the
+/// publisher's tasks stop.
 async fn run_link(
     server: ServerId,
     config: ClientConfig,
-    (client, stream): (u128, u64),
+    shared: Arc<Shared>,
     first: Option<driver::Connection>,
-    mut outgoing: mpsc::Receiver<Vec<u8>>,
-    incoming: mpsc::Sender<Vec<(ServerId, Msg)>>,
-    refusals: Refusals,
-    states: LinkStates,
+    outbox: Arc<Outbox>,
+    mut stop: watch::Receiver<bool>,
 ) {
+    let (client, stream) = (shared.client_id, shared.stream);
     let mut connection = first;
     let mut delay = config.reconnect_delay_min;
     let set_up = |up: bool| {
-        states.lock().expect("link states lock").insert(server, up);
+        shared
+            .link_states
+            .lock()
+            .expect("link states lock")
+            .insert(server, up);
     };
+    let mut scratch = vec![0u8; ANSWER_READ_BYTES];
+    let mut writing = Vec::new();
     loop {
         let current = match connection.take() {
             Some(current) => current,
-            None => match driver::connect(&config, client).await {
-                Ok(current) => {
-                    delay = config.reconnect_delay_min;
-                    current
-                }
-                Err(_) => {
-                    set_up(false);
-                    if incoming.is_closed() {
-                        return;
+            None => {
+                let connected = tokio::select! {
+                    connected = driver::connect(&config, client) => connected,
+                    _ = stop.changed() => return,
+                };
+                match connected {
+                    Ok(current) => {
+                        delay = config.reconnect_delay_min;
+                        current
                     }
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(config.reconnect_delay_max);
-                    continue;
+                    Err(_) => {
+                        set_up(false);
+                        tokio::select! {
+                            _ = tokio::time::sleep(delay) => {}
+                            _ = stop.changed() => return,
+                        }
+                        delay = (delay * 2).min(config.reconnect_delay_max);
+                        continue;
+                    }
                 }
-            },
+            }
         };
         set_up(true);
         let driver::Connection {
@@ -852,21 +932,13 @@ async fn run_link(
             mut buffer,
             ..
         } = current;
-        let mut scratch = vec![0u8; ANSWER_READ_BYTES];
-        let mut batch = Vec::with_capacity(256 * 1024);
         loop {
             tokio::select! {
-                bytes = outgoing.recv() => {
-                    let Some(bytes) = bytes else { return };
-                    batch.clear();
-                    batch.extend_from_slice(&bytes);
-                    while batch.len() < 1024 * 1024 {
-                        match outgoing.try_recv() {
-                            Ok(more) => batch.extend_from_slice(&more),
-                            Err(_) => break,
-                        }
-                    }
-                    if writer.write_all(&batch).await.is_err() {
+                _ = outbox.ready.notified() => {
+                    outbox.take(&mut writing);
+                    if !writing.is_empty() && writer.write_all(&writing).await.is_err() {
+                        // What was in `writing` is lost with the
+                        // connection; the resend timer covers it.
                         break;
                     }
                 }
@@ -875,59 +947,102 @@ async fn run_link(
                         Ok(0) | Err(_) => break,
                         Ok(_) => {}
                     }
-                    let mut answers = Vec::new();
-                    loop {
-                        match buffer.next_frame(64 * 1024 * 1024) {
-                            Ok(Some(Frame::Stamped { session, sequence, version, epoch, flags, .. })) => {
-                                answers.push((server, Msg::Stamped {
-                                    event: EventId { client, session, sequence },
-                                    version,
-                                    epoch,
-                                    duplicate: flags & proto::frame::ACKED_FLAG_DUPLICATE != 0,
-                                }));
-                            }
-                            Ok(Some(Frame::Refused { session, sequence, code, message, .. })) => {
-                                let event = EventId { client, session, sequence };
-                                let refusal = refusal_of(code);
-                                if matches!(refusal, Some(Refusal::Invalid | Refusal::LogFailed | Refusal::ReadOnly | Refusal::Rejected(_))) {
-                                    let mut said = refusals.lock().expect("refusals lock");
-                                    // Bounded: one entry per message in flight.
-                                    if said.len() < 65_536 {
-                                        said.insert(sequence, message);
-                                    }
-                                }
-                                if let Some(refusal) = refusal {
-                                    answers.push((server, Msg::Refused { event, refusal }));
-                                }
-                            }
-                            Ok(Some(Frame::Checkpointed { stream: of, version, flags })) => {
-                                // Notes of other streams reach every client.
-                                if of == stream {
-                                    answers.push((server, Msg::Checkpointed {
-                                        through: version,
-                                        resend: flags & proto::frame::CHECKPOINTED_FLAG_RESEND != 0,
-                                    }));
-                                }
-                            }
-                            Ok(Some(frame)) => push_acks(client, frame, &mut answers),
-                            Ok(None) => break,
-                            Err(_) => break,
-                        }
-                    }
-                    let mut answers = answers.into_iter();
-                    loop {
-                        let piece: Vec<_> = answers.by_ref().take(ANSWER_PIECE_MAX).collect();
-                        if piece.is_empty() {
-                            break;
-                        }
-                        if incoming.send(piece).await.is_err() {
-                            return;
-                        }
+                    let answers = decode_answers(&shared, server, client, stream, &mut buffer);
+                    if !answers.is_empty() {
+                        shared.answers(answers).await;
                     }
                 }
+                _ = stop.changed() => return,
             }
         }
         set_up(false);
+    }
+}
+
+/// The answers in what a link has read so far, for the producer.
+fn decode_answers(
+    shared: &Shared,
+    server: ServerId,
+    client: u128,
+    stream: u64,
+    buffer: &mut proto::FrameBuffer,
+) -> Vec<(ServerId, Msg)> {
+    let mut answers = Vec::new();
+    loop {
+        match buffer.next_frame(64 * 1024 * 1024) {
+            Ok(Some(Frame::Stamped {
+                session,
+                sequence,
+                version,
+                epoch,
+                flags,
+                ..
+            })) => {
+                answers.push((
+                    server,
+                    Msg::Stamped {
+                        event: EventId {
+                            client,
+                            session,
+                            sequence,
+                        },
+                        version,
+                        epoch,
+                        duplicate: flags & proto::frame::ACKED_FLAG_DUPLICATE != 0,
+                    },
+                ));
+            }
+            Ok(Some(Frame::Refused {
+                session,
+                sequence,
+                code,
+                message,
+                ..
+            })) => {
+                let event = EventId {
+                    client,
+                    session,
+                    sequence,
+                };
+                let refusal = refusal_of(code);
+                if matches!(
+                    refusal,
+                    Some(
+                        Refusal::Invalid
+                            | Refusal::LogFailed
+                            | Refusal::ReadOnly
+                            | Refusal::Rejected(_)
+                    )
+                ) {
+                    let mut said = shared.refusals.lock().expect("refusals lock");
+                    // Bounded: one entry per message in flight.
+                    if said.len() < PUBLISHER_WINDOW_MAX {
+                        said.insert(sequence, message);
+                    }
+                }
+                if let Some(refusal) = refusal {
+                    answers.push((server, Msg::Refused { event, refusal }));
+                }
+            }
+            Ok(Some(Frame::Checkpointed {
+                stream: of,
+                version,
+                flags,
+            })) => {
+                // Notes of other streams reach every client.
+                if of == stream {
+                    answers.push((
+                        server,
+                        Msg::Checkpointed {
+                            through: version,
+                            resend: flags & proto::frame::CHECKPOINTED_FLAG_RESEND != 0,
+                        },
+                    ));
+                }
+            }
+            Ok(Some(frame)) => push_acks(client, frame, &mut answers),
+            Ok(None) | Err(_) => return answers,
+        }
     }
 }
 
