@@ -76,8 +76,10 @@ pub struct CommitIntervalArgs {
     /// group commit).
     #[arg(long, value_delimiter = ',', default_value = "0,5,20,50,100,160")]
     pub intervals: Vec<u32>,
-    /// Messages of the throughput phase, per interval.
-    #[arg(long, default_value_t = 300_000)]
+    /// Messages of the throughput phase, per interval: at about 280,000
+    /// msgs/s a round lasts several seconds, since shorter ones spread by
+    /// 15 % or more on a shared machine.
+    #[arg(long, default_value_t = 1_000_000)]
     pub messages: usize,
     /// Messages of the latency phase, per interval.
     #[arg(long, default_value_t = 30_000)]
@@ -89,7 +91,7 @@ pub struct CommitIntervalArgs {
     /// Times the whole list of intervals runs, in order and then reversed
     /// in turn, so the drift of a shared machine hits every interval
     /// alike; throughput is the median of the rounds, latency pools them.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 5)]
     pub rounds: usize,
     /// Messages at the start of each phase left out of its figures.
     #[arg(long, default_value_t = 5_000)]
