@@ -22,6 +22,7 @@ pub mod discard;
 pub mod duplication;
 pub mod failover;
 pub mod fdatasync;
+pub mod floor;
 pub mod harness;
 pub mod logging;
 pub mod memory;

@@ -16,6 +16,11 @@
 //!   fdatasync of batches of the size the logs formed in the
 //!   one-hop-ack-client `sync` run at the headline payload (1 KB), which
 //!   gives the messages/s the disk allows at that batch size;
+//! - the flow's: the same window-1 records through a floor of the flow
+//!   (`floor::FlowFloor`: three blocking threads on loopback, the same
+//!   three hops and three write + fdatasync, nothing else), so the ack
+//!   reads as what the flow costs on this machine and what the service
+//!   adds to it;
 //! - one fdatasync's: `--latency-messages` messages sent one at a time to
 //!   a one-hop-ack-client `sync` stream, their ack latency next to a bare
 //!   write + fdatasync of the same size taken between two messages (the
@@ -43,6 +48,7 @@ use report::stats::{density, Summary};
 use report::Table;
 
 use crate::fdatasync::{self, SyncProbe};
+use crate::floor::FlowFloor;
 use crate::output::{self, Output, OutputArgs};
 use crate::progress;
 use crate::replication::{
@@ -101,7 +107,9 @@ pub struct PatternsArgs {
     /// Messages sent one at a time (window 1) to a `sync`
     /// one-hop-ack-client stream to measure the ack latency, after 10
     /// unmeasured ones; after each, one bare write + fdatasync into a
-    /// preallocated file, one appending to a file, and three at once.
+    /// preallocated file, one appending to a file, three at once, and one
+    /// record through the flow's floor (three threads on loopback doing
+    /// the same hops and syncs with nothing else).
     #[arg(long, default_value_t = 2000)]
     pub latency_messages: usize,
     /// Payload of the window-1 latency run and of the bare fdatasync.
@@ -183,6 +191,10 @@ pub struct WindowOne {
     /// own preallocated file: the time until all three are done, which is
     /// what R = 3 on one disk pays at the least.
     pub fdatasync_replicas: Summary,
+    /// The flow with nothing else (`floor::FlowFloor`): a client thread,
+    /// three server threads on loopback, each write + fdatasync of its
+    /// own, every server acking the client. The least the flow costs here.
+    pub floor: Summary,
     pub ack_samples: Vec<f64>,
     pub fdatasync_samples: Vec<f64>,
     pub fdatasync_replicas_samples: Vec<f64>,
@@ -195,6 +207,11 @@ impl WindowOne {
 
     pub fn p99_ratio(&self) -> f64 {
         self.ack.p99 / self.fdatasync.p50
+    }
+
+    /// The floor's median over one fdatasync's: what the flow itself costs.
+    pub fn floor_ratio(&self) -> f64 {
+        self.floor.p50 / self.fdatasync.p50
     }
 }
 
@@ -280,6 +297,7 @@ pub fn run(args: PatternsArgs) -> anyhow::Result<PatternsFigures> {
             fdatasync: Summary::of(&samples.preallocated),
             fdatasync_appending: Summary::of(&samples.appending),
             fdatasync_replicas: Summary::of(&samples.replicas),
+            floor: Summary::of(&samples.floor),
             ack_samples: samples.ack,
             fdatasync_samples: samples.preallocated,
             fdatasync_replicas_samples: samples.replicas,
@@ -466,13 +484,15 @@ struct WindowOneSamples {
     preallocated: Vec<f64>,
     appending: Vec<f64>,
     replicas: Vec<f64>,
+    floor: Vec<f64>,
 }
 
 /// Sends messages one at a time to a fresh `sync` one-hop-ack-client
 /// stream, and after each ack one bare write + fdatasync into a
-/// preallocated file, one appending, and three at once (one per replica):
-/// interleaved, so the messages and the bare syncs see the disk in the
-/// same state, and nothing is in flight during a bare sync.
+/// preallocated file, one appending, three at once (one per replica), and
+/// one record through the flow's floor (`floor::FlowFloor`):
+/// interleaved, so the messages and the probes see the disk in the same
+/// state, and nothing is in flight during a probe.
 async fn window_one_latency(
     cluster: &Cluster,
     args: &PatternsArgs,
@@ -501,22 +521,30 @@ async fn window_one_latency(
             SyncProbe::preallocated_named(folder, &name, size, args.latency_messages)
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
+    let mut floor = FlowFloor::start(folder, size, args.latency_messages + LATENCY_WARMUP)?;
+    for _ in 0..LATENCY_WARMUP {
+        (floor, _) = sample_off_runtime(floor, FlowFloor::sample).await?;
+    }
     let mut samples = WindowOneSamples {
         ack: Vec::with_capacity(args.latency_messages),
         preallocated: Vec::with_capacity(args.latency_messages),
         appending: Vec::with_capacity(args.latency_messages),
         replicas: Vec::with_capacity(args.latency_messages),
+        floor: Vec::with_capacity(args.latency_messages),
     };
     for _ in 0..args.latency_messages {
         samples
             .ack
             .extend(publish_one_at_a_time(&publisher, &payload, 1, bar).await?);
-        let (probe, latency) = sample_off_runtime(preallocated).await?;
+        let (probe, latency) = sample_off_runtime(preallocated, SyncProbe::sample).await?;
         preallocated = probe;
         samples.preallocated.push(latency);
-        let (probe, latency) = sample_off_runtime(appending).await?;
+        let (probe, latency) = sample_off_runtime(appending, SyncProbe::sample).await?;
         appending = probe;
         samples.appending.push(latency);
+        let (probe, latency) = sample_off_runtime(floor, FlowFloor::sample).await?;
+        floor = probe;
+        samples.floor.push(latency);
         let (probes, latency) = tokio::task::spawn_blocking(move || {
             let latency = fdatasync::sample_together(&mut together);
             latency.map(|latency| (together, latency))
@@ -534,18 +562,22 @@ async fn window_one_latency(
     for probe in together {
         probe.finish()?;
     }
+    floor.finish()?;
     Ok(samples)
 }
 
-/// One bare sync on a blocking thread, so no runtime worker waits on the
-/// disk.
-async fn sample_off_runtime(mut probe: SyncProbe) -> anyhow::Result<(SyncProbe, f64)> {
+/// One probe's sample on a blocking thread, so no runtime worker waits on
+/// the disk.
+async fn sample_off_runtime<P: Send + 'static>(
+    mut probe: P,
+    sample: fn(&mut P) -> anyhow::Result<f64>,
+) -> anyhow::Result<(P, f64)> {
     tokio::task::spawn_blocking(move || {
-        let latency = probe.sample();
+        let latency = sample(&mut probe);
         latency.map(|latency| (probe, latency))
     })
     .await
-    .context("a bare fdatasync panicked")?
+    .context("a bare fdatasync probe panicked")?
 }
 
 /// Seed 001's table for one durability: seconds per payload and pattern.
@@ -831,6 +863,24 @@ pub fn limits_table(figures: &PatternsFigures) -> Table {
         "-",
         None,
     );
+    row(
+        format!("the flow's floor p50 µs ({size}): 3 hops, {REPLICAS} write + fdatasync, blocking threads"),
+        fixed(one.floor.p50, 0),
+        "-",
+        None,
+    );
+    row(
+        "floor p50 / fdatasync p50 (what the flow itself costs)".into(),
+        fixed(one.floor_ratio(), 2),
+        "-",
+        None,
+    );
+    row(
+        "ack p50 / floor p50 (what the service adds)".into(),
+        fixed(one.ack.p50 / one.floor.p50, 2),
+        "-",
+        None,
+    );
     let tail = one.p99_ratio();
     row(
         "ack p99 / fdatasync p50".into(),
@@ -883,6 +933,8 @@ fn write_report(args: &PatternsArgs, figures: &PatternsFigures) -> anyhow::Resul
             "fdatasync_preallocated_us": figures.window_one.fdatasync.to_json(),
             "fdatasync_appending_us": figures.window_one.fdatasync_appending.to_json(),
             "fdatasync_replicas_at_once_us": figures.window_one.fdatasync_replicas.to_json(),
+            "floor_us": figures.window_one.floor.to_json(),
+            "floor_ratio": figures.window_one.floor_ratio(),
             "median_ratio": figures.window_one.median_ratio(),
             "p99_over_fdatasync_median": figures.window_one.p99_ratio(),
         },

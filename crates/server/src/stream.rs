@@ -228,6 +228,11 @@ pub struct Stream {
     /// written holds the stream, and the log must be closed before the
     /// server returns.
     checkpoint_task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Ends the checkpoint task when the stream is deleted: at once if it
+    /// waits, after the checkpoint it writes otherwise (the permit of
+    /// `notify_one` waits for it), so no checkpoint file appears in a
+    /// folder being removed.
+    deleting: Arc<Notify>,
     boundary_timer: Arc<BoundaryTimer>,
     /// Sender-based logging: the clients that sent messages here, told of
     /// each checkpoint so they drop the copies it covers (bounded; a
@@ -378,6 +383,7 @@ impl Stream {
             transfers: Mutex::new(HashMap::new()),
             peer_frame_bytes_max: config.peer_frame_bytes_max(),
             checkpoint_task: Mutex::new(None),
+            deleting: Arc::new(Notify::new()),
             boundary_timer: Arc::new(BoundaryTimer {
                 wake: Notify::new(),
                 scheduled: AtomicU64::new(u64::MAX),
@@ -592,12 +598,17 @@ impl Stream {
             let _core = self.lock();
             self.deleted.store(true, Ordering::Release);
         }
+        self.deleting.notify_one();
         let deadline = std::time::Instant::now() + timeout;
         while self.log.durable_version() < self.log.last_version()
             && self.log.failure().is_none()
             && std::time::Instant::now() < deadline
         {
             std::thread::sleep(Duration::from_millis(1));
+        }
+        // A checkpoint being written finishes first; then the task ends.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.block_on(self.stop_checkpoints());
         }
     }
 
@@ -1055,7 +1066,8 @@ impl Stream {
         if self.durability != DurabilityConfig::Memory && checkpoints.is_on() {
             let weak = Arc::downgrade(self);
             let stopping = stop.clone();
-            let task = tokio::spawn(run_checkpoints(weak, checkpoints, stopping));
+            let deleting = Arc::clone(&self.deleting);
+            let task = tokio::spawn(run_checkpoints(weak, checkpoints, stopping, deleting));
             *self.checkpoint_task.lock().expect("task lock") = Some(task);
         }
         let weak = Arc::downgrade(self);
@@ -1189,6 +1201,7 @@ async fn run_checkpoints(
     weak: Weak<Stream>,
     schedule: CheckpointSchedule,
     mut stopping: watch::Receiver<bool>,
+    deleting: Arc<Notify>,
 ) {
     let poll = if schedule.interval.is_zero() {
         CHECKPOINT_POLL
@@ -1200,6 +1213,7 @@ async fn run_checkpoints(
         tokio::select! {
             _ = tokio::time::sleep(poll) => {}
             _ = stopping.wait_for(|s| *s) => return,
+            _ = deleting.notified() => return,
         }
         let Some(stream) = weak.upgrade() else {
             return;

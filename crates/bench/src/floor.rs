@@ -1,0 +1,177 @@
+//! The least the `one-hop-ack-client` flow can cost on this machine: its
+//! three hops and its three write + fdatasync, with nothing else.
+//!
+//! A client thread sends a record to a primary thread over loopback TCP.
+//! The primary forwards it to two replica threads, then writes and
+//! fdatasyncs it into a preallocated file of its own and acks the client;
+//! each replica does the same with what it received. The client is done
+//! when all three acks are in. Every thread blocks in its read, so each
+//! hop costs one wake-up, as few as any implementation of the flow can
+//! have, and the three syncs run at once, as the three replicas' do. So
+//! the service's window-1 ack over this one says what the service adds,
+//! and this one over one fdatasync says what the flow itself costs on
+//! this disk and these cores.
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use anyhow::Context;
+
+use crate::fdatasync::SyncProbe;
+
+/// Bytes of one ack.
+const ACK_BYTES: usize = 8;
+
+/// The flow's four threads, ready to time one record at a time.
+pub struct FlowFloor {
+    to_primary: TcpStream,
+    /// One connection from each server, the primary's first.
+    acks: Vec<TcpStream>,
+    record: Vec<u8>,
+    servers: Vec<JoinHandle<anyhow::Result<SyncProbe>>>,
+}
+
+impl FlowFloor {
+    /// Starts the three servers, each with a file in `folder` preallocated
+    /// for `samples` records of `size` bytes.
+    pub fn start(folder: &Path, size: usize, samples: usize) -> anyhow::Result<FlowFloor> {
+        let ack_listener = listen()?;
+        let ack_address = ack_listener.local_addr()?;
+        let mut acks = Vec::new();
+        let mut ack_link = || -> anyhow::Result<TcpStream> {
+            let sender = connect(ack_address)?;
+            acks.push(accept(&ack_listener)?);
+            Ok(sender)
+        };
+        let primary_ack = ack_link()?;
+        let mut forwards = Vec::new();
+        let mut servers = Vec::new();
+        for replica in 1..=2 {
+            let listener = listen()?;
+            forwards.push(connect(listener.local_addr()?)?);
+            let input = accept(&listener)?;
+            let ack = ack_link()?;
+            let probe = server_file(folder, replica, size, samples)?;
+            servers.push(std::thread::spawn(move || {
+                serve(input, Vec::new(), probe, ack, size)
+            }));
+        }
+        let listener = listen()?;
+        let to_primary = connect(listener.local_addr()?)?;
+        let input = accept(&listener)?;
+        let probe = server_file(folder, 0, size, samples)?;
+        servers.push(std::thread::spawn(move || {
+            serve(input, forwards, probe, primary_ack, size)
+        }));
+        Ok(FlowFloor {
+            to_primary,
+            acks,
+            record: (0..size).map(|index| (index % 251) as u8).collect(),
+            servers,
+        })
+    }
+
+    /// Sends one record and waits for the three acks; returns the time in
+    /// microseconds.
+    pub fn sample(&mut self) -> anyhow::Result<f64> {
+        let started = Instant::now();
+        self.to_primary
+            .write_all(&self.record)
+            .context("the floor's primary is gone")?;
+        let mut ack = [0u8; ACK_BYTES];
+        for link in &mut self.acks {
+            link.read_exact(&mut ack)
+                .context("a server of the floor is gone")?;
+        }
+        Ok(started.elapsed().as_secs_f64() * 1e6)
+    }
+
+    /// Stops the servers (the primary sees the end of its input, and the
+    /// replicas the end of theirs) and removes their files.
+    pub fn finish(self) -> anyhow::Result<()> {
+        drop(self.to_primary);
+        drop(self.acks);
+        for server in self.servers {
+            let probe = server
+                .join()
+                .map_err(|_| anyhow::anyhow!("a server of the floor panicked"))??;
+            probe.finish()?;
+        }
+        Ok(())
+    }
+}
+
+/// One server: each record read is forwarded, written and synced, then
+/// acknowledged, until the input ends.
+fn serve(
+    mut input: TcpStream,
+    mut forwards: Vec<TcpStream>,
+    mut probe: SyncProbe,
+    mut ack: TcpStream,
+    size: usize,
+) -> anyhow::Result<SyncProbe> {
+    let mut record = vec![0u8; size];
+    loop {
+        match input.read_exact(&mut record) {
+            Ok(()) => {}
+            Err(error) if error.kind() == ErrorKind::UnexpectedEof => return Ok(probe),
+            Err(error) => return Err(error).context("a floor server's input broke"),
+        }
+        for forward in &mut forwards {
+            forward
+                .write_all(&record)
+                .context("a floor replica is gone")?;
+        }
+        // The probe writes a record of the same size as the one received.
+        probe.sample()?;
+        ack.write_all(&[0u8; ACK_BYTES])
+            .context("the floor's client is gone")?;
+    }
+}
+
+fn server_file(
+    folder: &Path,
+    server: usize,
+    size: usize,
+    samples: usize,
+) -> anyhow::Result<SyncProbe> {
+    SyncProbe::preallocated_named(folder, &format!("floor-{server}-{size}"), size, samples)
+}
+
+fn listen() -> anyhow::Result<TcpListener> {
+    TcpListener::bind("127.0.0.1:0").context("cannot listen on loopback")
+}
+
+fn connect(address: SocketAddr) -> anyhow::Result<TcpStream> {
+    let stream =
+        TcpStream::connect(address).with_context(|| format!("cannot connect to {address}"))?;
+    stream.set_nodelay(true)?;
+    Ok(stream)
+}
+
+fn accept(listener: &TcpListener) -> anyhow::Result<TcpStream> {
+    let (stream, _) = listener.accept().context("cannot accept on loopback")?;
+    stream.set_nodelay(true)?;
+    Ok(stream)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_floor_times_each_record_through_three_servers_and_cleans_up() {
+        let folder = tempfile::tempdir().unwrap();
+        let mut floor = FlowFloor::start(folder.path(), 1000, 20).unwrap();
+        for _ in 0..20 {
+            let latency = floor.sample().unwrap();
+            assert!(latency > 0.0 && latency < 10e6, "{latency}");
+        }
+        floor.finish().unwrap();
+        let left: Vec<_> = std::fs::read_dir(folder.path()).unwrap().collect();
+        assert!(left.is_empty(), "the servers' files are removed");
+    }
+}
