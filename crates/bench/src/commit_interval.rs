@@ -107,6 +107,14 @@ pub struct CommitIntervalArgs {
     /// one 160 ms interval is 43,000 messages.
     #[arg(long, default_value_t = 65_536)]
     pub window: usize,
+    /// Publishers (sessions) of the throughput phase, each with `--window`
+    /// in flight and its share of the messages: one session holds at most
+    /// 65,536 unanswered messages, fewer than a long interval needs at
+    /// full speed (rate × (T + a group commit + the burst of acks)), and
+    /// the seed's throughput runs had many clients. The latency phase
+    /// uses one.
+    #[arg(long, default_value_t = 2)]
+    pub publishers: usize,
     /// Servers in the cluster, and replicas of each stream (R).
     #[arg(long, default_value_t = 1)]
     pub replicas: u8,
@@ -191,6 +199,10 @@ pub fn run(args: CommitIntervalArgs) -> anyhow::Result<CommitIntervalFigures> {
     ensure!(args.rounds >= 1, "--rounds must be at least 1");
     ensure!(args.window >= 1, "--window must be at least 1");
     ensure!(
+        args.publishers >= 1 && args.publishers <= args.messages,
+        "--publishers must be at least 1 and at most --messages"
+    );
+    ensure!(
         args.size <= 1024 * 1024,
         "sizes above 1 MiB exceed the server's message limit"
     );
@@ -261,24 +273,24 @@ async fn run_interval(
 ) -> anyhow::Result<Run> {
     bar.set_message(format!("T = {interval_ms} ms, throughput"));
     let name = format!("commit-interval-{interval_ms}");
-    let (saturated, _) =
-        run_phase(cluster, args, &name, interval_ms, args.messages, None, bar).await?;
+    let phase = PhaseSpec {
+        messages: args.messages,
+        publishers: args.publishers,
+        rate: None,
+    };
+    let (saturated, _) = run_phase(cluster, args, &name, interval_ms, phase, bar).await?;
     let offered_rate =
         rate.unwrap_or_else(|| steady_rate(&saturated, args.warmup, interval_ms).0 / 2.0);
     bar.set_message(format!(
         "T = {interval_ms} ms, latency at {offered_rate:.0} msgs/s"
     ));
     let name = format!("commit-interval-{interval_ms}-latency");
-    let (paced, peak_held_acks) = run_phase(
-        cluster,
-        args,
-        &name,
-        interval_ms,
-        args.latency_messages,
-        Some(offered_rate),
-        bar,
-    )
-    .await?;
+    let phase = PhaseSpec {
+        messages: args.latency_messages,
+        publishers: 1,
+        rate: Some(offered_rate),
+    };
+    let (paced, peak_held_acks) = run_phase(cluster, args, &name, interval_ms, phase, bar).await?;
     Ok(Run {
         interval_ms,
         saturated,
@@ -288,15 +300,26 @@ async fn run_interval(
     })
 }
 
+/// What one phase sends.
+#[derive(Clone, Copy)]
+struct PhaseSpec {
+    messages: usize,
+    /// Sessions sending at once, each its share of the messages.
+    publishers: usize,
+    /// Messages per second offered in all; `None`: as fast as the window
+    /// allows.
+    rate: Option<f64>,
+}
+
 /// One phase on a stream of its own, created for it and deleted after:
-/// what it observed, and the most acks the primary held at once.
+/// what it observed (every publisher's acks in time order), and the most
+/// acks the primary held at once.
 async fn run_phase(
     cluster: &Cluster,
     args: &CommitIntervalArgs,
     name: &str,
     interval_ms: u32,
-    messages: usize,
-    rate: Option<f64>,
+    phase: PhaseSpec,
     bar: &ProgressBar,
 ) -> anyhow::Result<(Phase, usize)> {
     let options = StreamOptions {
@@ -306,20 +329,30 @@ async fn run_phase(
         ..StreamOptions::new(client::DurabilityConfig::Sync)
     };
     let info = cluster.create_with(name, &options).await?;
-    let publisher = Publisher::connect(
-        &info,
-        PublisherConfig {
-            window: args.window,
-            // Acks wait up to T by design: no resend before several
-            // intervals have passed.
-            retry: Duration::from_millis(5_000 + 4 * u64::from(interval_ms)),
-            ..PublisherConfig::default()
-        },
-    )
-    .await
-    .with_context(|| format!("cannot connect a publisher to {name}"))?;
-    let phase = stream_messages(&publisher, args, messages, rate, bar).await;
-    drop(publisher);
+    let mut senders = tokio::task::JoinSet::new();
+    for index in 0..phase.publishers {
+        let publisher = Publisher::connect(
+            &info,
+            PublisherConfig {
+                window: args.window,
+                // Acks wait up to T by design: no resend before several
+                // intervals have passed.
+                retry: Duration::from_millis(5_000 + 4 * u64::from(interval_ms)),
+                ..PublisherConfig::default()
+            },
+        )
+        .await
+        .with_context(|| format!("cannot connect a publisher to {name}"))?;
+        let share = phase.messages / phase.publishers
+            + usize::from(index < phase.messages % phase.publishers);
+        let rate = phase.rate.map(|rate| rate / phase.publishers as f64);
+        let (args, bar) = (args.clone(), bar.clone());
+        senders.spawn(async move { stream_messages(&publisher, &args, share, rate, &bar).await });
+    }
+    let mut phases = Vec::with_capacity(phase.publishers);
+    while let Some(sent) = senders.join_next().await {
+        phases.push(sent.context("a publisher's task panicked")?);
+    }
     let replication = cluster.replication_status(info.primary, name).await?;
     let peak = replication["pending_acks_peak"]
         .as_u64()
@@ -327,7 +360,29 @@ async fn run_phase(
     // The run's log is of no further use; deleting it keeps the disk from
     // filling over many runs.
     cluster.delete(&info).await?;
-    Ok((phase?, peak as usize))
+    let phases = phases.into_iter().collect::<anyhow::Result<Vec<_>>>()?;
+    Ok((merge(phases), peak as usize))
+}
+
+/// Several publishers' phases as one, their instants in time order.
+fn merge(mut phases: Vec<Phase>) -> Phase {
+    if phases.len() == 1 {
+        return phases.pop().expect("one");
+    }
+    let mut submitted: Vec<Instant> = phases.iter().flat_map(|p| p.submitted.clone()).collect();
+    let mut acked: Vec<Instant> = phases.iter().flat_map(|p| p.acked.clone()).collect();
+    submitted.sort_unstable();
+    acked.sort_unstable();
+    let last_submit = phases
+        .iter()
+        .map(|p| p.last_submit)
+        .max()
+        .expect("at least one publisher");
+    Phase {
+        submitted,
+        acked,
+        last_submit,
+    }
 }
 
 /// Publishes `messages` payloads with up to `--window` in flight, as fast
