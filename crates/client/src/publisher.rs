@@ -50,8 +50,11 @@ const TICK: Duration = Duration::from_millis(10);
 
 /// Bytes waiting for one server at most: past this (a server that stopped
 /// reading) further frames are dropped, and the resend timer sends the
-/// messages again.
-const OUTBOX_BYTES_MAX: usize = 64 * 1024 * 1024;
+/// messages again. Well above a whole window of 1 KB messages (65,536 ×
+/// about 1.1 KB framed), so nothing is dropped in ordinary running: a
+/// dropped frame holds the low-water mark, and so the window, until its
+/// resend.
+const OUTBOX_BYTES_MAX: usize = 256 * 1024 * 1024;
 
 /// Bytes of answers one read takes.
 const ANSWER_READ_BYTES: usize = 32 * 1024;
@@ -81,8 +84,10 @@ pub struct Published {
 }
 
 /// The largest window a publisher takes: a server keeps the versions of at
-/// most this many unanswered messages of one session for deduplication
-/// (`engine::DedupeLimits`). With more in flight, a message refused for a
+/// most this many unanswered sequences of one session for deduplication
+/// (`engine::DedupeLimits`), from the session's low-water mark on. The
+/// window slides over sequences, so the newest message is never further
+/// above the low-water mark than this; with more, a message refused for a
 /// full table could find it full at every retry, filled by the messages
 /// sent after it, while the low-water mark that would empty it waits for
 /// that very message.
@@ -91,7 +96,10 @@ pub const PUBLISHER_WINDOW_MAX: usize = 1 << 16;
 /// Settings of a publisher.
 #[derive(Clone, Debug)]
 pub struct PublisherConfig {
-    /// Messages in flight at most, 1 to [`PUBLISHER_WINDOW_MAX`].
+    /// Messages in flight at most, 1 to [`PUBLISHER_WINDOW_MAX`]: more
+    /// exactly, how far the newest message's sequence may be above the
+    /// oldest one not yet done (the window slides, as TCP's does), so a
+    /// message held up holds back new sends a window later.
     pub window: usize,
     /// A message not done after this long is sent again.
     pub retry: Duration,
@@ -159,6 +167,11 @@ struct Core {
     /// What a step sends; kept between calls.
     out: Vec<(Node, Msg)>,
     started: Instant,
+    /// The producer's low-water mark when window permits were last
+    /// returned: the window slides over sequences, so a permit comes back
+    /// when the low-water mark passes a sequence, not when a message
+    /// completes (see `Shared::complete`).
+    released_through: u64,
     /// A failover may be under way: ask for the placement.
     suspect: bool,
     refreshed_at: Option<Instant>,
@@ -319,6 +332,7 @@ impl Publisher {
                 completed: Vec::new(),
                 out: Vec::new(),
                 started: Instant::now(),
+                released_through: 1,
                 suspect: false,
                 refreshed_at: None,
             }),
@@ -451,6 +465,7 @@ impl Shared {
         let mut answers = answers.into_iter().peekable();
         let mut done = Vec::new();
         while answers.peek().is_some() {
+            let freed;
             {
                 let mut core = self.lock();
                 let now = core.now();
@@ -461,9 +476,9 @@ impl Shared {
                 }
                 core.flush(self.stream, &mut out);
                 core.out = out;
-                self.complete(&mut core, &mut done);
+                freed = self.complete(&mut core, &mut done);
             }
-            self.reply(&mut done);
+            self.reply(freed, &mut done);
             if answers.peek().is_some() {
                 // The callers just answered run before the next piece.
                 tokio::task::yield_now().await;
@@ -472,8 +487,22 @@ impl Shared {
     }
 
     /// Takes the producer's completions and the replies they answer (sent
-    /// by `reply`, once the lock is released).
-    fn complete(&self, core: &mut Core, done: &mut Vec<(Reply, Result<Published, ClientError>)>) {
+    /// by `reply`, once the lock is released), and returns the window
+    /// permits the step freed.
+    ///
+    /// The window slides over sequences, as TCP's does over bytes: a
+    /// permit comes back when the low-water mark passes a sequence. So the
+    /// newest sequence is never a window or more above the low-water mark,
+    /// and a server's dedupe table never holds more of this session than
+    /// the window. Counting only the messages in flight instead, a message
+    /// held up (a frame dropped, a refusal, a retry seconds away) would let
+    /// the later ones run far ahead of the mark it holds back, fill the
+    /// table, and have its own retry refused for good.
+    fn complete(
+        &self,
+        core: &mut Core,
+        done: &mut Vec<(Reply, Result<Published, ClientError>)>,
+    ) -> usize {
         let mode = match core.producer.hybrid_mode() {
             HybridMode::ServerSync => 1,
             HybridMode::ClientAsync => 2,
@@ -517,15 +546,18 @@ impl Shared {
         }
         // Kept, with its room, for the next burst.
         core.completed = completed;
+        let low_water = core.producer.low_water();
+        let freed = low_water.saturating_sub(core.released_through);
+        core.released_through = core.released_through.max(low_water);
+        freed as usize
     }
 
-    /// Answers the callers and returns their messages' window permits:
-    /// one release for the lot, not one per message.
-    fn reply(&self, done: &mut Vec<(Reply, Result<Published, ClientError>)>) {
-        if done.is_empty() {
-            return;
+    /// Returns `freed` window permits (one release for the lot, not one per
+    /// message) and answers the callers.
+    fn reply(&self, freed: usize, done: &mut Vec<(Reply, Result<Published, ClientError>)>) {
+        if freed > 0 {
+            self.window.add_permits(freed);
         }
-        self.window.add_permits(done.len());
         for (reply, result) in done.drain(..) {
             let _ = reply.send(result);
         }
@@ -588,10 +620,10 @@ impl Background {
                     core.flush(self.shared.stream, &mut out);
                     core.out = out;
                     self.ask_placement(&mut core);
-                    self.shared.complete(&mut core, &mut done);
+                    let freed = self.shared.complete(&mut core, &mut done);
                     let finished = self.shared.closed.load(Ordering::Acquire) && core.replies.is_empty();
                     drop(core);
-                    self.shared.reply(&mut done);
+                    self.shared.reply(freed, &mut done);
                     if finished {
                         let _ = self.stop.send(true);
                         return;
@@ -669,9 +701,9 @@ impl Background {
         core.producer.reconfigure(placement, now, &mut out);
         core.flush(shared.stream, &mut out);
         core.out = out;
-        shared.complete(&mut core, done);
+        let freed = shared.complete(&mut core, done);
         drop(core);
-        shared.reply(done);
+        shared.reply(freed, done);
         for (id, link_config, outbox) in new_links {
             tokio::spawn(run_link(
                 id,
@@ -1069,6 +1101,87 @@ fn refusal_of(code: ErrorCode) -> Option<Refusal> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn shared_of(window: usize) -> Shared {
+        let placement = Placement {
+            replicas: vec![1],
+            primary: 1,
+            epoch: 1,
+        };
+        let producer = Producer::new(
+            7,
+            1,
+            Protocol::OneHopAckClient,
+            placement,
+            ProducerSettings::default(),
+        );
+        Shared {
+            stream: 3,
+            client_id: 7,
+            core: Mutex::new(Core {
+                producer,
+                outboxes: HashMap::new(),
+                replies: Replies::default(),
+                completed: Vec::new(),
+                out: Vec::new(),
+                started: Instant::now(),
+                released_through: 1,
+                suspect: false,
+                refreshed_at: None,
+            }),
+            window: Semaphore::new(window),
+            held_room: Notify::new(),
+            held_bytes_max: usize::MAX,
+            mode: AtomicU8::new(0),
+            held: Held::default(),
+            refusals: Mutex::default(),
+            link_states: Mutex::default(),
+            closed: AtomicBool::new(false),
+        }
+    }
+
+    fn ack(sequence: u64) -> (ServerId, Msg) {
+        let event = EventId {
+            client: 7,
+            session: 1,
+            sequence,
+        };
+        let ack = Msg::Ack {
+            event,
+            version: sequence,
+            epoch: 1,
+            duplicate: false,
+            hint: None,
+        };
+        (1, ack)
+    }
+
+    #[tokio::test]
+    async fn the_window_slides_over_sequences_and_opens_only_as_the_low_water_mark_passes() {
+        let shared = shared_of(3);
+        let mut pending = Vec::new();
+        for _ in 0..3 {
+            let (reply, answer) = oneshot::channel();
+            shared.window.acquire().await.unwrap().forget();
+            let mut core = shared.lock();
+            let mut out = Vec::new();
+            let event = core
+                .producer
+                .send(Bytes::new(), Bytes::from_static(b"x"), 0, &mut out);
+            core.replies.insert(event.sequence, reply);
+            pending.push(answer);
+        }
+        assert_eq!(shared.window.available_permits(), 0);
+        // The second and third are done, the first is not: the callers
+        // hear, but the window stays shut.
+        shared.answers(vec![ack(2), ack(3)]).await;
+        assert_eq!(shared.window.available_permits(), 0);
+        let third = pending.pop().unwrap().await.unwrap().unwrap();
+        assert_eq!(third.version, 3);
+        shared.answers(vec![ack(1)]).await;
+        assert_eq!(shared.window.available_permits(), 3);
+        assert_eq!(pending.remove(0).await.unwrap().unwrap().version, 1);
+    }
 
     #[test]
     fn an_acked_run_expands_to_one_ack_per_message_and_no_further_than_the_bound() {

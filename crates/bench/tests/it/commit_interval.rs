@@ -75,7 +75,10 @@ fn commit_interval_flags_parse_and_default_to_the_seeds_intervals() {
     assert_eq!(defaults.intervals, [0, 5, 20, 50, 100, 160]);
     assert_eq!(defaults.size, 1000);
     assert_eq!(defaults.replicas, 1);
-    assert_eq!(defaults.publishers, 2, "two sessions in the throughput phase");
+    assert_eq!(
+        defaults.publishers, 2,
+        "two sessions in the throughput phase"
+    );
     assert_eq!(defaults.window, 65_536);
     assert_eq!(defaults.rate, None, "half the first interval's throughput");
     let line = BenchLine::parse_from([
