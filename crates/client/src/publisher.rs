@@ -316,6 +316,7 @@ impl Publisher {
             ProducerSettings {
                 retry_ms: config.retry.as_millis() as u64,
                 sender_logging: matches!(info.durability, proto::DurabilityConfig::Sender { .. }),
+                ..ProducerSettings::default()
             },
         );
         let outboxes: HashMap<ServerId, Arc<Outbox>> = first_connections

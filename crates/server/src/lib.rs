@@ -98,6 +98,6 @@ pub async fn run(
         let _ = membership.await;
     }
     for stream in server.streams() {
-        stream.stop_checkpoints().await;
+        stream.stop_tasks().await;
     }
 }

@@ -228,6 +228,10 @@ pub struct Stream {
     /// written holds the stream, and the log must be closed before the
     /// server returns.
     checkpoint_task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// The log-progress and clock tasks, awaited at shutdown too: one
+    /// of them may be driving the state machine (holding the stream) on
+    /// another worker when `stop` fires.
+    tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     /// Ends the checkpoint task when the stream is deleted: at once if it
     /// waits, after the checkpoint it writes otherwise (the permit of
     /// `notify_one` waits for it), so no checkpoint file appears in a
@@ -383,6 +387,7 @@ impl Stream {
             transfers: Mutex::new(HashMap::new()),
             peer_frame_bytes_max: config.peer_frame_bytes_max(),
             checkpoint_task: Mutex::new(None),
+            tasks: Mutex::new(Vec::new()),
             deleting: Arc::new(Notify::new()),
             boundary_timer: Arc::new(BoundaryTimer {
                 wake: Notify::new(),
@@ -1046,6 +1051,17 @@ impl Stream {
         }
     }
 
+    /// Waits for every background task of the stream to end (each ends
+    /// once `stop` fires), so none holds the stream, and with it the log,
+    /// after the server stops.
+    pub(crate) async fn stop_tasks(&self) {
+        self.stop_checkpoints().await;
+        let tasks = std::mem::take(&mut *self.tasks.lock().expect("task lock"));
+        for task in tasks {
+            let _ = task.await;
+        }
+    }
+
     /// Starts the stream's background work: log progress into the state
     /// machine, clock ticks, the backlog and checkpoints. Each task ends
     /// when the stream is dropped or `stop` fires.
@@ -1073,7 +1089,7 @@ impl Stream {
         let weak = Arc::downgrade(self);
         let mut progress = self.log.progress();
         let mut stopping = stop.clone();
-        tokio::spawn(async move {
+        let progress_task = tokio::spawn(async move {
             loop {
                 tokio::select! {
                     changed = progress.changed() => if changed.is_err() { return },
@@ -1099,7 +1115,7 @@ impl Stream {
         let weak: Weak<Stream> = Arc::downgrade(self);
         let mut stopping = stop;
         let timer = Arc::clone(&self.boundary_timer);
-        tokio::spawn(async move {
+        let clock_task = tokio::spawn(async move {
             let mut interval = tokio::time::interval(tick);
             interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
@@ -1140,6 +1156,9 @@ impl Stream {
                 }
             }
         });
+        let mut tasks = self.tasks.lock().expect("task lock");
+        tasks.retain(|task| !task.is_finished());
+        tasks.extend([progress_task, clock_task]);
     }
 }
 

@@ -276,6 +276,7 @@ impl SimConfig {
             producer: ProducerSettings {
                 retry_ms: 100,
                 sender_logging: false,
+                ..ProducerSettings::default()
             },
             sender: false,
             checkpoint_ms: 200,

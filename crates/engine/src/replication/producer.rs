@@ -20,6 +20,12 @@ use super::replica::Placement;
 pub struct ProducerSettings {
     /// A message not done after this long is sent again.
     pub retry_ms: u64,
+    /// A message a server refused for a passing reason (`Busy`: its log
+    /// or backlog is full; its dedupe table is full) is sent again after
+    /// this long, doubling with each further refusal up to `retry_ms`: a
+    /// held-up message holds the publisher's window (it slides over
+    /// sequences), so waiting the whole retry time would stall it.
+    pub busy_retry_ms: u64,
     /// Sender-based message logging (the stream's durability `sender`):
     /// confirm each version the primary returns, and keep every message
     /// with its version after it is done, until the primary's checkpoint
@@ -31,10 +37,14 @@ impl Default for ProducerSettings {
     fn default() -> Self {
         ProducerSettings {
             retry_ms: 1_000,
+            busy_retry_ms: BUSY_RETRY_MS,
             sender_logging: false,
         }
     }
 }
+
+/// The first resend after a passing refusal, by default.
+pub const BUSY_RETRY_MS: u64 = 5;
 
 /// A done message kept for sender-based logging.
 #[derive(Debug)]
@@ -87,7 +97,11 @@ struct Pending {
     stamped_in: Option<u64>,
     acks: Vec<(ServerId, u64)>,
     duplicate: bool,
-    sent_at: u64,
+    /// When the message is sent again if not done by then.
+    due_at: u64,
+    /// Passing refusals in a row (`Busy`, dedupe table full): the next
+    /// resend waits `busy_retry_ms` doubled this many times.
+    refusals: u32,
 }
 
 pub struct Producer {
@@ -196,7 +210,7 @@ impl Producer {
             pending.acks.clear();
             pending.version = None;
             pending.stamped_in = None;
-            pending.sent_at = now;
+            pending.due_at = now + self.settings.retry_ms;
         }
         for pending in self.pending.values() {
             self.dispatch(pending, true, out);
@@ -257,7 +271,8 @@ impl Producer {
             stamped_in: None,
             acks: Vec::new(),
             duplicate: false,
-            sent_at: now,
+            due_at: now + self.settings.retry_ms,
+            refusals: 0,
         };
         self.dispatch(&pending, false, out);
         self.pending.insert(sequence, pending);
@@ -336,7 +351,7 @@ impl Producer {
                 pending.version = Some(version);
                 pending.stamped_in = (!duplicate).then_some(epoch);
                 pending.duplicate |= duplicate;
-                pending.sent_at = now;
+                pending.due_at = now + self.settings.retry_ms;
                 let pending = &self.pending[&event.sequence];
                 self.dispatch(pending, false, out);
             }
@@ -382,16 +397,28 @@ impl Producer {
                     pending.version = None;
                     pending.stamped_in = None;
                     pending.acks.clear();
-                    pending.sent_at = now;
+                    pending.due_at = now + self.settings.retry_ms;
                     let pending = &self.pending[&event.sequence];
                     self.dispatch(pending, false, out);
                 }
-                // Passing conditions: the retry timer sends again. A full
-                // dedupe table empties as earlier messages complete and
-                // the low-water mark passes them.
-                Refusal::NotPrimary
-                | Refusal::Busy
-                | Refusal::Rejected(crate::Rejection::DedupeFull) => {}
+                // A new primary is announced by a placement, which sends
+                // everything again; else the retry timer does.
+                Refusal::NotPrimary => {}
+                // Passing conditions: sent again soon, backing off. A full
+                // log drains as the disk catches up; a full dedupe table
+                // empties as earlier messages complete and the low-water
+                // mark passes them.
+                Refusal::Busy | Refusal::Rejected(crate::Rejection::DedupeFull) => {
+                    let settings = self.settings;
+                    let wait = settings
+                        .busy_retry_ms
+                        .max(1)
+                        .saturating_mul(1 << pending.refusals.min(16))
+                        .min(settings.retry_ms);
+                    pending.refusals += 1;
+                    pending.due_at = pending.due_at.min(now + wait);
+                    self.resend_scan_at = self.resend_scan_at.min(pending.due_at);
+                }
                 Refusal::Rejected(_)
                 | Refusal::Invalid
                 | Refusal::LogFailed
@@ -416,20 +443,20 @@ impl Producer {
         let due: Vec<u64> = self
             .pending
             .iter()
-            .filter(|(_, p)| now.saturating_sub(p.sent_at) >= retry)
+            .filter(|(_, p)| p.due_at <= now)
             .map(|(sequence, _)| *sequence)
             .collect();
         for sequence in due {
             let pending = self.pending.get_mut(&sequence).expect("present");
-            pending.sent_at = now;
+            pending.due_at = now + retry;
             let pending = &self.pending[&sequence];
             self.dispatch(pending, true, out);
         }
-        // Every `sent_at` is set to the time of its send, so the oldest one
-        // never moves back: nothing is due before the oldest one plus the
-        // retry time, and the ticks until then need not look.
-        let oldest = self.pending.values().map(|p| p.sent_at).min();
-        self.resend_scan_at = oldest.unwrap_or(now).saturating_add(retry);
+        // Nothing is due before the earliest `due_at`, and a refusal that
+        // brings one forward brings this forward too: the ticks until then
+        // need not look.
+        let earliest = self.pending.values().map(|p| p.due_at).min();
+        self.resend_scan_at = earliest.unwrap_or(now.saturating_add(retry));
     }
 
     /// A message is done at `version`: with sender-based logging, its copy

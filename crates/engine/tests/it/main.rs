@@ -2,4 +2,5 @@
 //! come out.
 
 mod commit_interval;
+mod producer;
 mod sender;

@@ -334,6 +334,7 @@ fn a_producer_on_one_server_is_done_once_it_holds_the_version() {
     let settings = ProducerSettings {
         retry_ms: 1_000,
         sender_logging: true,
+        ..ProducerSettings::default()
     };
     let mut producer = Producer::new(CLIENT, 1, Protocol::OneHop, one_server(), settings);
     let mut out = Vec::new();
@@ -369,6 +370,7 @@ fn a_producer_confirms_holds_until_the_checkpoint_and_resends_when_asked() {
     let settings = ProducerSettings {
         retry_ms: 1_000,
         sender_logging: true,
+        ..ProducerSettings::default()
     };
     let mut producer = Producer::new(CLIENT, 1, Protocol::OneHop, three_servers(), settings);
     let mut out = Vec::new();

@@ -1,0 +1,93 @@
+//! The producer's resends: a message refused for a passing reason goes
+//! again soon, backing off, and any other waits for the retry time.
+
+use engine::replication::{
+    Bytes, Msg, Node, Placement, Producer, ProducerSettings, Protocol, Refusal,
+};
+use engine::Rejection;
+
+const CLIENT: u128 = 42;
+
+fn producer() -> Producer {
+    let placement = Placement {
+        replicas: vec![1, 2, 3],
+        primary: 1,
+        epoch: 1,
+    };
+    let settings = ProducerSettings {
+        retry_ms: 1_000,
+        busy_retry_ms: 5,
+        sender_logging: false,
+    };
+    Producer::new(CLIENT, 1, Protocol::OneHopAckClient, placement, settings)
+}
+
+/// The times in `0..until` (ms, one tick each) at which the producer sent
+/// something, refusing each send with `refusal` at once.
+fn resends(producer: &mut Producer, refusal: Refusal, until: u64) -> Vec<u64> {
+    let mut out = Vec::new();
+    let mut times = Vec::new();
+    for now in 1..until {
+        out.clear();
+        producer.on_tick(now, &mut out);
+        if out.is_empty() {
+            continue;
+        }
+        times.push(now);
+        for (node, msg) in out.drain(..) {
+            let (Node::Server(server), Msg::Write(content)) = (node, msg) else {
+                continue;
+            };
+            let refused = Msg::Refused {
+                event: content.event,
+                refusal,
+            };
+            producer.on_message(server, refused, now, &mut Vec::new());
+        }
+    }
+    times
+}
+
+fn send_refused(producer: &mut Producer, refusal: Refusal) {
+    let mut out = Vec::new();
+    let event = producer.send(Bytes::new(), Bytes::from(vec![1; 8]), 0, &mut out);
+    assert!(
+        matches!(out.as_slice(), [(Node::Server(1), Msg::Write(_))]),
+        "the first send goes to the primary: {out:?}"
+    );
+    producer.on_message(1, Msg::Refused { event, refusal }, 0, &mut out);
+}
+
+#[test]
+fn a_busy_refusal_is_sent_again_soon_and_backs_off_to_the_retry_time() {
+    let mut producer = producer();
+    send_refused(&mut producer, Refusal::Busy);
+    // 5, then 10, 20, ... ms after each refusal, capped at 1,000.
+    let times = resends(&mut producer, Refusal::Busy, 4_000);
+    let gaps: Vec<u64> = std::iter::once(times[0])
+        .chain(times.windows(2).map(|pair| pair[1] - pair[0]))
+        .collect();
+    assert_eq!(
+        &gaps[..9],
+        &[5, 10, 20, 40, 80, 160, 320, 640, 1_000],
+        "resend times {times:?}"
+    );
+    assert!(gaps[9..].iter().all(|&gap| gap == 1_000), "{gaps:?}");
+    assert_eq!(producer.in_flight(), 1, "still waiting, not failed");
+}
+
+#[test]
+fn a_full_dedupe_table_backs_off_like_busy() {
+    let mut producer = producer();
+    send_refused(&mut producer, Refusal::Rejected(Rejection::DedupeFull));
+    let times = resends(&mut producer, Refusal::Rejected(Rejection::DedupeFull), 40);
+    assert_eq!(times, vec![5, 15, 35]);
+}
+
+#[test]
+fn not_primary_waits_for_the_retry_time_or_a_new_placement() {
+    let mut producer = producer();
+    send_refused(&mut producer, Refusal::NotPrimary);
+    let times = resends(&mut producer, Refusal::NotPrimary, 2_500);
+    assert_eq!(times, vec![1_000, 2_000]);
+}
