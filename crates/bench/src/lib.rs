@@ -72,7 +72,7 @@ pub enum BenchCommand {
     Duplication(DuplicationArgs),
     /// Seed 003: throughput, ack latency (p50, p99, mean) and the memory
     /// held per interval (bandwidth × T) against the output commit
-    /// interval T, on an in-process cluster (R = 1 by default).
+    /// interval T, on a cluster run as a child `stamplog cluster` (R = 1 by default).
     CommitInterval(CommitIntervalArgs),
     /// F7: separate server processes; SIGKILL the primary (or random
     /// servers) under a steady write load, report the time until writes
