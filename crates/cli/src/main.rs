@@ -12,9 +12,10 @@ use clap::{Parser, Subcommand};
 /// and often freed on another (a reader task, a log thread, a replica's
 /// link), in bursts when an output commit boundary releases a batch.
 /// jemalloc's thread caches and arenas cost less there than the system
-/// allocator's consolidation: with it `bench commit-interval` at T = 100 ms
-/// went from 0.85 to 1.00 of T = 0, and `bench patterns` gained about 8 %
-/// (docs/results.md, "Allocator").
+/// allocator's consolidation: with it `bench commit-interval` ran T = 0
+/// at about 360,000 msgs/s instead of 280,000 and T = 100 ms at 0.96 to
+/// 0.98 of that instead of 0.76 to 0.88 (docs/results.md, "Where the time
+/// went").
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 

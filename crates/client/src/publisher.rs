@@ -326,17 +326,7 @@ impl Publisher {
         let shared = Arc::new(Shared {
             stream: info.id,
             client_id,
-            core: Mutex::new(Core {
-                producer,
-                outboxes: outboxes.clone(),
-                replies: Replies::default(),
-                completed: Vec::new(),
-                out: Vec::new(),
-                started: Instant::now(),
-                released_through: 1,
-                suspect: false,
-                refreshed_at: None,
-            }),
+            core: Mutex::new(Core::new(producer, outboxes.clone())),
             window: Semaphore::new(config.window),
             held_room: Notify::new(),
             held_bytes_max: config.held_bytes_max,
@@ -566,6 +556,20 @@ impl Shared {
 }
 
 impl Core {
+    fn new(producer: Producer, outboxes: HashMap<ServerId, Arc<Outbox>>) -> Core {
+        Core {
+            producer,
+            outboxes,
+            replies: Replies::default(),
+            completed: Vec::new(),
+            out: Vec::new(),
+            started: Instant::now(),
+            released_through: 1,
+            suspect: false,
+            refreshed_at: None,
+        }
+    }
+
     fn now(&self) -> u64 {
         self.started.elapsed().as_millis() as u64
     }
@@ -1119,17 +1123,7 @@ mod tests {
         Shared {
             stream: 3,
             client_id: 7,
-            core: Mutex::new(Core {
-                producer,
-                outboxes: HashMap::new(),
-                replies: Replies::default(),
-                completed: Vec::new(),
-                out: Vec::new(),
-                started: Instant::now(),
-                released_through: 1,
-                suspect: false,
-                refreshed_at: None,
-            }),
+            core: Mutex::new(Core::new(producer, HashMap::new())),
             window: Semaphore::new(window),
             held_room: Notify::new(),
             held_bytes_max: usize::MAX,

@@ -80,7 +80,11 @@ fn commit_interval_flags_parse_and_default_to_the_seeds_intervals() {
         "two sessions in the throughput phase"
     );
     assert_eq!(defaults.window, 65_536);
-    assert_eq!(defaults.rate, None, "half the first interval's throughput");
+    assert_eq!(
+        defaults.rate, None,
+        "a tenth of the first interval's throughput"
+    );
+    assert_eq!(defaults.latency_messages, 60_000);
     let line = BenchLine::parse_from([
         "bench",
         "commit-interval",
