@@ -211,6 +211,7 @@ impl Producer {
             pending.version = None;
             pending.stamped_in = None;
             pending.due_at = now + self.settings.retry_ms;
+            pending.refusals = 0;
         }
         for pending in self.pending.values() {
             self.dispatch(pending, true, out);
@@ -352,6 +353,7 @@ impl Producer {
                 pending.stamped_in = (!duplicate).then_some(epoch);
                 pending.duplicate |= duplicate;
                 pending.due_at = now + self.settings.retry_ms;
+                pending.refusals = 0;
                 let pending = &self.pending[&event.sequence];
                 self.dispatch(pending, false, out);
             }

@@ -91,3 +91,58 @@ fn not_primary_waits_for_the_retry_time_or_a_new_placement() {
     let times = resends(&mut producer, Refusal::NotPrimary, 2_500);
     assert_eq!(times, vec![1_000, 2_000]);
 }
+
+#[test]
+fn a_version_between_refusals_starts_the_backoff_again() {
+    let placement = Placement {
+        replicas: vec![1, 2, 3],
+        primary: 1,
+        epoch: 1,
+    };
+    let settings = ProducerSettings {
+        retry_ms: 1_000,
+        busy_retry_ms: 5,
+        sender_logging: false,
+    };
+    // `returns-version`: the primary stamps, then the client carries the
+    // message to the replicas with its version.
+    let mut producer = Producer::new(CLIENT, 1, Protocol::ReturnsVersion, placement, settings);
+    let mut out = Vec::new();
+    let event = producer.send(Bytes::new(), Bytes::from(vec![1; 8]), 0, &mut out);
+    for now in [0, 5] {
+        let refused = Msg::Refused {
+            event,
+            refusal: Refusal::Busy,
+        };
+        producer.on_message(1, refused, now, &mut out);
+        out.clear();
+        producer.on_tick(now + 5, &mut out);
+    }
+    // Two refusals in a row: the next wait would be 20 ms. A version
+    // comes first, and a replica's refusal after it waits 5 ms again.
+    let stamped = Msg::Stamped {
+        event,
+        version: 1,
+        epoch: 1,
+        duplicate: false,
+    };
+    out.clear();
+    producer.on_message(1, stamped, 11, &mut out);
+    assert!(
+        out.iter().any(|(node, _)| *node == Node::Server(2)),
+        "the stamped message goes to the replicas: {out:?}"
+    );
+    let refused = Msg::Refused {
+        event,
+        refusal: Refusal::Busy,
+    };
+    producer.on_message(2, refused, 12, &mut out);
+    let times = (13..40)
+        .filter(|&now| {
+            let mut sent = Vec::new();
+            producer.on_tick(now, &mut sent);
+            !sent.is_empty()
+        })
+        .collect::<Vec<_>>();
+    assert_eq!(times.first(), Some(&17), "resent 5 ms after the refusal");
+}
