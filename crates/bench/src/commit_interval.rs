@@ -9,7 +9,8 @@
 //! would share one runtime's workers, and where the scheduler put them
 //! moved a run's throughput by half. For each interval T and each of the
 //! two phases a stream is created with `commit_interval_ms = T` and
-//! durability `sync`, and one publisher writes to it, as the seed measured
+//! durability `sync`, and publishers write to it (`--publishers` in the
+//! throughput phase, one in the latency phase), as the seed measured
 //! throughput (TPC-C, saturated) and response time (WebStone) apart:
 //!
 //! 1. **Throughput**: `--messages` payloads as fast as the window allows
@@ -84,8 +85,8 @@ pub struct CommitIntervalArgs {
     /// group commit).
     #[arg(long, value_delimiter = ',', default_value = "0,5,20,50,100,160")]
     pub intervals: Vec<u32>,
-    /// Messages of the throughput phase, per interval: at about 280,000
-    /// msgs/s a round lasts several seconds, since shorter ones spread by
+    /// Messages of the throughput phase, per interval: at about 350,000
+    /// msgs/s a round lasts about three seconds, since shorter ones spread by
     /// 15 % or more on a shared machine.
     #[arg(long, default_value_t = 1_000_000)]
     pub messages: usize,
@@ -236,7 +237,10 @@ pub fn run(args: CommitIntervalArgs) -> anyhow::Result<CommitIntervalFigures> {
 
 /// What one phase observed.
 struct Phase {
-    /// Submit and ack instants of every message, in submission order.
+    /// Submit and ack instants of every message. From one publisher, in
+    /// submission order, so `submitted[i]` and `acked[i]` are one
+    /// message's (the latency phase has one publisher); merged from
+    /// several (`merge`), each list in time order and no longer paired.
     submitted: Vec<Instant>,
     acked: Vec<Instant>,
     /// When the last message was handed to the connection.
@@ -378,20 +382,25 @@ async fn run_phase(
     Ok((merge(phases), peak as usize))
 }
 
-/// Several publishers' phases as one, their instants in time order.
+/// Several publishers' phases as one, each list of instants in time order:
+/// the lists no longer pair a message's submit with its ack, so only the
+/// throughput phase, which reads the acks alone, has several.
 fn merge(mut phases: Vec<Phase>) -> Phase {
     if phases.len() == 1 {
         return phases.pop().expect("one");
     }
-    let mut submitted: Vec<Instant> = phases.iter().flat_map(|p| p.submitted.clone()).collect();
-    let mut acked: Vec<Instant> = phases.iter().flat_map(|p| p.acked.clone()).collect();
-    submitted.sort_unstable();
-    acked.sort_unstable();
     let last_submit = phases
         .iter()
         .map(|p| p.last_submit)
         .max()
         .expect("at least one publisher");
+    let (mut submitted, mut acked) = (Vec::new(), Vec::new());
+    for phase in phases {
+        submitted.extend(phase.submitted);
+        acked.extend(phase.acked);
+    }
+    submitted.sort_unstable();
+    acked.sort_unstable();
     Phase {
         submitted,
         acked,

@@ -138,7 +138,8 @@ struct Shared {
     stream: u64,
     client_id: u128,
     core: Mutex<Core>,
-    /// Messages in flight: a send takes a permit, a done message returns it.
+    /// The window: a send takes a permit, and a permit comes back when the
+    /// producer's low-water mark passes a sequence (`Shared::complete`).
     window: Semaphore,
     /// Sender-based logging: woken when the copies kept for the primary's
     /// checkpoint shrink, for sends waiting for room.
@@ -423,12 +424,10 @@ impl Publisher {
             {
                 let mut core = shared.lock();
                 if core.producer.held().1 <= shared.held_bytes_max {
-                    let now = core.now();
-                    let mut out = std::mem::take(&mut core.out);
-                    let event = core.producer.send(key, payload, now, &mut out);
+                    let event = core.step(shared.stream, |producer, now, out| {
+                        producer.send(key, payload, now, out)
+                    });
                     core.replies.insert(event.sequence, reply);
-                    core.flush(shared.stream, &mut out);
-                    core.out = out;
                     return Ok(PendingPublish { event, answer });
                 }
             }
@@ -459,14 +458,15 @@ impl Shared {
             let freed;
             {
                 let mut core = self.lock();
-                let now = core.now();
-                let mut out = std::mem::take(&mut core.out);
-                for (from, msg) in answers.by_ref().take(ANSWER_PIECE_MAX) {
-                    core.note(&msg);
-                    core.producer.on_message(from, msg, now, &mut out);
-                }
-                core.flush(self.stream, &mut out);
-                core.out = out;
+                let suspect = core.step(self.stream, |producer, now, out| {
+                    let mut suspect = false;
+                    for (from, msg) in answers.by_ref().take(ANSWER_PIECE_MAX) {
+                        suspect |= stale_placement(&msg);
+                        producer.on_message(from, msg, now, out);
+                    }
+                    suspect
+                });
+                core.suspect |= suspect;
                 freed = self.complete(&mut core, &mut done);
             }
             self.reply(freed, &mut done);
@@ -574,16 +574,20 @@ impl Core {
         self.started.elapsed().as_millis() as u64
     }
 
-    /// A `NotPrimary` answer means the placement this producer knows is
-    /// stale.
-    fn note(&mut self, msg: &Msg) {
-        if let Msg::Refused {
-            refusal: Refusal::NotPrimary,
-            ..
-        } = msg
-        {
-            self.suspect = true;
-        }
+    /// Runs one step of the producer at the current time, then encodes
+    /// what it sends into the servers' outboxes (the send list is kept
+    /// between steps, with its room).
+    fn step<R>(
+        &mut self,
+        stream: u64,
+        step: impl FnOnce(&mut Producer, u64, &mut Vec<(Node, Msg)>) -> R,
+    ) -> R {
+        let now = self.now();
+        let mut out = std::mem::take(&mut self.out);
+        let result = step(&mut self.producer, now, &mut out);
+        self.flush(stream, &mut out);
+        self.out = out;
+        result
     }
 
     /// Encodes what the producer sends into the servers' outboxes.
@@ -617,13 +621,12 @@ impl Background {
             tokio::select! {
                 _ = tick.tick() => {
                     let mut core = self.shared.lock();
-                    let now = core.now();
-                    let mut out = std::mem::take(&mut core.out);
-                    core.producer.on_tick(now, &mut out);
+                    let resent = core.step(self.shared.stream, |producer, now, out| {
+                        producer.on_tick(now, out);
+                        !out.is_empty()
+                    });
                     // Resends mean answers are missing.
-                    core.suspect |= !out.is_empty();
-                    core.flush(self.shared.stream, &mut out);
-                    core.out = out;
+                    core.suspect |= resent;
                     self.ask_placement(&mut core);
                     let freed = self.shared.complete(&mut core, &mut done);
                     let finished = self.shared.closed.load(Ordering::Acquire) && core.replies.is_empty();
@@ -701,11 +704,9 @@ impl Background {
             new_links.push((replica.id, link_config, outbox));
         }
         core.suspect = false;
-        let now = core.now();
-        let mut out = std::mem::take(&mut core.out);
-        core.producer.reconfigure(placement, now, &mut out);
-        core.flush(shared.stream, &mut out);
-        core.out = out;
+        core.step(shared.stream, |producer, now, out| {
+            producer.reconfigure(placement, now, out)
+        });
         let freed = shared.complete(&mut core, done);
         drop(core);
         shared.reply(freed, done);
@@ -720,6 +721,17 @@ impl Background {
             ));
         }
     }
+}
+
+/// A `NotPrimary` answer means the placement the producer knows is stale.
+fn stale_placement(msg: &Msg) -> bool {
+    matches!(
+        msg,
+        Msg::Refused {
+            refusal: Refusal::NotPrimary,
+            ..
+        }
+    )
 }
 
 /// Sender-based logging: folds each confirmation that continues the run

@@ -136,14 +136,15 @@ impl Shared {
     /// records (the records' last block was padded with zeros when it was
     /// written).
     fn preallocate(&self, tail: &mut Tail, end: u64, ahead: u64) {
-        let limit = self.config.segment_bytes_max;
-        if !tail.preallocate || tail.allocated >= end + ahead || tail.allocated >= limit {
+        let target = (end + ahead).min(self.config.segment_bytes_max);
+        if !tail.preallocate || tail.allocated >= target {
             return;
         }
         let Some(file) = self.segment_file(tail.base) else {
             return;
         };
-        while tail.preallocate && tail.allocated < (end + ahead).min(limit) {
+        let limit = self.config.segment_bytes_max;
+        while tail.preallocate && tail.allocated < target {
             let from = tail.allocated.max(end.next_multiple_of(BLOCK_BYTES as u64));
             let length = (PREALLOCATE_STEP_BYTES as u64).min(limit.saturating_sub(from)) as usize;
             if length == 0 {

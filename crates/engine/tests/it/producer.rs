@@ -8,7 +8,9 @@ use engine::Rejection;
 
 const CLIENT: u128 = 42;
 
-fn producer() -> Producer {
+/// A producer of `protocol` on servers 1 (the primary), 2 and 3, resending
+/// after 1 s, or 5 ms after a first passing refusal.
+fn producer_of(protocol: Protocol) -> Producer {
     let placement = Placement {
         replicas: vec![1, 2, 3],
         primary: 1,
@@ -19,7 +21,11 @@ fn producer() -> Producer {
         busy_retry_ms: 5,
         sender_logging: false,
     };
-    Producer::new(CLIENT, 1, Protocol::OneHopAckClient, placement, settings)
+    Producer::new(CLIENT, 1, protocol, placement, settings)
+}
+
+fn producer() -> Producer {
+    producer_of(Protocol::OneHopAckClient)
 }
 
 /// The times in `0..until` (ms, one tick each) at which the producer sent
@@ -94,19 +100,9 @@ fn not_primary_waits_for_the_retry_time_or_a_new_placement() {
 
 #[test]
 fn a_version_between_refusals_starts_the_backoff_again() {
-    let placement = Placement {
-        replicas: vec![1, 2, 3],
-        primary: 1,
-        epoch: 1,
-    };
-    let settings = ProducerSettings {
-        retry_ms: 1_000,
-        busy_retry_ms: 5,
-        sender_logging: false,
-    };
     // `returns-version`: the primary stamps, then the client carries the
     // message to the replicas with its version.
-    let mut producer = Producer::new(CLIENT, 1, Protocol::ReturnsVersion, placement, settings);
+    let mut producer = producer_of(Protocol::ReturnsVersion);
     let mut out = Vec::new();
     let event = producer.send(Bytes::new(), Bytes::from(vec![1; 8]), 0, &mut out);
     for now in [0, 5] {
