@@ -59,10 +59,12 @@ const OUTBOX_BYTES_MAX: usize = 256 * 1024 * 1024;
 /// Bytes of answers one read takes.
 const ANSWER_READ_BYTES: usize = 32 * 1024;
 
-/// Answers taken under one hold of the lock: a burst of acks (an output
-/// commit boundary releasing thousands, which a server sends as a few runs
-/// of a frame each) reaches the callers in pieces of this many rather
-/// than all at once, and the lock is never held for long.
+/// Messages answered under one hold of the lock, about: a burst of acks
+/// (an output commit boundary releasing thousands, which a server sends as
+/// a few runs of a frame each) reaches the callers in pieces of this many
+/// rather than all at once, and the lock is never held for long. A piece
+/// ends once it reaches this many; an ack run of the piece counts each of
+/// its messages and is at most this long.
 const ANSWER_PIECE_MAX: usize = 128;
 
 /// What a replicated send returns once its protocol's ack rule is met.
@@ -459,9 +461,16 @@ impl Shared {
             {
                 let mut core = self.lock();
                 let suspect = core.step(self.stream, |producer, now, out| {
-                    let mut suspect = false;
-                    for (from, msg) in answers.by_ref().take(ANSWER_PIECE_MAX) {
+                    let (mut suspect, mut messages) = (false, 0);
+                    while messages < ANSWER_PIECE_MAX {
+                        let Some((from, msg)) = answers.next() else {
+                            break;
+                        };
                         suspect |= stale_placement(&msg);
+                        messages += match msg {
+                            Msg::Ack { count, .. } => count as usize,
+                            _ => 1,
+                        };
                         producer.on_message(from, msg, now, out);
                     }
                     suspect
@@ -853,8 +862,9 @@ fn encode_submit(out: &mut Vec<u8>, stream: u64, msg: &Msg) {
     .encode(out, &content.key, &content.payload);
 }
 
-/// The acks an `Acked` frame carries, one per message of its run (at most
-/// `ACKED_RUN_MAX + 1`, whatever the frame claims), onto `answers`.
+/// The acks an `Acked` frame carries (at most `ACKED_RUN_MAX + 1`,
+/// whatever the frame claims), onto `answers` as runs of at most
+/// [`ANSWER_PIECE_MAX`] messages, so that one piece of answers stays short.
 fn push_acks(client: u128, frame: Frame, answers: &mut Vec<(ServerId, Msg)>) {
     let Frame::Acked {
         server,
@@ -876,7 +886,9 @@ fn push_acks(client: u128, frame: Frame, answers: &mut Vec<(ServerId, Msg)>) {
         2 => Some(HybridMode::ClientAsync),
         _ => None,
     };
-    for offset in 0..=u64::from(more.min(proto::frame::ACKED_RUN_MAX)) {
+    let total = u64::from(more.min(proto::frame::ACKED_RUN_MAX)) + 1;
+    let piece = ANSWER_PIECE_MAX as u64;
+    for offset in (0..total).step_by(ANSWER_PIECE_MAX) {
         let event = EventId {
             client,
             session,
@@ -888,6 +900,7 @@ fn push_acks(client: u128, frame: Frame, answers: &mut Vec<(ServerId, Msg)>) {
             epoch,
             duplicate,
             hint,
+            count: (total - offset).min(piece),
         };
         answers.push((server, ack));
     }
@@ -1159,6 +1172,7 @@ mod tests {
             epoch: 1,
             duplicate: false,
             hint: None,
+            count: 1,
         };
         (1, ack)
     }
@@ -1191,7 +1205,7 @@ mod tests {
     }
 
     #[test]
-    fn an_acked_run_expands_to_one_ack_per_message_and_no_further_than_the_bound() {
+    fn an_acked_run_becomes_ack_runs_of_a_piece_each_and_no_further_than_the_bound() {
         let frame = |more| Frame::Acked {
             stream: 1,
             server: 3,
@@ -1203,30 +1217,38 @@ mod tests {
             hint: 1,
             more,
         };
-        let mut answers = Vec::new();
-        push_acks(7, frame(2), &mut answers);
-        let versions: Vec<(u64, u64)> = answers
-            .iter()
-            .map(|(server, msg)| match msg {
-                Msg::Ack {
-                    event,
-                    version,
-                    epoch: 4,
-                    duplicate: true,
-                    hint: Some(HybridMode::ServerSync),
-                } if *server == 3 && event.client == 7 && event.session == 2 => {
-                    (event.sequence, *version)
-                }
-                other => panic!("unexpected answer {other:?}"),
-            })
-            .collect();
-        assert_eq!(versions, vec![(10, 100), (11, 101), (12, 102)]);
-        answers.clear();
-        push_acks(7, frame(u32::MAX), &mut answers);
+        let runs = |more| {
+            let mut answers = Vec::new();
+            push_acks(7, frame(more), &mut answers);
+            answers
+                .iter()
+                .map(|(server, msg)| match msg {
+                    Msg::Ack {
+                        event,
+                        version,
+                        epoch: 4,
+                        duplicate: true,
+                        hint: Some(HybridMode::ServerSync),
+                        count,
+                    } if *server == 3 && event.client == 7 && event.session == 2 => {
+                        (event.sequence, *version, *count)
+                    }
+                    other => panic!("unexpected answer {other:?}"),
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(runs(2), vec![(10, 100, 3)]);
+        let piece = ANSWER_PIECE_MAX as u64;
         assert_eq!(
-            answers.len() as u64,
-            u64::from(proto::frame::ACKED_RUN_MAX) + 1
+            runs(piece as u32),
+            vec![(10, 100, piece), (10 + piece, 100 + piece, 1)]
         );
+        let longest = runs(u32::MAX);
+        let total: u64 = longest.iter().map(|(_, _, count)| count).sum();
+        assert_eq!(total, u64::from(proto::frame::ACKED_RUN_MAX) + 1);
+        assert!(longest
+            .windows(2)
+            .all(|pair| pair[0].0 + pair[0].2 == pair[1].0 && pair[0].1 + pair[0].2 == pair[1].1));
     }
 
     fn confirm(server: ServerId, sequence: u64, version: u64) -> (Node, Msg) {

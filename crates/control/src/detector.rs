@@ -7,6 +7,12 @@
 //! yet, so it counts every member as just heard (a grace period of one
 //! suspect timeout). A member silent for longer than the suspect timeout is
 //! named once; the leader itself is never named.
+//!
+//! The leader's own pauses count against nobody: when its checks are
+//! further apart than half the suspect timeout, its process was stalled
+//! (no CPU, a blocked runtime) and the heartbeats of that time may still
+//! be waiting to be read, so it counts every member as just heard again,
+//! as a new leader does.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -28,6 +34,8 @@ pub(crate) struct Detector {
     last_heard: HashMap<(ServerId, u64), Instant>,
     /// Incarnations already named, so each is removed once.
     named: HashSet<(ServerId, u64)>,
+    /// When `suspects` last ran.
+    checked: Option<Instant>,
 }
 
 impl Detector {
@@ -36,6 +44,7 @@ impl Detector {
             suspect_timeout,
             last_heard: HashMap::new(),
             named: HashSet::new(),
+            checked: None,
         }
     }
 
@@ -44,6 +53,7 @@ impl Detector {
     pub(crate) fn lead(&mut self, now: Instant, members: &BTreeMap<ServerId, Member>) {
         self.last_heard.clear();
         self.named.clear();
+        self.checked = None;
         for member in members.values() {
             self.last_heard.insert((member.id, member.join_view), now);
         }
@@ -75,6 +85,17 @@ impl Detector {
         };
         self.last_heard.retain(|key, _| current(key));
         self.named.retain(|key| current(key));
+        let paused = self.checked.is_some_and(|checked| {
+            now.saturating_duration_since(checked) > self.suspect_timeout / 2
+        });
+        self.checked = Some(now);
+        if paused {
+            // This leader was stalled: what it did not hear, it may not
+            // have read yet.
+            for last in self.last_heard.values_mut() {
+                *last = now;
+            }
+        }
         let mut suspects = Vec::new();
         for member in members.values() {
             let key = (member.id, member.join_view);
@@ -169,11 +190,48 @@ mod tests {
         let later = start + Duration::from_millis(1500);
         let rejoined = members(&[(1, 1), (2, 3)]);
         assert!(detector.suspects(later, &rejoined, 1).is_empty());
-        // A heartbeat from the former incarnation does not keep the new one.
-        detector.heard(2, 2, later + Duration::from_millis(900));
-        let suspects = detector.suspects(later + Duration::from_millis(1100), &rejoined, 1);
-        assert_eq!(suspects.len(), 1);
-        assert_eq!(suspects[0].join_view, 3);
+        // The leader checks every 100 ms. A heartbeat from the former
+        // incarnation does not keep the new one.
+        for step in 1..=11u64 {
+            let now = later + Duration::from_millis(100 * step);
+            detector.heard(2, 2, now);
+            let suspects = detector.suspects(now, &rejoined, 1);
+            if step < 11 {
+                assert!(suspects.is_empty(), "step {step}: {suspects:?}");
+            } else {
+                assert_eq!(suspects.len(), 1);
+                assert_eq!(suspects[0].join_view, 3);
+            }
+        }
+    }
+
+    #[test]
+    fn a_stall_of_the_leader_itself_counts_against_no_member() {
+        let start = Instant::now();
+        let view = members(&[(1, 1), (2, 2), (3, 3)]);
+        let mut detector = Detector::new(TIMEOUT);
+        detector.lead(start, &view);
+        let at = |ms: u64| start + Duration::from_millis(ms);
+        for ms in [100, 200, 300] {
+            detector.heard(2, 2, at(ms));
+            detector.heard(3, 3, at(ms));
+            assert!(detector.suspects(at(ms), &view, 1).is_empty());
+        }
+        // The leader's next check comes 1,100 ms late: nobody is named,
+        // though nothing was heard for longer than the timeout.
+        assert!(detector.suspects(at(1400), &view, 1).is_empty());
+        // Then server 3 stays silent and is named a timeout after the
+        // stall, not before; server 2 keeps up.
+        for ms in (1500..=2500).step_by(100) {
+            detector.heard(2, 2, at(ms));
+            let named: Vec<ServerId> = detector
+                .suspects(at(ms), &view, 1)
+                .iter()
+                .map(|s| s.id)
+                .collect();
+            let expected = if ms == 2500 { vec![3] } else { vec![] };
+            assert_eq!(named, expected, "at {ms} ms");
+        }
     }
 
     #[test]
@@ -199,7 +257,14 @@ mod tests {
         assert_eq!(detector.suspects(late, &view, 1).len(), 1);
         detector.lead(late, &view);
         assert!(detector.suspects(late, &view, 1).is_empty());
-        let later = late + Duration::from_millis(1100);
-        assert_eq!(detector.suspects(later, &view, 1).len(), 1);
+        // Checking every 100 ms, the silent member is named again a
+        // timeout later.
+        let named: Vec<u64> = (1..=11u64)
+            .filter(|step| {
+                let now = late + Duration::from_millis(100 * step);
+                !detector.suspects(now, &view, 1).is_empty()
+            })
+            .collect();
+        assert_eq!(named, vec![11]);
     }
 }

@@ -432,17 +432,17 @@ async fn send_notes(
                 let any_legacy = !legacy.lock().expect("legacy lock").is_empty();
                 let mut frames = replication::ClientFrames::default();
                 for msg in msgs {
-                    let answer = any_legacy
-                        .then(|| legacy_answer(&legacy, stream, &msg))
-                        .flatten();
-                    let frame = match answer {
-                        Some(frame) => frame,
-                        None => match replication::client_frame(me, stream, msg) {
-                            Some(frame) => frame,
-                            None => continue,
-                        },
-                    };
-                    frames.push(frame);
+                    if any_legacy {
+                        if let Some(answers) = legacy_answers(&legacy, me, stream, &msg) {
+                            for frame in answers {
+                                frames.push(frame);
+                            }
+                            continue;
+                        }
+                    }
+                    if let Some(frame) = replication::client_frame(me, stream, msg) {
+                        frames.push(frame);
+                    }
                 }
                 let bytes = frames.finish();
                 if !bytes.is_empty() && outgoing.frames.send((bytes, None)).await.is_err() {
@@ -471,45 +471,69 @@ async fn send_notes(
     }
 }
 
-/// The request-numbered answer to a single-server `Append`, if `msg`
-/// answers one.
-fn legacy_answer(legacy: &LegacyAppends, stream: u64, msg: &Msg) -> Option<Frame> {
-    let event = match msg {
-        Msg::Ack { event, .. } | Msg::Refused { event, .. } => *event,
-        _ => return None,
-    };
-    let append =
-        legacy
-            .lock()
-            .expect("legacy lock")
-            .remove(&(stream, event.session, event.sequence))?;
-    Some(match msg {
-        Msg::Ack {
-            version,
+/// The answers to `msg` when some of its messages answer single-server
+/// `Append`s: each of those as its request-numbered `Ack` (or the
+/// refusal's `Error`), any other message of an ack run as its own
+/// `Acked`. `None` when none of its messages is a legacy append.
+fn legacy_answers(
+    legacy: &LegacyAppends,
+    me: ServerId,
+    stream: u64,
+    msg: &Msg,
+) -> Option<Vec<Frame>> {
+    let mut appends = legacy.lock().expect("legacy lock");
+    let mut take = |event: EventId| appends.remove(&(stream, event.session, event.sequence));
+    match msg {
+        &Msg::Ack {
             epoch,
             duplicate,
+            hint,
             ..
-        } => Frame::Ack {
-            request: append.request,
-            stream,
-            version: *version,
-            epoch: *epoch,
-            level: append.level,
-            flags: if *duplicate {
-                proto::frame::ACK_FLAG_DUPLICATE
-            } else {
-                0
-            },
-            replicas: 1,
-            echo: append.echo,
-        },
-        Msg::Refused { refusal, .. } => Frame::Error {
-            request: append.request,
-            code: refusal.code(),
-            message: refusal.to_string(),
-        },
-        _ => unreachable!("matched above"),
-    })
+        } => {
+            let mut any = false;
+            let answers: Vec<Frame> = msg
+                .acked()
+                .filter_map(|(event, version)| {
+                    let Some(append) = take(event) else {
+                        let single = Msg::Ack {
+                            event,
+                            version,
+                            epoch,
+                            duplicate,
+                            hint,
+                            count: 1,
+                        };
+                        return replication::client_frame(me, stream, single);
+                    };
+                    any = true;
+                    Some(Frame::Ack {
+                        request: append.request,
+                        stream,
+                        version,
+                        epoch,
+                        level: append.level,
+                        flags: if duplicate {
+                            proto::frame::ACK_FLAG_DUPLICATE
+                        } else {
+                            0
+                        },
+                        replicas: 1,
+                        echo: append.echo,
+                    })
+                })
+                .collect();
+            any.then_some(answers)
+        }
+        Msg::Refused { event, refusal } => {
+            let append = take(*event)?;
+            Some(vec![Frame::Error {
+                request: append.request,
+                code: refusal.code(),
+                message: refusal.to_string(),
+            }])
+        }
+        _ => None,
+    }
 }
 
 /// Aborts tasks when dropped.

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use engine::replication::{Binding, Bytes, Content, Entry, HybridMode, Msg, ServerId};
+use engine::replication::{Binding, Bytes, Content, Entry, HybridMode, Msg, ServerId, ACK_RUN_MAX};
 use proto::{EventId, Frame, PeerMessage, Record, WireBinding};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
@@ -629,13 +629,14 @@ fn extend_run(run: &mut Frame, next: &Frame) -> bool {
             epoch: next_epoch,
             flags: next_flags,
             hint: next_hint,
-            more: 0,
+            more: next_more,
         },
     ) = (run, next)
     else {
         return false;
     };
     let step = u64::from(*more) + 1;
+    let joined = more.checked_add(*next_more).and_then(|m| m.checked_add(1));
     let continues = (*stream, *server, *session, *epoch, *flags, *hint)
         == (
             *next_stream,
@@ -647,9 +648,9 @@ fn extend_run(run: &mut Frame, next: &Frame) -> bool {
         )
         && sequence.checked_add(step) == Some(*next_sequence)
         && version.checked_add(step) == Some(*next_version)
-        && *more < proto::frame::ACKED_RUN_MAX;
+        && joined.is_some_and(|m| m <= proto::frame::ACKED_RUN_MAX);
     if continues {
-        *more += 1;
+        *more = joined.expect("checked");
     }
     continues
 }
@@ -663,6 +664,7 @@ pub(crate) fn client_frame(me: ServerId, stream: u64, msg: Msg) -> Option<Frame>
             epoch,
             duplicate,
             hint,
+            count,
         } => Frame::Acked {
             stream,
             server: me,
@@ -676,7 +678,8 @@ pub(crate) fn client_frame(me: ServerId, stream: u64, msg: Msg) -> Option<Frame>
                 0
             },
             hint: hint_code(hint),
-            more: 0,
+            // A run is at most `ACK_RUN_MAX` messages, one frame's worth.
+            more: count.clamp(1, ACK_RUN_MAX) as u32 - 1,
         },
         Msg::Stamped {
             event,
@@ -800,6 +803,37 @@ mod tests {
         let (back, count) = expanded(&frames.finish());
         assert_eq!(back.len() as u64, total);
         assert_eq!(count, 2);
+    }
+
+    #[test]
+    fn runs_that_continue_each_other_fold_into_one_frame_up_to_the_bound() {
+        let run = |sequence: u64, count: u64| {
+            let msg = Msg::Ack {
+                event: EventId {
+                    client: 5,
+                    session: 1,
+                    sequence,
+                },
+                version: sequence + 10,
+                epoch: 1,
+                duplicate: false,
+                hint: None,
+                count,
+            };
+            client_frame(2, 4, msg).expect("a client frame")
+        };
+        let mut frames = ClientFrames::default();
+        frames.push(run(1, 100));
+        frames.push(run(101, 50));
+        // Fills the frame exactly; the next run starts another.
+        frames.push(run(151, ACK_RUN_MAX - 150));
+        frames.push(run(ACK_RUN_MAX + 1, 7));
+        let (back, count) = expanded(&frames.finish());
+        assert_eq!(count, 2);
+        let every: Vec<Frame> = (1..=ACK_RUN_MAX + 7)
+            .map(|sequence| acked(1, sequence, sequence + 10, 0))
+            .collect();
+        assert_eq!(back, every);
     }
 
     #[test]

@@ -469,8 +469,10 @@ impl World<'_> {
         for effect in effects {
             match effect {
                 Effect::Send(to, msg) => {
-                    if let (Node::Client(_), Msg::Ack { event, version, .. }) = (&to, &msg) {
-                        self.check_ack(server, event, *version);
+                    if let Node::Client(_) = to {
+                        for (event, version) in msg.acked() {
+                            self.check_ack(server, &event, version);
+                        }
                     }
                     self.transmit(Node::Server(server), to, msg);
                 }

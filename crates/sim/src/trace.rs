@@ -24,8 +24,13 @@ pub(crate) fn fingerprint(msg: &Msg) -> [u64; 3] {
             event,
             version,
             duplicate,
+            count,
             ..
-        } => [5, event.sequence, *version ^ (u64::from(*duplicate) << 63)],
+        } => [
+            5,
+            event.sequence ^ (count << 40),
+            *version ^ (u64::from(*duplicate) << 63),
+        ],
         Msg::Stamped { event, version, .. } => [6, event.sequence, *version],
         Msg::Refused { event, .. } => [7, event.sequence, 0],
         Msg::Replicate { entries } => [
@@ -73,11 +78,17 @@ pub(crate) fn describe(msg: &Msg) -> String {
             version,
             duplicate,
             hint,
+            count,
             ..
         } => {
             let duplicate = if *duplicate { " duplicate" } else { "" };
             let hint = hint.map_or(String::new(), |mode| format!(" hint {mode:?}"));
-            format!("ack {} @{version}{duplicate}{hint}", show(event))
+            let run = if *count > 1 {
+                format!(" and the next {}", count - 1)
+            } else {
+                String::new()
+            };
+            format!("ack {} @{version}{run}{duplicate}{hint}", show(event))
         }
         Msg::Stamped {
             event,

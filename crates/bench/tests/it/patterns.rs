@@ -17,6 +17,7 @@ fn patterns_with_tiny_parameters_completes_every_cell_and_writes_its_files() {
         durability: vec![Durability::Sync, Durability::Memory],
         patterns: Protocol::PATTERNS.to_vec(),
         window: 32,
+        warmup: Some(30),
         retry_ms: 2000,
         latency_messages: 50,
         latency_payload: 1000,

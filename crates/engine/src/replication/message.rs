@@ -150,6 +150,35 @@ pub enum Refusal {
     ReadOnly,
 }
 
+/// The most messages one `Ack` names: as many as one `Acked` frame
+/// carries, so a run crosses the wire as one frame.
+pub const ACK_RUN_MAX: u64 = proto::frame::ACKED_RUN_MAX as u64 + 1;
+
+impl Msg {
+    /// The event id and version of each message an `Ack` names, in order
+    /// (none for any other message).
+    pub fn acked(&self) -> impl Iterator<Item = (EventId, u64)> {
+        let run = match self {
+            Msg::Ack {
+                event,
+                version,
+                count,
+                ..
+            } => Some((*event, *version, (*count).min(ACK_RUN_MAX))),
+            _ => None,
+        };
+        run.into_iter().flat_map(|(event, version, count)| {
+            (0..count).map(move |offset| {
+                let next = EventId {
+                    sequence: event.sequence.saturating_add(offset),
+                    ..event
+                };
+                (next, version.saturating_add(offset))
+            })
+        })
+    }
+}
+
 impl Refusal {
     /// The error code that carries this refusal on the wire.
     pub fn code(&self) -> proto::ErrorCode {
@@ -199,7 +228,12 @@ pub enum Msg {
     },
 
     // Server to client.
-    /// The server's log has the message under `version`.
+    /// The server's log has the message under `version`, and likewise the
+    /// `count - 1` messages of the session's next sequences under the next
+    /// versions (a run: a replica releases its waiting acks in order, so a
+    /// batch of acks costs one message, one frame and one step of the
+    /// client's producer rather than one per message). `count` is 1 to
+    /// [`ACK_RUN_MAX`]; [`Msg::acked`] lists the run's messages.
     Ack {
         event: EventId,
         version: u64,
@@ -207,6 +241,7 @@ pub enum Msg {
         duplicate: bool,
         /// A `hybrid` primary's current mode.
         hint: Option<HybridMode>,
+        count: u64,
     },
     /// The primary's answer to `Reserve` (`version-request`) or to a
     /// `Write` of `returns-version`: the version, before it is logged.

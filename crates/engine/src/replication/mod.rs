@@ -10,7 +10,7 @@ mod producer;
 mod protocol;
 mod replica;
 
-pub use message::{Binding, Bytes, Content, Entry, Msg, Node, Refusal, ServerId};
+pub use message::{Binding, Bytes, Content, Entry, Msg, Node, Refusal, ServerId, ACK_RUN_MAX};
 pub use producer::{Acknowledged, Completion, Producer, ProducerSettings};
 pub use protocol::{AckRule, Flow, HybridMode, Protocol};
 pub use replica::{Effect, Placement, Replica, ReplicaMetrics, ReplicaSettings};

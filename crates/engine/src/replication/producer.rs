@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use proto::EventId;
 
-use super::message::{Bytes, Content, Msg, Node, Refusal, ServerId};
+use super::message::{Bytes, Content, Msg, Node, Refusal, ServerId, ACK_RUN_MAX};
 use super::protocol::{AckRule, Flow, HybridMode, Protocol};
 use super::replica::Placement;
 
@@ -122,6 +122,8 @@ pub struct Producer {
     /// primary's checkpoint covers them.
     held: BTreeMap<u64, Held>,
     held_bytes: usize,
+    /// The sequences an `Ack` completed (kept between acks, with its room).
+    done_scratch: Vec<u64>,
 }
 
 impl Producer {
@@ -145,6 +147,7 @@ impl Producer {
             completed: Vec::new(),
             held: BTreeMap::new(),
             held_bytes: 0,
+            done_scratch: Vec::new(),
         }
     }
 
@@ -298,12 +301,14 @@ impl Producer {
             return;
         }
         if let Msg::Ack {
-            hint: Some(mode), ..
+            duplicate, hint, ..
         } = msg
         {
-            if from == self.placement.primary {
+            if let Some(mode) = hint.filter(|_| from == self.placement.primary) {
                 self.mode = mode;
             }
+            self.on_acks(from, &msg, duplicate);
+            return;
         }
         let Some(pending) = self.pending.get_mut(&event.sequence) else {
             return;
@@ -357,42 +362,6 @@ impl Producer {
                 let pending = &self.pending[&event.sequence];
                 self.dispatch(pending, false, out);
             }
-            Msg::Ack {
-                version, duplicate, ..
-            } => {
-                if pending.flow != Flow::Local
-                    && from == self.placement.primary
-                    && pending.version.is_none()
-                {
-                    // The primary's word on the version wins over a
-                    // replica's (a replica that came back may ack a stale
-                    // copy).
-                    pending.version = Some(version);
-                    pending.stamped_in = None;
-                    pending.acks.retain(|(_, acked)| *acked == version);
-                }
-                if pending.version.is_some_and(|known| known != version) {
-                    // An ack names the version the server's log holds the
-                    // message at, so it wins: a `Stamped` can be a stale
-                    // answer naming a reservation voided since.
-                    pending.version = Some(version);
-                    pending.stamped_in = None;
-                    pending.acks.retain(|(_, acked)| *acked == version);
-                }
-                if !pending.acks.iter().any(|(server, _)| *server == from) {
-                    pending.acks.push((from, version));
-                }
-                pending.duplicate |= duplicate;
-                if self.is_done(event.sequence) {
-                    let mut pending = self.pending.remove(&event.sequence).expect("present");
-                    let version = match pending.flow {
-                        Flow::Local => pending.acks[0].1,
-                        _ => pending.version.unwrap_or_else(|| pending.acks[0].1),
-                    };
-                    let acks = std::mem::take(&mut pending.acks);
-                    self.complete_held(event, version, pending, acks);
-                }
-            }
             Msg::Refused { refusal, .. } => match refusal {
                 Refusal::VersionVoid => {
                     // The version was voided: ask for a new one.
@@ -434,6 +403,60 @@ impl Producer {
             },
             _ => {}
         }
+    }
+
+    /// The messages of an `Ack` (a run names several), in one pass over
+    /// the pending messages it covers.
+    fn on_acks(&mut self, from: ServerId, msg: &Msg, duplicate: bool) {
+        let &Msg::Ack {
+            event: first,
+            version: first_version,
+            count,
+            ..
+        } = msg
+        else {
+            return;
+        };
+        let count = count.clamp(1, ACK_RUN_MAX);
+        let last = first.sequence.saturating_add(count - 1);
+        let mut done = std::mem::take(&mut self.done_scratch);
+        let primary = self.placement.primary;
+        for (&sequence, pending) in self.pending.range_mut(first.sequence..=last) {
+            let version = first_version.saturating_add(sequence - first.sequence);
+            if pending.flow != Flow::Local && from == primary && pending.version.is_none() {
+                // The primary's word on the version wins over a replica's
+                // (a replica that came back may ack a stale copy).
+                pending.version = Some(version);
+                pending.stamped_in = None;
+                pending.acks.retain(|(_, acked)| *acked == version);
+            }
+            if pending.version.is_some_and(|known| known != version) {
+                // An ack names the version the server's log holds the
+                // message at, so it wins: a `Stamped` can be a stale answer
+                // naming a reservation voided since.
+                pending.version = Some(version);
+                pending.stamped_in = None;
+                pending.acks.retain(|(_, acked)| *acked == version);
+            }
+            if !pending.acks.iter().any(|(server, _)| *server == from) {
+                pending.acks.push((from, version));
+            }
+            pending.duplicate |= duplicate;
+            if is_done(&self.placement, pending) {
+                done.push(sequence);
+            }
+        }
+        for sequence in done.drain(..) {
+            let mut pending = self.pending.remove(&sequence).expect("present");
+            let version = match pending.flow {
+                Flow::Local => pending.acks[0].1,
+                _ => pending.version.unwrap_or_else(|| pending.acks[0].1),
+            };
+            let acks = std::mem::take(&mut pending.acks);
+            let event = EventId { sequence, ..first };
+            self.complete_held(event, version, pending, acks);
+        }
+        self.done_scratch = done;
     }
 
     /// Resends every message not done within the retry time.
@@ -518,27 +541,6 @@ impl Producer {
             self.dispatch(pending, true, out);
         }
     }
-
-    fn is_done(&self, sequence: u64) -> bool {
-        let pending = &self.pending[&sequence];
-        let acked = |server: ServerId| pending.acks.iter().any(|(s, _)| *s == server);
-        // Every ack names the same version (`unversioned` excepted, where
-        // each replica has its own).
-        let agreed = pending.flow == Flow::Local
-            || pending
-                .acks
-                .first()
-                .is_none_or(|(_, first)| pending.acks.iter().all(|(_, v)| v == first));
-        if !agreed {
-            return false;
-        }
-        match pending.rule {
-            AckRule::EveryReplica => self.placement.replicas.iter().all(|s| acked(*s)),
-            AckRule::FirstReplica => !pending.acks.is_empty(),
-            AckRule::PrimaryAfterAll | AckRule::PrimaryOnly => acked(self.placement.primary),
-        }
-    }
-
     /// Sends what the message's flow calls for at its current step, to the
     /// servers that have not acked yet.
     fn dispatch(&self, pending: &Pending, retry: bool, out: &mut Vec<(Node, Msg)>) {
@@ -604,5 +606,25 @@ impl Producer {
                 }
             }
         }
+    }
+}
+
+/// Whether the acks `pending` holds meet its ack rule.
+fn is_done(placement: &Placement, pending: &Pending) -> bool {
+    let acked = |server: ServerId| pending.acks.iter().any(|(s, _)| *s == server);
+    // Every ack names the same version (`unversioned` excepted, where each
+    // replica has its own).
+    let agreed = pending.flow == Flow::Local
+        || pending
+            .acks
+            .first()
+            .is_none_or(|(_, first)| pending.acks.iter().all(|(_, v)| v == first));
+    if !agreed {
+        return false;
+    }
+    match pending.rule {
+        AckRule::EveryReplica => placement.replicas.iter().all(|s| acked(*s)),
+        AckRule::FirstReplica => !pending.acks.is_empty(),
+        AckRule::PrimaryAfterAll | AckRule::PrimaryOnly => acked(placement.primary),
     }
 }

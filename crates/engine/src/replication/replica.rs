@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 
 use proto::{EventId, RecordHeader};
 
-use super::message::{Binding, Bytes, Content, Entry, Msg, Node, Refusal, ServerId};
+use super::message::{Binding, Bytes, Content, Entry, Msg, Node, Refusal, ServerId, ACK_RUN_MAX};
 use super::protocol::{AckRule, Flow, HybridMode, Protocol};
 use crate::dedupe::{DedupeLimits, Lookup};
 use crate::{Decision, StreamMachine};
@@ -2124,14 +2124,40 @@ impl Replica {
             return;
         }
         let hint = (self.protocol == Protocol::Hybrid && self.is_primary()).then_some(self.mode);
+        let epoch = self.epoch();
+        if let Some(Effect::Send(
+            Node::Client(to),
+            Msg::Ack {
+                event: first,
+                version: first_version,
+                epoch: run_epoch,
+                duplicate,
+                hint: run_hint,
+                count,
+            },
+        )) = out.last_mut()
+        {
+            // The next message of the run just before: it joins the run.
+            let continues = *to == waiter.client
+                && (first.client, first.session) == (event.client, event.session)
+                && first.sequence.checked_add(*count) == Some(event.sequence)
+                && first_version.checked_add(*count) == Some(version)
+                && (*run_epoch, *duplicate, *run_hint) == (epoch, waiter.duplicate, hint)
+                && *count < ACK_RUN_MAX;
+            if continues {
+                *count += 1;
+                return;
+            }
+        }
         out.push(Effect::Send(
             Node::Client(waiter.client),
             Msg::Ack {
                 event,
                 version,
-                epoch: self.epoch(),
+                epoch,
                 duplicate: waiter.duplicate,
                 hint,
+                count: 1,
             },
         ));
     }
@@ -2657,6 +2683,7 @@ mod tests {
                 epoch: 2,
                 duplicate,
                 hint: None,
+                count: 1,
             };
             producer.on_message(3, ack, 10, &mut sent);
         }

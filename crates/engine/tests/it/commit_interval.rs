@@ -2,6 +2,7 @@
 //! boundaries (multiples of T on the replica's clock), for the batch of
 //! versions taken in before the boundary, once the batch is durable.
 
+use crate::three_servers;
 use engine::replication::{
     Bytes, Content, Effect, Entry, Msg, Node, Placement, Protocol, Replica, ReplicaSettings,
 };
@@ -13,14 +14,6 @@ fn settings(interval_ms: u64) -> ReplicaSettings {
     ReplicaSettings {
         commit_interval_ms: interval_ms,
         ..ReplicaSettings::default()
-    }
-}
-
-fn three_servers() -> Placement {
-    Placement {
-        replicas: vec![1, 2, 3],
-        primary: 1,
-        epoch: 1,
     }
 }
 
@@ -70,13 +63,14 @@ fn primary(protocol: Protocol, interval_ms: u64) -> Replica {
     primary
 }
 
-/// Versions acknowledged to the client.
+/// Versions acknowledged to the client (each message of a run).
 fn acks(out: &[Effect]) -> Vec<u64> {
     out.iter()
-        .filter_map(|effect| match effect {
-            Effect::Send(Node::Client(CLIENT), Msg::Ack { version, .. }) => Some(*version),
+        .flat_map(|effect| match effect {
+            Effect::Send(Node::Client(CLIENT), msg) => Some(msg.acked().map(|(_, v)| v)),
             _ => None,
         })
+        .flatten()
         .collect()
 }
 

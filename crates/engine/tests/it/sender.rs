@@ -3,11 +3,11 @@
 //! client confirmed it (or the log synced it); a restarted primary takes
 //! its clients' copies back at their versions.
 
+use crate::{content, event, three_servers};
 use engine::replication::{
-    Bytes, Content, Effect, Entry, Msg, Node, Placement, Producer, ProducerSettings, Protocol,
-    Replica, ReplicaSettings,
+    Bytes, Effect, Entry, Msg, Node, Placement, Producer, ProducerSettings, Protocol, Replica,
+    ReplicaSettings,
 };
-use proto::EventId;
 
 const CLIENT: u128 = 42;
 
@@ -24,32 +24,6 @@ fn one_server() -> Placement {
         replicas: vec![1],
         primary: 1,
         epoch: 1,
-    }
-}
-
-fn three_servers() -> Placement {
-    Placement {
-        replicas: vec![1, 2, 3],
-        primary: 1,
-        epoch: 1,
-    }
-}
-
-fn event(client: u128, sequence: u64) -> EventId {
-    EventId {
-        client,
-        session: 1,
-        sequence,
-    }
-}
-
-fn content(client: u128, sequence: u64) -> Content {
-    Content {
-        event: event(client, sequence),
-        low_water: 1,
-        key: Bytes::new(),
-        payload: Bytes::from(vec![sequence as u8; 8]),
-        resent: false,
     }
 }
 
@@ -73,14 +47,14 @@ fn stamped(out: &[Effect], client: u128) -> Vec<u64> {
         .collect()
 }
 
+/// Versions acknowledged to `client` (each message of a run).
 fn acks(out: &[Effect], client: u128) -> Vec<u64> {
     out.iter()
-        .filter_map(|effect| match effect {
-            Effect::Send(Node::Client(c), Msg::Ack { version, .. }) if *c == client => {
-                Some(*version)
-            }
+        .flat_map(|effect| match effect {
+            Effect::Send(Node::Client(c), msg) if *c == client => Some(msg.acked().map(|(_, v)| v)),
             _ => None,
         })
+        .flatten()
         .collect()
 }
 
@@ -424,6 +398,7 @@ fn a_producer_confirms_holds_until_the_checkpoint_and_resends_when_asked() {
                 epoch: 1,
                 duplicate: false,
                 hint: None,
+                count: 1,
             },
             2,
             &mut out,
