@@ -2,7 +2,7 @@
 //! messages of one session says so in one `Ack`, and the producer takes a
 //! run as an ack of each of its messages.
 
-use crate::{content, event, three_servers};
+use crate::{content, event, started_primary, three_servers};
 use engine::replication::{
     Bytes, Effect, Msg, Node, Producer, ProducerSettings, Protocol, Replica, ReplicaSettings,
     ServerId, ACK_RUN_MAX,
@@ -37,14 +37,8 @@ fn runs(out: &[Effect]) -> Vec<(u128, u64, u64, u64)> {
 #[test]
 fn a_replica_acknowledges_consecutive_messages_of_a_session_as_one_run() {
     let protocol = Protocol::OneHopAckClient;
-    let mut primary = Replica::new(7, 1, three_servers(), protocol, ReplicaSettings::default());
+    let mut primary = started_primary(protocol, ReplicaSettings::default());
     let mut out = Vec::new();
-    primary.start(0, &mut out);
-    for id in [2, 3] {
-        primary.on_peer(id, Msg::Progress { logged: 0, last: 0 }, 1, &mut out);
-    }
-    primary.epoch_recorded(1, 1, &mut out);
-    out.clear();
     // Versions 1-5 for CLIENT, 6 for another client, 7-8 for CLIENT again.
     for sequence in 1..=5 {
         primary.on_client(CLIENT, write(CLIENT, sequence), 2, &mut out);

@@ -2,7 +2,7 @@
 //! boundaries (multiples of T on the replica's clock), for the batch of
 //! versions taken in before the boundary, once the batch is durable.
 
-use crate::three_servers;
+use crate::{started_primary, three_servers};
 use engine::replication::{
     Bytes, Content, Effect, Entry, Msg, Node, Placement, Protocol, Replica, ReplicaSettings,
 };
@@ -52,13 +52,7 @@ fn standalone(interval_ms: u64) -> Replica {
 /// Server 1, primary of a fresh stream on servers 1 to 3, once both
 /// backups reported and its first epoch is recorded (at time 1).
 fn primary(protocol: Protocol, interval_ms: u64) -> Replica {
-    let mut primary = Replica::new(7, 1, three_servers(), protocol, settings(interval_ms));
-    let mut out = Vec::new();
-    primary.start(0, &mut out);
-    for id in [2, 3] {
-        primary.on_peer(id, Msg::Progress { logged: 0, last: 0 }, 1, &mut out);
-    }
-    primary.epoch_recorded(1, 1, &mut out);
+    let primary = started_primary(protocol, settings(interval_ms));
     assert!(!primary.is_rejoining());
     primary
 }

@@ -6,7 +6,7 @@ mod commit_interval;
 mod producer;
 mod sender;
 
-use engine::replication::{Bytes, Content, Placement};
+use engine::replication::{Bytes, Content, Msg, Placement, Protocol, Replica, ReplicaSettings};
 use proto::EventId;
 
 /// Servers 1 (the primary), 2 and 3, in epoch 1.
@@ -36,4 +36,17 @@ fn content(client: u128, sequence: u64) -> Content {
         payload: Bytes::from(vec![sequence as u8; 8]),
         resent: false,
     }
+}
+
+/// Server 1, primary of a fresh stream 7 on servers 1 to 3, once both
+/// backups reported and its first epoch is recorded (at time 1).
+fn started_primary(protocol: Protocol, settings: ReplicaSettings) -> Replica {
+    let mut primary = Replica::new(7, 1, three_servers(), protocol, settings);
+    let mut out = Vec::new();
+    primary.start(0, &mut out);
+    for id in [2, 3] {
+        primary.on_peer(id, Msg::Progress { logged: 0, last: 0 }, 1, &mut out);
+    }
+    primary.epoch_recorded(1, 1, &mut out);
+    primary
 }

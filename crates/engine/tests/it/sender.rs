@@ -3,7 +3,7 @@
 //! client confirmed it (or the log synced it); a restarted primary takes
 //! its clients' copies back at their versions.
 
-use crate::{content, event, three_servers};
+use crate::{content, event, started_primary, three_servers};
 use engine::replication::{
     Bytes, Effect, Entry, Msg, Node, Placement, Producer, ProducerSettings, Protocol, Replica,
     ReplicaSettings,
@@ -166,14 +166,8 @@ fn a_version_no_client_confirms_is_logged_once_the_log_syncs_it() {
 
 #[test]
 fn replicas_get_a_record_only_once_it_is_fully_logged() {
-    let mut primary = Replica::new(7, 1, three_servers(), Protocol::OneHopAckClient, settings());
+    let mut primary = started_primary(Protocol::OneHopAckClient, settings());
     let mut out = Vec::new();
-    primary.start(0, &mut out);
-    for id in [2, 3] {
-        primary.on_peer(id, Msg::Progress { logged: 0, last: 0 }, 1, &mut out);
-    }
-    primary.epoch_recorded(1, 1, &mut out);
-    out.clear();
     for sequence in 1..=3 {
         primary.on_client(CLIENT, Msg::Write(content(CLIENT, sequence)), 2, &mut out);
     }
