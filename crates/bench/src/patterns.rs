@@ -556,7 +556,8 @@ async fn window_one_latency(
     let publisher = Publisher::connect(&info, publisher_config(args, 1))
         .await
         .context("cannot connect the window-1 publisher")?;
-    let payload = payload_of(args.latency_payload);
+    let publisher = std::sync::Arc::new(publisher);
+    let payload: std::sync::Arc<[u8]> = payload_of(args.latency_payload).into();
     publish_one_at_a_time(&publisher, &payload, LATENCY_WARMUP, bar).await?;
     let size = args.latency_payload;
     let mut preallocated = SyncProbe::preallocated(folder, size, args.latency_messages)?;

@@ -18,13 +18,16 @@
 //!
 //! Who does what: the producer and everything it decides sit in one
 //! [`Core`] behind a lock. A caller's `submit` runs the producer and
-//! encodes the frames straight into each server's [`Outbox`]; each link
-//! task writes its outbox to its socket and feeds the answers it reads to
-//! the producer itself; a background task ticks the resends and follows
-//! the placement. So a message crosses no task of the publisher's own on
-//! its way out, nor an ack on its way back: the handoffs between tasks
-//! cost more than the producer's work, and every one is a thread wake-up
-//! when the workers are idle.
+//! hands the frames to each server's [`Outbox`]. When the message is the
+//! only one in flight and the connection is idle, the caller's own thread
+//! writes it to the socket (`net::SharedWriter`); with more in flight the
+//! frames queue for the link task, which writes what gathered in one go.
+//! Each link task also feeds the answers it reads to the producer itself;
+//! a background task ticks the resends and follows the placement. So a
+//! lone message crosses no task of the publisher's own on its way out, nor
+//! an ack on its way back: the handoffs between tasks cost more than the
+//! producer's work, and every one is a thread wake-up when the workers are
+//! idle.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
@@ -35,8 +38,8 @@ use engine::replication::{
     Bytes, Completion, Content, HybridMode, Msg, Node, Placement, Producer, ProducerSettings,
     Protocol, Refusal, ServerId,
 };
+use net::SharedWriter;
 use proto::{ErrorCode, EventId, Frame, StreamInfo};
-use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, oneshot, watch, Notify, Semaphore};
 
 use crate::driver;
@@ -55,6 +58,10 @@ const TICK: Duration = Duration::from_millis(10);
 /// dropped frame holds the low-water mark, and so the window, until its
 /// resend.
 const OUTBOX_BYTES_MAX: usize = 256 * 1024 * 1024;
+
+/// Capacity of the buffer a frame sent at once is encoded into: a submit
+/// of a 1 KB message fits without growing it.
+const FRAME_BYTES_GUESS: usize = 2048;
 
 /// Bytes of answers one read takes.
 const ANSWER_READ_BYTES: usize = 32 * 1024;
@@ -227,34 +234,72 @@ impl Replies {
     }
 }
 
-/// The bytes waiting to be written to one server, and the wake-up of the
-/// link that writes them.
+/// The way to one server: the bytes waiting for its link task, the
+/// wake-up of that task, and the connection's writer while the link is up.
 #[derive(Default)]
 struct Outbox {
-    bytes: Mutex<Vec<u8>>,
+    state: Mutex<OutboxState>,
     ready: Notify,
 }
 
+#[derive(Default)]
+struct OutboxState {
+    writer: Option<Arc<SharedWriter>>,
+    /// Encoded frames the link task has not handed to the writer yet.
+    waiting: Vec<u8>,
+}
+
 impl Outbox {
-    /// Appends what `encode` writes, unless `OUTBOX_BYTES_MAX` bytes wait
-    /// already (the frame is then dropped: the resend timer covers it).
-    fn push(&self, encode: impl FnOnce(&mut Vec<u8>)) {
-        let mut bytes = self.bytes.lock().expect("outbox lock");
-        if bytes.len() >= OUTBOX_BYTES_MAX {
+    /// Sends what `encode` writes. When `now`, the link is up and nothing
+    /// waits for the link task, the frame goes to the writer from this
+    /// thread (written at once if the connection is idle); otherwise it is
+    /// appended to what waits, and the link task hands it all over in one
+    /// go. Past `OUTBOX_BYTES_MAX` bytes waiting the frame is dropped: the
+    /// resend timer covers it.
+    fn push(&self, now: bool, encode: impl FnOnce(&mut Vec<u8>)) {
+        let mut state = self.state.lock().expect("outbox lock");
+        if now && state.waiting.is_empty() {
+            if let Some(writer) = &state.writer {
+                let mut bytes = Vec::with_capacity(FRAME_BYTES_GUESS);
+                encode(&mut bytes);
+                let _ = writer.try_send(bytes, None);
+                return;
+            }
+        }
+        if state.waiting.len() >= OUTBOX_BYTES_MAX {
             return;
         }
-        let was_empty = bytes.is_empty();
-        encode(&mut bytes);
-        drop(bytes);
+        let was_empty = state.waiting.is_empty();
+        encode(&mut state.waiting);
+        drop(state);
         if was_empty {
             self.ready.notify_one();
         }
     }
 
-    /// Swaps what waits into `into` (emptied first).
-    fn take(&self, into: &mut Vec<u8>) {
-        into.clear();
-        std::mem::swap(into, &mut self.bytes.lock().expect("outbox lock"));
+    /// Queues what waits for the writer's flusher, which the link task
+    /// runs. Under the lock, so that no frame sent at once overtakes it;
+    /// the write itself happens outside it, so a sender never waits for a
+    /// write to take the lock.
+    fn hand_over(&self) {
+        let mut guard = self.state.lock().expect("outbox lock");
+        let state = &mut *guard;
+        if let Some(writer) = &state.writer {
+            if !state.waiting.is_empty() {
+                let bytes = std::mem::take(&mut state.waiting);
+                let _ = writer.try_queue(bytes, None);
+            }
+        }
+    }
+
+    /// The link is up on `writer`: what waited goes first.
+    fn up(&self, writer: &Arc<SharedWriter>) {
+        self.state.lock().expect("outbox lock").writer = Some(Arc::clone(writer));
+        self.hand_over();
+    }
+
+    fn down(&self) {
+        self.state.lock().expect("outbox lock").writer = None;
     }
 }
 
@@ -599,12 +644,16 @@ impl Core {
         result
     }
 
-    /// Encodes what the producer sends into the servers' outboxes.
+    /// Encodes what the producer sends into the servers' outboxes. With
+    /// no other message awaiting its answer (window 1, or a lull), the
+    /// frames are written at once by this thread; otherwise they gather
+    /// for the link tasks, which write them in batches.
     fn flush(&mut self, stream: u64, out: &mut Vec<(Node, Msg)>) {
+        let now = self.replies.slots.len() <= 1;
         for (node, msg) in coalesce_confirms(out.drain(..)) {
             let Node::Server(server) = node else { continue };
             if let Some(outbox) = self.outboxes.get(&server) {
-                outbox.push(|bytes| encode_submit(bytes, stream, &msg));
+                outbox.push(now, |bytes| encode_submit(bytes, stream, &msg));
             }
         }
     }
@@ -961,7 +1010,6 @@ async fn run_link(
             .insert(server, up);
     };
     let mut scratch = vec![0u8; ANSWER_READ_BYTES];
-    let mut writing = Vec::new();
     loop {
         let current = match connection.take() {
             Some(current) => current,
@@ -990,20 +1038,21 @@ async fn run_link(
         set_up(true);
         let driver::Connection {
             mut reader,
-            mut writer,
+            writer,
             mut buffer,
             ..
         } = current;
+        let writer =
+            Arc::new(SharedWriter::new(writer, usize::MAX).with_queued_bytes_max(OUTBOX_BYTES_MAX));
+        outbox.up(&writer);
+        let flusher = writer.run();
+        tokio::pin!(flusher);
         loop {
             tokio::select! {
-                _ = outbox.ready.notified() => {
-                    outbox.take(&mut writing);
-                    if !writing.is_empty() && writer.write_all(&writing).await.is_err() {
-                        // What was in `writing` is lost with the
-                        // connection; the resend timer covers it.
-                        break;
-                    }
-                }
+                // It ends only when the socket fails: what was queued is
+                // lost with the connection, and the resend timer covers it.
+                _ = &mut flusher => break,
+                _ = outbox.ready.notified() => outbox.hand_over(),
                 read = driver::read_some(&mut reader, &mut scratch, &mut buffer) => {
                     match read {
                         Ok(0) | Err(_) => break,
@@ -1014,9 +1063,13 @@ async fn run_link(
                         shared.answers(answers).await;
                     }
                 }
-                _ = stop.changed() => return,
+                _ = stop.changed() => {
+                    outbox.down();
+                    return;
+                }
             }
         }
+        outbox.down();
         set_up(false);
     }
 }

@@ -1,11 +1,15 @@
 //! One client connection: the handshake, the read loop that cuts frames and
-//! dispatches them, the acknowledgement queue, and the writer task.
+//! dispatches them, the acknowledgement queue, and the way out (`Outgoing`).
 //!
 //! Messages go to the stream's replication state machine; what it says to
-//! the client comes back through the server's router as notes, which the
-//! notes task turns into frames: `Acked`, `Stamped` and `Refused` for
-//! `Submit`, and the request-numbered `Ack` or `Error` for a single-server
-//! `Append`. Appends awaiting their answer are bounded by
+//! the client comes back through the server's router, which hands it to the
+//! connection's `Outgoing` on the thread that produced it (a runtime
+//! worker, or the log's I/O thread for acknowledgements after fdatasync).
+//! `Outgoing::deliver` turns it into frames there: `Acked`, `Stamped` and
+//! `Refused` for `Submit`, and the request-numbered `Ack` or `Error` for a
+//! single-server `Append`. The frames go to the socket through a
+//! `net::SharedWriter`: written at once by that thread when the connection
+//! is idle, queued for the connection's flusher task otherwise. Appends awaiting their answer are bounded by
 //! `in_flight_per_connection_max`; when the bound is reached the read loop
 //! stops reading, and TCP pushes back on the client.
 //!
@@ -16,14 +20,15 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use engine::replication::{AckRule, Bytes, Content, HybridMode, Msg, Protocol, ServerId};
+use net::{Refused, SharedWriter};
 use proto::{ErrorCode, EventId, Frame, FrameBuffer, PROTOCOL_VERSION};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::{AbortHandle, JoinHandle};
 
-use crate::replication::{self, ClientNote};
+use crate::replication;
 use crate::state::ServerState;
 use crate::stream::{Stream, SubmitFailure};
 use crate::subscription;
@@ -52,13 +57,15 @@ enum Opener {
     Control,
 }
 
-/// A frame waiting for the socket, with the read budget it holds (returned
-/// once it is written).
-type Queued = (Vec<u8>, Option<OwnedSemaphorePermit>);
-
-/// What one connection's tasks share.
+/// What one connection's tasks, and the router, share: the way to its
+/// socket.
 pub(crate) struct Outgoing {
-    frames: mpsc::Sender<Queued>,
+    /// The socket's write side; a queued frame of records holds its read
+    /// budget until it is written.
+    writer: Arc<SharedWriter<OwnedSemaphorePermit>>,
+    /// Single-server `Append`s waiting for their answer.
+    legacy: LegacyAppends,
+    me: ServerId,
     /// Bytes of records read for this connection (fetches and
     /// subscriptions) and not yet written to its socket. A reader takes its
     /// batch's worth before it reads, so a client that stops reading holds
@@ -69,7 +76,7 @@ pub(crate) struct Outgoing {
 
 impl Outgoing {
     pub(crate) async fn send(&self, frame: &Frame) -> bool {
-        self.frames.send((frame.to_bytes(), None)).await.is_ok()
+        self.writer.send(frame.to_bytes(), None).await.is_ok()
     }
 
     /// Takes `bytes` of the read budget (waiting for room); `None` once the
@@ -84,10 +91,55 @@ impl Outgoing {
 
     /// Queues a frame of records read under `budget`.
     pub(crate) async fn send_read(&self, frame: &Frame, budget: OwnedSemaphorePermit) -> bool {
-        self.frames
-            .send((frame.to_bytes(), Some(budget)))
+        self.writer
+            .send(frame.to_bytes(), Some(budget))
             .await
             .is_ok()
+    }
+
+    /// A stream's messages for this client, from whichever thread produced
+    /// them: every answer leaves in one write (or one queued send). `false`
+    /// when the connection could not take them (closed, or its queue full:
+    /// the client resends what matters).
+    pub(crate) fn deliver(&self, stream: u64, msgs: Vec<Msg>) -> bool {
+        // An append is registered before its stream can answer it, so an
+        // empty table means no answer here is a legacy one.
+        let any_legacy = !self.legacy.lock().expect("legacy lock").is_empty();
+        let mut frames = replication::ClientFrames::default();
+        for msg in msgs {
+            if any_legacy {
+                if let Some(answers) = legacy_answers(&self.legacy, self.me, stream, &msg) {
+                    for frame in answers {
+                        frames.push(frame);
+                    }
+                    continue;
+                }
+            }
+            if let Some(frame) = replication::client_frame(self.me, stream, msg) {
+                frames.push(frame);
+            }
+        }
+        let bytes = frames.finish();
+        bytes.is_empty() || self.writer.try_send(bytes, None).is_ok()
+    }
+
+    /// A stream's log failed: every append waiting on it gets the failure.
+    pub(crate) fn fail_stream(&self, stream: u64, failure: &str) {
+        let failed: Vec<LegacyAppend> = {
+            let mut map = self.legacy.lock().expect("legacy lock");
+            let keys: Vec<_> = map.keys().filter(|k| k.0 == stream).copied().collect();
+            keys.iter().filter_map(|k| map.remove(k)).collect()
+        };
+        for append in failed {
+            let frame = Frame::Error {
+                request: append.request,
+                code: ErrorCode::LogFailed,
+                message: format!("not acknowledged: the stream's log failed: {failure}"),
+            };
+            if let Err(Refused::Closed) = self.writer.try_send(frame.to_bytes(), None) {
+                return;
+            }
+        }
     }
 
     async fn error(&self, request: u64, code: ErrorCode, message: impl Into<String>) -> bool {
@@ -158,15 +210,19 @@ pub(crate) async fn serve(
             return;
         }
     };
-    let (frames, frames_receiver) = mpsc::channel(server.config.outgoing_frames_max);
+    let writer = Arc::new(SharedWriter::new(writer, server.config.outgoing_frames_max));
     let outgoing = Arc::new(Outgoing {
-        frames,
+        writer: Arc::clone(&writer),
+        legacy: Arc::default(),
+        me: server.config.cluster.me,
         read_budget: Arc::new(Semaphore::new(READ_BUDGET_BYTES)),
     });
-    let writer_task = tokio::spawn(write_frames(writer, frames_receiver));
+    let writer_task = tokio::spawn({
+        let writer = Arc::clone(&writer);
+        async move { writer.run().await }
+    });
     let in_flight = server.config.in_flight_per_connection_max;
-    let (notes, notes_receiver) = mpsc::channel(in_flight.saturating_mul(4).max(64));
-    let registration = server.router.register(client, notes);
+    let registration = server.router.register(client, Arc::clone(&outgoing));
     // Sender-based logging: a restarted primary asks each client that
     // connects for the copies it holds.
     for stream in server.streams() {
@@ -174,22 +230,14 @@ pub(crate) async fn serve(
             server.router.send_client(client, stream.id, vec![note]);
         }
     }
-    let legacy: LegacyAppends = Arc::default();
-    let notes_task = tokio::spawn(send_notes(
-        notes_receiver,
-        Arc::clone(&outgoing),
-        Arc::clone(&legacy),
-        server.config.cluster.me,
-    ));
     // When the server shuts down it aborts this task; the guard takes the
-    // connection's other tasks down with it, so the socket closes and the
+    // connection's writer down with it, so the socket closes and the
     // client reconnects instead of waiting on a half-open connection.
-    let _guard = AbortOnDrop(vec![writer_task.abort_handle(), notes_task.abort_handle()]);
+    let _guard = AbortOnDrop(vec![writer_task.abort_handle()]);
     let mut connection = Connection {
         server: Arc::clone(&server),
         client,
         outgoing,
-        legacy,
         batch: None,
         legacy_slots: Arc::new(Semaphore::new(in_flight)),
         subscriptions: HashMap::new(),
@@ -224,8 +272,9 @@ pub(crate) async fn serve(
         .await;
     }
     server.router.unregister(client, registration);
-    notes_task.abort();
-    let _ = notes_task.await;
+    // What is queued is written, then the flusher ends; the socket's write
+    // side shuts once the last holder of the writer lets go.
+    writer.close();
     if stopped_by_server {
         writer_task.abort();
     }
@@ -390,87 +439,6 @@ async fn handshake(
     Ok(opener)
 }
 
-/// Writes queued frames, coalescing whatever is queued into one write.
-async fn write_frames(mut writer: OwnedWriteHalf, mut frames: mpsc::Receiver<Queued>) {
-    let mut batch = Vec::new();
-    let mut budgets = Vec::new();
-    while let Some((first, budget)) = frames.recv().await {
-        batch.clear();
-        batch.extend_from_slice(&first);
-        budgets.extend(budget);
-        while batch.len() < 1024 * 1024 {
-            match frames.try_recv() {
-                Ok((more, budget)) => {
-                    batch.extend_from_slice(&more);
-                    budgets.extend(budget);
-                }
-                Err(_) => break,
-            }
-        }
-        if writer.write_all(&batch).await.is_err() {
-            return;
-        }
-        // Written: the records' bytes are the kernel's now.
-        budgets.clear();
-    }
-    let _ = writer.shutdown().await;
-}
-
-/// Turns the router's notes for this client into frames.
-async fn send_notes(
-    mut notes: mpsc::Receiver<ClientNote>,
-    outgoing: Arc<Outgoing>,
-    legacy: LegacyAppends,
-    me: ServerId,
-) {
-    while let Some(note) = notes.recv().await {
-        match note {
-            ClientNote::Msgs(stream, msgs) => {
-                // Every answer of the note leaves in one queued write. An
-                // append is registered before its stream can answer it, so
-                // an empty table means no answer here is a legacy one.
-                let any_legacy = !legacy.lock().expect("legacy lock").is_empty();
-                let mut frames = replication::ClientFrames::default();
-                for msg in msgs {
-                    if any_legacy {
-                        if let Some(answers) = legacy_answers(&legacy, me, stream, &msg) {
-                            for frame in answers {
-                                frames.push(frame);
-                            }
-                            continue;
-                        }
-                    }
-                    if let Some(frame) = replication::client_frame(me, stream, msg) {
-                        frames.push(frame);
-                    }
-                }
-                let bytes = frames.finish();
-                if !bytes.is_empty() && outgoing.frames.send((bytes, None)).await.is_err() {
-                    return;
-                }
-            }
-            ClientNote::Failed(stream, failure) => {
-                // Every append waiting on this stream gets the failure.
-                let failed: Vec<LegacyAppend> = {
-                    let mut map = legacy.lock().expect("legacy lock");
-                    let keys: Vec<_> = map.keys().filter(|k| k.0 == stream).copied().collect();
-                    keys.iter().filter_map(|k| map.remove(k)).collect()
-                };
-                for append in failed {
-                    let frame = Frame::Error {
-                        request: append.request,
-                        code: ErrorCode::LogFailed,
-                        message: format!("not acknowledged: the stream's log failed: {failure}"),
-                    };
-                    if !outgoing.send(&frame).await {
-                        return;
-                    }
-                }
-            }
-        }
-    }
-}
-
 /// The answers to `msg` when some of its messages answer single-server
 /// `Append`s: each of those as its request-numbered `Ack` (or the
 /// refusal's `Error`), any other message of an ack run as its own
@@ -564,7 +532,6 @@ struct Connection {
     /// Submits gathered from the bytes read so far, for one stream.
     batch: Option<(Arc<Stream>, Vec<Msg>)>,
     outgoing: Arc<Outgoing>,
-    legacy: LegacyAppends,
     legacy_slots: Arc<Semaphore>,
     /// Each subscription's task and its credit (records it may still push).
     subscriptions: HashMap<u64, (JoinHandle<()>, Arc<Semaphore>)>,
@@ -913,7 +880,7 @@ impl Connection {
             proto::AckLevel::Memory
         };
         let echo = if echo { payload.clone() } else { Vec::new() };
-        self.legacy.lock().expect("legacy lock").insert(
+        self.outgoing.legacy.lock().expect("legacy lock").insert(
             (stream.id, event.session, event.sequence),
             LegacyAppend {
                 request,
@@ -932,7 +899,7 @@ impl Connection {
         match stream.submit(self.client, Msg::Write(content)) {
             Ok(()) => true,
             Err(failure) => {
-                self.legacy.lock().expect("legacy lock").remove(&(
+                self.outgoing.legacy.lock().expect("legacy lock").remove(&(
                     stream.id,
                     event.session,
                     event.sequence,

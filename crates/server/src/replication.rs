@@ -16,21 +16,14 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use engine::replication::{Binding, Bytes, Content, Entry, HybridMode, Msg, ServerId, ACK_RUN_MAX};
+use net::{Refused, SharedWriter};
 use proto::{EventId, Frame, PeerMessage, Record, WireBinding};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch};
 
 use crate::config::ClusterConfig;
-
-/// What the router hands a client connection.
-#[derive(Debug)]
-pub(crate) enum ClientNote {
-    /// Replication messages for the client, about `stream`.
-    Msgs(u64, Vec<Msg>),
-    /// The stream's log failed: nothing pending on it will be acknowledged.
-    Failed(u64, Arc<str>),
-}
+use crate::connection::Outgoing;
 
 /// What a stream tells the control plane (see `membership`).
 #[derive(Debug)]
@@ -60,17 +53,63 @@ pub struct RouterMetrics {
     pub peer_sent: AtomicU64,
 }
 
-/// A peer's id, address and the receiving end of its queue.
-type PeerQueue = (ServerId, String, mpsc::Receiver<Vec<u8>>);
-/// One connection of a client: its number and where its notes go.
-type ClientConnection = (u64, mpsc::Sender<ClientNote>);
+/// A peer's id, address and link, before the link's task runs.
+type PeerQueue = (ServerId, String, Arc<PeerLink>);
+
+/// The way to one peer: the writer of its connection while the link is up,
+/// and the frames queued while it is down (written first once it is up).
+/// A frame sent while the link is up and idle is written at once by the
+/// thread that sends it (`net::SharedWriter`).
+#[derive(Default)]
+pub(crate) struct PeerLink {
+    state: Mutex<PeerLinkState>,
+}
+
+#[derive(Default)]
+struct PeerLinkState {
+    writer: Option<Arc<SharedWriter>>,
+    backlog: std::collections::VecDeque<Vec<u8>>,
+}
+
+impl PeerLink {
+    /// Sends or queues `frame`; `false` when it was dropped (the queue is
+    /// full, or the connection failed under it).
+    fn send(&self, frame: Vec<u8>, queue_max: usize) -> bool {
+        let mut state = self.state.lock().expect("link lock");
+        match &state.writer {
+            Some(writer) => writer.try_send(frame, None).is_ok(),
+            None if state.backlog.len() < queue_max => {
+                state.backlog.push_back(frame);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The link is up on `writer`: what was queued meanwhile goes first.
+    fn up(&self, writer: &Arc<SharedWriter>) {
+        let mut state = self.state.lock().expect("link lock");
+        for frame in state.backlog.drain(..) {
+            if let Err(Refused::Closed) = writer.try_queue(frame, None) {
+                break;
+            }
+        }
+        state.writer = Some(Arc::clone(writer));
+    }
+
+    fn down(&self) {
+        self.state.lock().expect("link lock").writer = None;
+    }
+}
+/// One connection of a client: its number and its way to the socket.
+type ClientConnection = (u64, Arc<Outgoing>);
 
 pub struct Router {
     pub me: ServerId,
     /// Each peer's link queue: the configured peers, and servers that
     /// joined later (learned from the control plane's members).
-    peers: RwLock<HashMap<ServerId, mpsc::Sender<Vec<u8>>>>,
-    /// Each peer's queue until its link task takes it.
+    peers: RwLock<HashMap<ServerId, Arc<PeerLink>>>,
+    /// Each peer's link until its link task starts.
     peer_receivers: Mutex<Vec<PeerQueue>>,
     /// Set once the links run: a peer added later gets its task at once.
     links_stop: Mutex<Option<watch::Receiver<bool>>>,
@@ -95,9 +134,9 @@ impl Router {
         let mut peers = HashMap::new();
         let mut receivers = Vec::new();
         for peer in &cluster.peers {
-            let (sender, receiver) = mpsc::channel(queue_max.max(1));
-            peers.insert(peer.id, sender);
-            receivers.push((peer.id, peer.address.clone(), receiver));
+            let link = Arc::new(PeerLink::default());
+            peers.insert(peer.id, Arc::clone(&link));
+            receivers.push((peer.id, peer.address.clone(), link));
         }
         let (events, events_receiver) = mpsc::unbounded_channel();
         Router {
@@ -140,8 +179,8 @@ impl Router {
             *started = Some(stop.clone());
             std::mem::take(&mut *self.peer_receivers.lock().expect("router lock"))
         };
-        for (id, address, receiver) in receivers {
-            self.spawn_link(id, address, receiver, stop.clone());
+        for (id, address, link) in receivers {
+            self.spawn_link(id, address, link, stop.clone());
         }
     }
 
@@ -149,11 +188,19 @@ impl Router {
         &self,
         id: ServerId,
         address: String,
-        receiver: mpsc::Receiver<Vec<u8>>,
+        link: Arc<PeerLink>,
         stop: watch::Receiver<bool>,
     ) {
         let incarnation = Arc::clone(&self.incarnation);
-        tokio::spawn(run_link(self.me, incarnation, id, address, receiver, stop));
+        let queue_max = self.queue_max;
+        tokio::spawn(run_link(
+            self.me,
+            incarnation,
+            id,
+            address,
+            (link, queue_max),
+            stop,
+        ));
     }
 
     /// A peer's link to this server opened, announcing the process's
@@ -186,25 +233,26 @@ impl Router {
         if id == self.me || self.knows_peer(id) {
             return;
         }
-        let (sender, receiver) = mpsc::channel(self.queue_max);
+        let link = Arc::new(PeerLink::default());
         let mut peers = self.peers.write().expect("router lock");
         if peers.contains_key(&id) {
             return;
         }
-        peers.insert(id, sender);
+        peers.insert(id, Arc::clone(&link));
         drop(peers);
         let started = self.links_stop.lock().expect("router lock").clone();
         match started {
-            Some(stop) => self.spawn_link(id, address.to_string(), receiver, stop),
+            Some(stop) => self.spawn_link(id, address.to_string(), link, stop),
             None => self.peer_receivers.lock().expect("router lock").push((
                 id,
                 address.to_string(),
-                receiver,
+                link,
             )),
         }
     }
 
-    /// Queues a replication message for a peer.
+    /// Sends a replication message to a peer: written by this thread when
+    /// the link is up and idle, queued otherwise.
     pub(crate) fn send_peer(&self, to: ServerId, stream: u64, msg: Msg) {
         let peers = self.peers.read().expect("router lock");
         let Some(link) = peers.get(&to) else {
@@ -218,7 +266,7 @@ impl Router {
                 None => return,
             },
         };
-        if link.try_send(frame).is_ok() {
+        if link.send(frame, self.queue_max) {
             self.metrics.peer_sent.fetch_add(1, Ordering::Relaxed);
         } else {
             self.metrics.peer_dropped.fetch_add(1, Ordering::Relaxed);
@@ -228,27 +276,23 @@ impl Router {
     /// The frames queued for a peer whose link has not started, for tests.
     #[cfg(test)]
     pub(crate) fn take_queued(&self, to: ServerId) -> Vec<Vec<u8>> {
-        let mut receivers = self.peer_receivers.lock().expect("router lock");
-        let mut frames = Vec::new();
-        for (id, _, receiver) in receivers.iter_mut() {
-            if *id == to {
-                while let Ok(frame) = receiver.try_recv() {
-                    frames.push(frame);
-                }
-            }
-        }
-        frames
+        let link = self.peers.read().expect("router lock").get(&to).cloned();
+        link.map(|link| {
+            let mut state = link.state.lock().expect("link lock");
+            state.backlog.drain(..).collect()
+        })
+        .unwrap_or_default()
     }
 
     /// Registers a client connection; returns its handle for `unregister`.
-    pub(crate) fn register(&self, client: u128, sender: mpsc::Sender<ClientNote>) -> u64 {
+    pub(crate) fn register(&self, client: u128, outgoing: Arc<Outgoing>) -> u64 {
         let id = self.next_connection.fetch_add(1, Ordering::Relaxed);
         self.clients
             .lock()
             .expect("router lock")
             .entry(client)
             .or_default()
-            .push((id, sender));
+            .push((id, outgoing));
         id
     }
 
@@ -262,53 +306,65 @@ impl Router {
         }
     }
 
-    /// Hands messages to every connection of the client (a client that is
-    /// not connected gets nothing: it will retry).
+    /// Hands messages to every connection of the client, on this thread (a
+    /// client that is not connected gets nothing: it will retry).
     pub(crate) fn send_client(&self, client: u128, stream: u64, msgs: Vec<Msg>) {
-        let clients = self.clients.lock().expect("router lock");
-        let Some(list) = clients.get(&client) else {
-            self.metrics
-                .client_dropped
-                .fetch_add(msgs.len() as u64, Ordering::Relaxed);
-            return;
+        // Delivered outside the router's lock: a delivery may write.
+        let (first, others): (Option<Arc<Outgoing>>, Vec<Arc<Outgoing>>) = {
+            let clients = self.clients.lock().expect("router lock");
+            match clients.get(&client).map(Vec::as_slice) {
+                Some([(_, only)]) => (Some(Arc::clone(only)), Vec::new()),
+                Some([(_, first), rest @ ..]) => (
+                    Some(Arc::clone(first)),
+                    rest.iter().map(|(_, o)| Arc::clone(o)).collect(),
+                ),
+                _ => (None, Vec::new()),
+            }
         };
         let count = msgs.len() as u64;
-        let last = list.len() - 1;
-        let mut msgs = Some(msgs);
-        for (index, (_, sender)) in list.iter().enumerate() {
-            let copy = if index == last {
-                msgs.take().expect("kept for the last")
-            } else {
-                msgs.clone().expect("kept for the last")
-            };
-            if sender.try_send(ClientNote::Msgs(stream, copy)).is_err() {
-                self.metrics
-                    .client_dropped
-                    .fetch_add(count, Ordering::Relaxed);
-            }
+        let Some(first) = first else {
+            self.metrics
+                .client_dropped
+                .fetch_add(count, Ordering::Relaxed);
+            return;
+        };
+        let mut dropped = 0;
+        for outgoing in &others {
+            dropped += u64::from(!outgoing.deliver(stream, msgs.clone()));
+        }
+        dropped += u64::from(!first.deliver(stream, msgs));
+        if dropped > 0 {
+            self.metrics
+                .client_dropped
+                .fetch_add(dropped * count, Ordering::Relaxed);
         }
     }
 
     /// Tells every client connection that a stream's log failed.
     pub(crate) fn broadcast_failure(&self, stream: u64, failure: Arc<str>) {
-        let clients = self.clients.lock().expect("router lock");
-        for list in clients.values() {
-            for (_, sender) in list {
-                let _ = sender.try_send(ClientNote::Failed(stream, Arc::clone(&failure)));
-            }
+        let connections: Vec<Arc<Outgoing>> = {
+            let clients = self.clients.lock().expect("router lock");
+            clients
+                .values()
+                .flatten()
+                .map(|(_, o)| Arc::clone(o))
+                .collect()
+        };
+        for outgoing in connections {
+            outgoing.fail_stream(stream, &failure);
         }
     }
 }
 
-/// Keeps a connection to one peer and writes its queue to it, reconnecting
-/// with backoff. Messages queued while the link is down wait in the bounded
-/// queue; the protocols resend what matters.
+/// Keeps a connection to one peer and runs its writer's flusher,
+/// reconnecting with backoff. Frames sent while the link is down wait in its
+/// bounded backlog; the protocols resend what matters.
 async fn run_link(
     me: ServerId,
     incarnation: Arc<AtomicU64>,
     peer: ServerId,
     address: String,
-    mut queue: mpsc::Receiver<Vec<u8>>,
+    (link, queue_max): (Arc<PeerLink>, usize),
     mut stop: watch::Receiver<bool>,
 ) {
     let mut delay = Duration::from_millis(10);
@@ -338,30 +394,21 @@ async fn run_link(
         if socket.write_all(&hello.to_bytes()).await.is_err() {
             continue;
         }
-        let mut batch = Vec::with_capacity(256 * 1024);
-        loop {
-            let first = tokio::select! {
-                first = queue.recv() => first,
-                _ = stop.wait_for(|s| *s) => return,
-            };
-            let Some(first) = first else {
+        // Nothing comes back on a link; the read half only keeps it open.
+        let (_read, write) = socket.into_split();
+        let writer = Arc::new(SharedWriter::new(write, queue_max));
+        link.up(&writer);
+        tokio::select! {
+            _ = writer.run() => {}
+            _ = stop.wait_for(|s| *s) => {
+                link.down();
                 return;
-            };
-            batch.clear();
-            batch.extend_from_slice(&first);
-            while batch.len() < 1024 * 1024 {
-                match queue.try_recv() {
-                    Ok(more) => batch.extend_from_slice(&more),
-                    Err(_) => break,
-                }
-            }
-            if socket.write_all(&batch).await.is_err() {
-                // What was in `batch` is lost with the connection; the
-                // protocols repair it.
-                eprintln!("stamplog: link to server {peer} at {address} broke; reconnecting");
-                break;
             }
         }
+        // What was queued is lost with the connection; the protocols
+        // repair it.
+        link.down();
+        eprintln!("stamplog: link to server {peer} at {address} broke; reconnecting");
     }
 }
 

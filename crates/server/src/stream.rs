@@ -199,6 +199,10 @@ struct Core {
 pub struct Stream {
     /// Set once the stream is deleted: messages are refused from then on.
     deleted: AtomicBool,
+    /// The highest durable version the state machine has been told of
+    /// (`sync` streams), so the progress task skips what the log's durable
+    /// hook already drove.
+    logged_driven: AtomicU64,
     pub id: u64,
     pub name: String,
     pub durability: DurabilityConfig,
@@ -363,6 +367,7 @@ impl Stream {
         }
         let stream = Stream {
             deleted: AtomicBool::new(false),
+            logged_driven: AtomicU64::new(0),
             id: meta.id,
             name: meta.name.clone(),
             durability,
@@ -611,6 +616,7 @@ impl Stream {
         {
             std::thread::sleep(Duration::from_millis(1));
         }
+        self.log.clear_on_durable();
         // A checkpoint being written finishes first; then the task ends.
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.block_on(self.stop_checkpoints());
@@ -648,7 +654,12 @@ impl Stream {
                 senders.insert(client);
             }
         }
-        self.drive(|replica, now, out| replica.on_clients(client, msgs, now, out));
+        // Many messages in hand: the reader is busy, and its sends go to
+        // the flushers rather than costing it a write each.
+        let busy = msgs.len() > 1;
+        net::deferring(busy, || {
+            self.drive(|replica, now, out| replica.on_clients(client, msgs, now, out))
+        });
         Ok(())
     }
 
@@ -657,6 +668,14 @@ impl Stream {
         if self.deleted.load(Ordering::Acquire) {
             return;
         }
+        let busy = msgs.len() > 1
+            || msgs
+                .iter()
+                .any(|msg| matches!(msg, Msg::Replicate { entries } if entries.len() > 1));
+        net::deferring(busy, || self.on_peer_step(from, msgs));
+    }
+
+    fn on_peer_step(&self, from: ServerId, msgs: Vec<Msg>) {
         self.drive(|replica, now, out| {
             for msg in msgs {
                 if let Msg::Replicate { entries } = &msg {
@@ -672,6 +691,28 @@ impl Stream {
 
     /// Runs the state machine under the lock and carries out its effects.
     fn drive(&self, step: impl FnOnce(&mut Replica, u64, &mut Vec<Effect>)) {
+        let later = self.step(step);
+        self.run_later(later);
+    }
+
+    /// The log made `durable` durable and has nothing else to write: runs
+    /// on the log's I/O thread (the hook `start_tasks` sets), so the
+    /// acknowledgements it releases leave from there, written at once to
+    /// an idle connection, with no wake-up of another thread. Work that
+    /// reads or resets the log goes to the runtime: the I/O thread must
+    /// not wait on its own log.
+    fn logged(self: &Arc<Self>, durable: u64, runtime: &tokio::runtime::Handle) {
+        let later = self.step(|replica, now, out| replica.on_logged(durable, now, out));
+        self.logged_driven.fetch_max(durable, Ordering::AcqRel);
+        if !later.is_empty() {
+            let stream = Arc::clone(self);
+            runtime.spawn(async move { stream.run_later(later) });
+        }
+    }
+
+    /// One step of the state machine under the lock, its effects carried
+    /// out; returns the work left for after the lock.
+    fn step(&self, step: impl FnOnce(&mut Replica, u64, &mut Vec<Effect>)) -> Vec<Later> {
         let mut later = Vec::new();
         {
             let mut core = self.lock();
@@ -685,7 +726,7 @@ impl Stream {
                 }
             }
         }
-        self.run_later(later);
+        later
     }
 
     /// Carries out what a step left for after the lock.
@@ -706,13 +747,14 @@ impl Stream {
         let immediate = self.durability != DurabilityConfig::Sync;
         // Messages for each client go in one note.
         let mut to_clients: Vec<(u128, Vec<Msg>)> = Vec::new();
+        let mut appends = Vec::new();
         while !effects.is_empty() {
             let mut appended = false;
             for effect in std::mem::take(&mut effects) {
                 match effect {
-                    Effect::Append(entry) => {
-                        appended |= self.append(core, entry);
-                    }
+                    // After the step's sends: a record leaves for the other
+                    // replicas before this log's I/O thread is woken for it.
+                    Effect::Append(entry) => appends.push(entry),
                     Effect::Send(Node::Server(to), msg) => self.router.send_peer(to, self.id, msg),
                     Effect::Send(Node::Client(client), msg) => {
                         match to_clients.iter_mut().find(|(c, _)| *c == client) {
@@ -733,6 +775,11 @@ impl Stream {
                         later.push(Later::Install { through, state })
                     }
                     Effect::Visible(version) => {
+                        // Readers read the log up to it: it holds the
+                        // records first.
+                        for entry in appends.drain(..) {
+                            appended |= self.append(core, entry);
+                        }
                         self.visible.send_replace(version);
                     }
                     Effect::EpochStarted {
@@ -752,6 +799,9 @@ impl Stream {
                         join_view: self.router.peer_incarnation(server),
                     }),
                 }
+            }
+            for entry in appends.drain(..) {
+                appended |= self.append(core, entry);
             }
             if immediate && appended {
                 // `memory` and `paged` acknowledge what the log buffer took.
@@ -1055,6 +1105,9 @@ impl Stream {
     /// once `stop` fires), so none holds the stream, and with it the log,
     /// after the server stops.
     pub(crate) async fn stop_tasks(&self) {
+        // Waits for a hook call under way: from here on the I/O thread
+        // holds the stream no more, so the last holder closes the log.
+        self.log.clear_on_durable();
         self.stop_checkpoints().await;
         let tasks = std::mem::take(&mut *self.tasks.lock().expect("task lock"));
         for task in tasks {
@@ -1086,6 +1139,21 @@ impl Stream {
             let task = tokio::spawn(run_checkpoints(weak, checkpoints, stopping, deleting));
             *self.checkpoint_task.lock().expect("task lock") = Some(task);
         }
+        if self.durability == DurabilityConfig::Sync {
+            // Acknowledgements leave from the log's I/O thread itself.
+            let weak = Arc::downgrade(self);
+            let runtime = tokio::runtime::Handle::current();
+            self.log.on_durable(move |durable, busy| {
+                // With the next batch waiting, the I/O thread goes on to it
+                // and the progress task takes this one, on another thread.
+                if busy {
+                    return;
+                }
+                if let Some(stream) = weak.upgrade() {
+                    stream.logged(durable, &runtime);
+                }
+            });
+        }
         let weak = Arc::downgrade(self);
         let mut progress = self.log.progress();
         let mut stopping = stop.clone();
@@ -1104,8 +1172,20 @@ impl Stream {
                     return;
                 }
                 match stream.durability {
-                    DurabilityConfig::Sync => stream
-                        .drive(|replica, now, out| replica.on_logged(current.durable, now, out)),
+                    // The durable hook drove it already, unless the log was
+                    // busy (the hook leaves it to this task then) or the
+                    // version moved another way (a checkpoint transfer's
+                    // reset).
+                    DurabilityConfig::Sync
+                        if current.durable > stream.logged_driven.load(Ordering::Acquire) =>
+                    {
+                        stream.drive(|replica, now, out| {
+                            replica.on_logged(current.durable, now, out)
+                        });
+                        stream
+                            .logged_driven
+                            .fetch_max(current.durable, Ordering::AcqRel);
+                    }
                     DurabilityConfig::Sender { .. } => stream
                         .drive(|replica, now, out| replica.on_synced(current.durable, now, out)),
                     _ => {}

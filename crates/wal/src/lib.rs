@@ -26,7 +26,7 @@ pub mod segment;
 mod writer;
 
 pub use config::{Durability, LogConfig};
-pub use log::{AppendError, Log, LogError, LogMetrics, Progress, ReadError};
+pub use log::{AppendError, DurableHook, Log, LogError, LogMetrics, Progress, ReadError};
 pub use maintenance::{CheckpointWritten, Retained, Retention};
 pub use recovery::RecoveryReport;
 pub use reset::RESET_MARKER;

@@ -171,7 +171,13 @@ pub(crate) struct Shared {
     /// new segment's file exists, so that a manifest never names a segment
     /// older than a file on disk (see [`crate::manifest`]).
     pub(crate) manifest: Mutex<()>,
+    /// Called by the I/O thread each time the durable version moves.
+    pub(crate) on_durable: Mutex<Option<DurableHook>>,
 }
+
+/// What [`Log::on_durable`] calls with each new durable version, and
+/// whether more records wait for the I/O thread (the log is busy).
+pub type DurableHook = Box<dyn Fn(u64, bool) + Send + Sync>;
 
 /// One stream's write-ahead log. Dropping it writes and syncs everything
 /// pending and stops the I/O thread.
@@ -303,6 +309,7 @@ impl Log {
             latency_samples: Mutex::new(Vec::new()),
             maintenance: Mutex::new(()),
             manifest: Mutex::new(()),
+            on_durable: Mutex::new(None),
         });
         let io_thread = match shared.config.durability {
             Durability::Memory => None,
@@ -418,6 +425,23 @@ impl Log {
     /// Watches the durable version and the failed latch.
     pub fn progress(&self) -> watch::Receiver<Progress> {
         self.shared.progress.subscribe()
+    }
+
+    /// Has the I/O thread call `hook` with the new durable version each
+    /// time it moves, right after the progress watch has it, so whoever
+    /// acts on durability can do so without waiting for another thread to
+    /// wake. The second argument says whether more records already wait
+    /// to be written (the log is busy, and the hook's time delays them).
+    /// The hook runs before the I/O thread takes its next batch: it must
+    /// be short, and must not wait on this log (no `reset`, no wait for
+    /// durability). It replaces any earlier hook.
+    pub fn on_durable(&self, hook: impl Fn(u64, bool) + Send + Sync + 'static) {
+        *self.shared.on_durable.lock().expect("hook lock poisoned") = Some(Box::new(hook));
+    }
+
+    /// Removes the hook [`Log::on_durable`] set.
+    pub fn clear_on_durable(&self) {
+        *self.shared.on_durable.lock().expect("hook lock poisoned") = None;
     }
 
     pub fn metrics(&self) -> LogMetrics {
@@ -864,6 +888,12 @@ impl Drop for Log {
         lock(&self.shared.state).shutdown = true;
         self.shared.work.notify_all();
         if let Some(thread) = self.io_thread.take() {
+            // Dropped by the I/O thread itself (a durable hook held the last
+            // reference to the log's owner): it stops once the hook returns,
+            // after writing what is pending, and cannot wait for itself.
+            if thread.thread().id() == std::thread::current().id() {
+                return;
+            }
             // The I/O thread writes what is pending before it stops; a panic
             // there is a broken invariant worth surfacing.
             if thread.join().is_err() && !std::thread::panicking() {

@@ -389,7 +389,7 @@ impl Shared {
                 }
             }
         }
-        {
+        let backlog = {
             let mut state = self.lock_state();
             state.pending_bytes -= bytes;
             let keep = match self.config.durability {
@@ -401,7 +401,8 @@ impl Shared {
                     state.free_buffers.push(chunk.bytes);
                 }
             }
-        }
+            state.pending_bytes > 0
+        };
         // Counters first, so whoever the new durable version wakes sees
         // them complete.
         let counters = &self.counters;
@@ -419,6 +420,9 @@ impl Shared {
         self.progress
             .send_modify(|progress| progress.durable = last_version);
         self.space.notify_waiters();
+        if let Some(hook) = &*self.on_durable.lock().expect("hook lock poisoned") {
+            hook(last_version, backlog);
+        }
     }
 
     /// Latches the log failed. The data of a failed fsync may or may not be

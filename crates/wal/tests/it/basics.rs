@@ -70,7 +70,7 @@ pub fn read_versions(log: &Log, from: u64) -> Vec<(u64, usize)> {
     }
 }
 
-fn open(storage: Arc<dyn Storage>, folder: &Path, config: LogConfig) -> (Log, Vec<u64>) {
+pub fn open(storage: Arc<dyn Storage>, folder: &Path, config: LogConfig) -> (Log, Vec<u64>) {
     let mut seen = Vec::new();
     let log = Log::open(storage, folder, 7, config, &mut |record| {
         seen.push(record.header.version)

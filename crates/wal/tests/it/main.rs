@@ -4,3 +4,4 @@ mod basics;
 mod checkpoint;
 mod crash;
 mod experiment;
+mod hook;

@@ -1,0 +1,350 @@
+//! Socket plumbing shared by the server and the client.
+//!
+//! [`SharedWriter`] is a TCP connection's write side that any thread can
+//! write to: a tokio task, a log's I/O thread, a caller's own thread. A
+//! sender that finds the connection idle (nothing queued, no flush under
+//! way, and nothing written for [`IDLE_BEFORE_DIRECT`]) writes its bytes at
+//! once, from its own thread, with one non-blocking write, so a lone
+//! message costs no hand-off to another task and no wake-up of another
+//! thread. Everything else waits in a bounded queue that the connection's
+//! flusher task ([`SharedWriter::run`]) writes in batches: on a busy
+//! connection, sends gather into few writes, as they would with the
+//! flusher alone, instead of each costing a write of its own and a
+//! wake-up of the reader. A busy thread can also say that its sends should
+//! all be queued ([`deferring`]), so that it spends no time writing. Every send lands whole and in the order the
+//! senders took the writer's lock: bytes are never interleaved.
+
+use std::cell::Cell;
+use std::collections::VecDeque;
+use std::io::ErrorKind;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use tokio::net::tcp::OwnedWriteHalf;
+use tokio::sync::Notify;
+
+/// How long a connection must have written nothing for a send to be
+/// written at once by its sender. Between sends closer together than this
+/// the flusher gathers them: a connection that busy loses little by
+/// waiting for a batch, and each direct write would cost its reader a
+/// wake-up for one message.
+pub const IDLE_BEFORE_DIRECT: Duration = Duration::from_micros(100);
+
+thread_local! {
+    /// Set while this thread runs work that [`deferring`] marked busy.
+    static DEFERRING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `work` with every send it makes queued for the flushers rather
+/// than written at once, when `defer`: for a thread that is the
+/// bottleneck of a busy pipeline (a log's I/O thread with the next batch
+/// waiting, a read loop with many messages in hand), whose time a write of
+/// its own would take from the work behind it. Sends made with `defer`
+/// false follow the usual rule.
+pub fn deferring<R>(defer: bool, work: impl FnOnce() -> R) -> R {
+    let outer = DEFERRING.replace(defer);
+    let result = work();
+    DEFERRING.set(outer);
+    result
+}
+
+/// Bytes the flusher gathers into one write at most.
+const FLUSH_BYTES_MAX: usize = 1024 * 1024;
+
+/// Why bytes were not taken.
+#[derive(Debug)]
+pub enum Refused<H> {
+    /// The queue holds its maximum: the bytes (and what they hold) come
+    /// back.
+    Full(Vec<u8>, Option<H>),
+    /// The connection failed or was closed; nothing more is written.
+    Closed,
+}
+
+/// The connection is closed; nothing more is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Closed;
+
+/// How the writes went, for metrics and tests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WriterStats {
+    /// Sends written whole by the sender's own thread.
+    pub direct: u64,
+    /// Writes of the flusher (each one batch of queued sends).
+    pub flushed: u64,
+}
+
+/// A connection's write side; see the crate's documentation. `H` is what a
+/// queued send holds until its bytes are written (a permit of a budget,
+/// for example), dropped once they are.
+pub struct SharedWriter<H = ()> {
+    socket: OwnedWriteHalf,
+    state: Mutex<State<H>>,
+    queued_max: usize,
+    queued_bytes_max: usize,
+    /// Wakes the flusher: bytes were queued, or the writer closed.
+    flush: Notify,
+    /// Wakes senders waiting for room in the queue.
+    room: Notify,
+    direct: AtomicU64,
+    flushed: AtomicU64,
+}
+
+/// Whether a send may be written by its sender's thread.
+#[derive(Clone, Copy)]
+enum Direct {
+    WhenIdle,
+    Never,
+}
+
+enum Taken {
+    Batch,
+    Nothing,
+    Done,
+}
+
+struct State<H> {
+    queue: VecDeque<(Vec<u8>, Option<H>)>,
+    /// Bytes of `queue`.
+    queued_bytes: usize,
+    /// The flusher owns the socket: set when a send is queued, cleared by
+    /// the flusher once it finds the queue empty. A queued send implies
+    /// it, so a direct write never overtakes queued bytes.
+    flushing: bool,
+    /// No more sends are taken: closed by its owner, or the socket failed.
+    closed: bool,
+    /// When bytes last went to the socket (or were taken by the flusher).
+    last_write: Option<Instant>,
+}
+
+impl<H: Send + 'static> SharedWriter<H> {
+    /// A writer over `socket` whose queue holds at most `queued_max` sends
+    /// (at least one). Its flusher, [`SharedWriter::run`], must run for
+    /// queued sends to be written.
+    pub fn new(socket: OwnedWriteHalf, queued_max: usize) -> SharedWriter<H> {
+        SharedWriter {
+            socket,
+            queued_bytes_max: usize::MAX,
+            state: Mutex::new(State {
+                queue: VecDeque::new(),
+                queued_bytes: 0,
+                last_write: None,
+                flushing: false,
+                closed: false,
+            }),
+            queued_max: queued_max.max(1),
+            flush: Notify::new(),
+            room: Notify::new(),
+            direct: AtomicU64::new(0),
+            flushed: AtomicU64::new(0),
+        }
+    }
+
+    /// Bounds the queue's bytes too: a send that would pass `bytes` (with
+    /// something queued already) is refused as `Full`.
+    pub fn with_queued_bytes_max(mut self, bytes: usize) -> SharedWriter<H> {
+        self.queued_bytes_max = bytes;
+        self
+    }
+
+    /// Sends `bytes`: written at once from this thread when the connection
+    /// is idle (see [`IDLE_BEFORE_DIRECT`]), queued for the flusher
+    /// otherwise. Never blocks.
+    pub fn try_send(&self, bytes: Vec<u8>, hold: Option<H>) -> Result<(), Refused<H>> {
+        self.offer(bytes, hold, Direct::WhenIdle)
+    }
+
+    /// Queues `bytes` for the flusher without writing from this thread:
+    /// for a sender with more to come, whose sends the flusher gathers
+    /// into fewer writes. Never blocks.
+    pub fn try_queue(&self, bytes: Vec<u8>, hold: Option<H>) -> Result<(), Refused<H>> {
+        self.offer(bytes, hold, Direct::Never)
+    }
+
+    /// Sends `bytes` as [`SharedWriter::try_send`] does, waiting for room
+    /// while the queue is full.
+    pub async fn send(&self, bytes: Vec<u8>, hold: Option<H>) -> Result<(), Closed> {
+        let mut item = (bytes, hold);
+        loop {
+            let room = self.room.notified();
+            tokio::pin!(room);
+            // Registered before the check, so room made after it wakes us.
+            room.as_mut().enable();
+            match self.offer(item.0, item.1, Direct::WhenIdle) {
+                Ok(()) => return Ok(()),
+                Err(Refused::Closed) => return Err(Closed),
+                Err(Refused::Full(bytes, hold)) => {
+                    item = (bytes, hold);
+                    room.await;
+                }
+            }
+        }
+    }
+
+    /// Refuses every later send. The flusher writes what is queued, then
+    /// returns; the socket's write side shuts when the writer is dropped.
+    pub fn close(&self) {
+        self.lock().closed = true;
+        self.flush.notify_one();
+        self.room.notify_waiters();
+    }
+
+    /// Whether sends are refused (closed, or the socket failed).
+    pub fn is_closed(&self) -> bool {
+        self.lock().closed
+    }
+
+    /// Sends queued and not yet taken by the flusher.
+    pub fn queued(&self) -> usize {
+        self.lock().queue.len()
+    }
+
+    pub fn stats(&self) -> WriterStats {
+        WriterStats {
+            direct: self.direct.load(Ordering::Relaxed),
+            flushed: self.flushed.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The flusher: writes queued sends in batches until the writer is
+    /// closed and its queue written, or the socket fails (later sends are
+    /// then refused with `Closed`).
+    pub async fn run(&self) {
+        let mut batch = Vec::new();
+        let mut holds = Vec::new();
+        loop {
+            match self.take_batch(&mut batch, &mut holds) {
+                Taken::Batch => {}
+                Taken::Nothing => {
+                    self.flush.notified().await;
+                    continue;
+                }
+                Taken::Done => return,
+            }
+            self.room.notify_waiters();
+            if write_all(&self.socket, &batch).await.is_err() {
+                self.fail();
+                return;
+            }
+            self.flushed.fetch_add(1, Ordering::Relaxed);
+            // Written: what the sends held is released.
+            holds.clear();
+        }
+    }
+
+    /// Moves queued sends into `batch` (up to `FLUSH_BYTES_MAX`), or, with
+    /// nothing queued, gives the socket back to direct writers.
+    fn take_batch(&self, batch: &mut Vec<u8>, holds: &mut Vec<H>) -> Taken {
+        let mut state = self.lock();
+        if state.queue.is_empty() {
+            state.flushing = false;
+            let closed = state.closed;
+            drop(state);
+            self.room.notify_waiters();
+            return if closed { Taken::Done } else { Taken::Nothing };
+        }
+        batch.clear();
+        state.last_write = Some(Instant::now());
+        while let Some((bytes, hold)) = state.queue.pop_front() {
+            state.queued_bytes -= bytes.len();
+            batch.extend_from_slice(&bytes);
+            holds.extend(hold);
+            if batch.len() >= FLUSH_BYTES_MAX {
+                break;
+            }
+        }
+        Taken::Batch
+    }
+
+    fn offer(&self, mut bytes: Vec<u8>, hold: Option<H>, direct: Direct) -> Result<(), Refused<H>> {
+        let mut state = self.lock();
+        if state.closed {
+            return Err(Refused::Closed);
+        }
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        if state.flushing {
+            let over_bytes = !state.queue.is_empty()
+                && state.queued_bytes.saturating_add(bytes.len()) > self.queued_bytes_max;
+            if state.queue.len() >= self.queued_max || over_bytes {
+                return Err(Refused::Full(bytes, hold));
+            }
+            state.queued_bytes += bytes.len();
+            state.queue.push_back((bytes, hold));
+            return Ok(());
+        }
+        let write = match direct {
+            Direct::WhenIdle if !DEFERRING.get() => {
+                let now = Instant::now();
+                let idle = state
+                    .last_write
+                    .is_none_or(|last| now.duration_since(last) >= IDLE_BEFORE_DIRECT);
+                if idle {
+                    state.last_write = Some(now);
+                }
+                idle
+            }
+            _ => false,
+        };
+        if write {
+            let mut written = 0;
+            while written < bytes.len() {
+                match self.socket.try_write(&bytes[written..]) {
+                    Ok(0) => break,
+                    Ok(count) => written += count,
+                    Err(error) if error.kind() == ErrorKind::Interrupted => {}
+                    Err(error) if error.kind() == ErrorKind::WouldBlock => break,
+                    Err(_) => {
+                        drop(state);
+                        self.fail();
+                        return Err(Refused::Closed);
+                    }
+                }
+            }
+            if written == bytes.len() {
+                self.direct.fetch_add(1, Ordering::Relaxed);
+                return Ok(());
+            }
+            bytes.drain(..written);
+        }
+        // The rest waits for the flusher, which owns the socket from now on.
+        state.queued_bytes += bytes.len();
+        state.queue.push_back((bytes, hold));
+        state.flushing = true;
+        drop(state);
+        self.flush.notify_one();
+        Ok(())
+    }
+
+    /// The socket failed: nothing queued will be written.
+    fn fail(&self) {
+        {
+            let mut state = self.lock();
+            state.closed = true;
+            state.queue.clear();
+            state.queued_bytes = 0;
+        }
+        self.flush.notify_one();
+        self.room.notify_waiters();
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State<H>> {
+        self.state.lock().expect("writer lock poisoned")
+    }
+}
+
+async fn write_all(socket: &OwnedWriteHalf, mut bytes: &[u8]) -> std::io::Result<()> {
+    while !bytes.is_empty() {
+        socket.writable().await?;
+        match socket.try_write(bytes) {
+            Ok(0) => return Err(ErrorKind::WriteZero.into()),
+            Ok(count) => bytes = &bytes[count..],
+            Err(error)
+                if matches!(error.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {}
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,240 @@
+//! `SharedWriter` over real loopback sockets: direct writes from threads
+//! outside any runtime, concurrent senders whose sends never interleave,
+//! the bounded queue, closing, and a peer that goes away.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use net::{Closed, Refused, SharedWriter};
+use tokio::io::AsyncReadExt;
+use tokio::net::{TcpListener, TcpStream};
+
+/// A connected pair: our writer's half and the peer's socket.
+async fn pair(queued_max: usize) -> (Arc<SharedWriter<u32>>, TcpStream) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let (connected, accepted) = tokio::join!(TcpStream::connect(address), listener.accept());
+    let (_, write) = connected.unwrap().into_split();
+    (
+        Arc::new(SharedWriter::new(write, queued_max)),
+        accepted.unwrap().0,
+    )
+}
+
+/// Runs the writer's flusher in a task.
+fn spawn_flusher(writer: &Arc<SharedWriter<u32>>) -> tokio::task::JoinHandle<()> {
+    let writer = Arc::clone(writer);
+    tokio::spawn(async move { writer.run().await })
+}
+
+/// A message of `len` bytes: its sender, its number and its length up
+/// front, then filler that depends on all three.
+fn message(sender: u8, number: u32, len: usize) -> Vec<u8> {
+    let mut bytes = vec![sender];
+    bytes.extend_from_slice(&number.to_le_bytes());
+    bytes.extend_from_slice(&(len as u32).to_le_bytes());
+    bytes.extend((9..len).map(|i| (i as u32 ^ number ^ u32::from(sender)) as u8));
+    bytes
+}
+
+/// Cuts what the peer read back into messages, checking each is whole.
+fn messages(mut bytes: &[u8]) -> Vec<(u8, u32)> {
+    let mut out = Vec::new();
+    while !bytes.is_empty() {
+        let sender = bytes[0];
+        let number = u32::from_le_bytes(bytes[1..5].try_into().unwrap());
+        let len = u32::from_le_bytes(bytes[5..9].try_into().unwrap()) as usize;
+        assert_eq!(
+            &bytes[..len],
+            &message(sender, number, len)[..],
+            "message {number} of sender {sender} arrived whole"
+        );
+        out.push((sender, number));
+        bytes = &bytes[len..];
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_send_from_a_thread_outside_the_runtime_is_written_by_that_thread() {
+    let (writer, mut peer) = pair(16).await;
+    let flusher = spawn_flusher(&writer);
+    let sent = message(1, 7, 1000);
+    let from_thread = Arc::clone(&writer);
+    let copy = sent.clone();
+    std::thread::spawn(move || from_thread.try_send(copy, None).unwrap())
+        .join()
+        .unwrap();
+    let mut read = vec![0u8; sent.len()];
+    peer.read_exact(&mut read).await.unwrap();
+    assert_eq!(read, sent);
+    let stats = writer.stats();
+    assert_eq!((stats.direct, stats.flushed), (1, 0), "{stats:?}");
+    writer.close();
+    flusher.await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_senders_never_interleave_and_each_keeps_its_order() {
+    let (writer, mut peer) = pair(1 << 20).await;
+    let flusher = spawn_flusher(&writer);
+    const SENDERS: u8 = 4;
+    const EACH: u32 = 500;
+    let reader = tokio::spawn(async move {
+        let mut all = Vec::new();
+        peer.read_to_end(&mut all).await.unwrap();
+        all
+    });
+    let threads: Vec<_> = (0..SENDERS)
+        .map(|sender| {
+            let writer = Arc::clone(&writer);
+            std::thread::spawn(move || {
+                for number in 0..EACH {
+                    // Sizes from 9 bytes to past a socket buffer's worth.
+                    let len = 9 + (number as usize * 7919) % 200_000;
+                    let bytes = message(sender, number, len);
+                    let sent = if number % 3 == 0 {
+                        writer.try_queue(bytes, Some(number))
+                    } else {
+                        writer.try_send(bytes, Some(number))
+                    };
+                    assert!(sent.is_ok(), "the queue has room for everything");
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap();
+    }
+    assert!(
+        writer.stats().flushed > 0,
+        "queued sends go through the flusher"
+    );
+    writer.close();
+    flusher.await.unwrap();
+    drop(writer);
+    let got = messages(&reader.await.unwrap());
+    assert_eq!(got.len(), usize::from(SENDERS) * EACH as usize);
+    for sender in 0..SENDERS {
+        let numbers: Vec<u32> = got
+            .iter()
+            .filter(|(s, _)| *s == sender)
+            .map(|(_, n)| *n)
+            .collect();
+        assert_eq!(numbers, (0..EACH).collect::<Vec<_>>(), "sender {sender}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_that_stops_reading_fills_the_queue_and_a_waiting_send_resumes_when_it_reads() {
+    let (writer, mut peer) = pair(4).await;
+    let flusher = spawn_flusher(&writer);
+    // Fill the socket's buffers, then the queue.
+    let mut sent = 0u32;
+    let mut full = false;
+    for _ in 0..10_000 {
+        match writer.try_send(message(1, sent, 64 * 1024), Some(sent)) {
+            Ok(()) => sent += 1,
+            Err(Refused::Full(bytes, hold)) => {
+                assert_eq!(hold, Some(sent), "the refused send comes back whole");
+                assert_eq!(bytes, message(1, sent, 64 * 1024));
+                full = true;
+                break;
+            }
+            Err(Refused::Closed) => panic!("the connection is up"),
+        }
+        tokio::time::sleep(Duration::from_micros(50)).await;
+    }
+    assert!(full, "a peer that reads nothing fills the queue");
+    assert!(writer.queued() >= 3, "{} queued", writer.queued());
+    let waiting = tokio::spawn({
+        let writer = Arc::clone(&writer);
+        async move { writer.send(message(1, sent, 64 * 1024), None).await }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!waiting.is_finished(), "the send waits for room");
+    let reader = tokio::spawn(async move {
+        let mut all = Vec::new();
+        peer.read_to_end(&mut all).await.unwrap();
+        all
+    });
+    assert_eq!(waiting.await.unwrap(), Ok(()));
+    writer.close();
+    flusher.await.unwrap();
+    drop(writer);
+    let got = messages(&reader.await.unwrap());
+    assert_eq!(got, (0..=sent).map(|n| (1, n)).collect::<Vec<_>>());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_writer_refuses_sends_and_a_gone_peer_closes_it() {
+    let (writer, peer) = pair(4).await;
+    let flusher = spawn_flusher(&writer);
+    drop(peer);
+    // Writes to a socket whose peer is gone fail within a few sends.
+    let mut refused = false;
+    for number in 0..1_000 {
+        match writer.send(message(2, number, 4096), None).await {
+            Ok(()) => tokio::time::sleep(Duration::from_millis(1)).await,
+            Err(Closed) => {
+                refused = true;
+                break;
+            }
+        }
+    }
+    assert!(refused, "sends to a gone peer end in Closed");
+    assert!(writer.is_closed());
+    assert!(matches!(
+        writer.try_send(vec![1], None),
+        Err(Refused::Closed)
+    ));
+    flusher.await.unwrap();
+
+    let (writer, _peer) = pair(4).await;
+    writer.close();
+    assert!(matches!(
+        writer.try_queue(vec![1], None),
+        Err(Refused::Closed)
+    ));
+    // Closed and empty: the flusher ends at once.
+    tokio::time::timeout(Duration::from_secs(5), writer.run())
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sends_close_together_and_deferred_sends_go_through_the_flusher() {
+    let (writer, mut peer) = pair(16).await;
+    let flusher = spawn_flusher(&writer);
+    let mut expected = Vec::new();
+    let mut send = |number: u32, defer: bool| {
+        let bytes = message(3, number, 100);
+        expected.push((3, number));
+        net::deferring(defer, || writer.try_send(bytes, None)).unwrap();
+    };
+    // Idle: written at once. Right after a write: queued.
+    let started = std::time::Instant::now();
+    send(0, false);
+    send(1, false);
+    let close_together = started.elapsed() < net::IDLE_BEFORE_DIRECT;
+    tokio::time::sleep(net::IDLE_BEFORE_DIRECT * 3).await;
+    // Idle, but the sender defers: queued.
+    send(2, true);
+    tokio::time::sleep(net::IDLE_BEFORE_DIRECT * 3).await;
+    // Idle again, and no longer deferring: written at once.
+    send(3, false);
+    let mut read = vec![0u8; 4 * 100];
+    peer.read_exact(&mut read).await.unwrap();
+    assert_eq!(messages(&read), expected);
+    let stats = writer.stats();
+    if close_together {
+        assert_eq!(stats.direct, 2, "{stats:?}");
+        assert_eq!(stats.flushed, 2, "{stats:?}");
+    } else {
+        // The second send came late enough to be written at once too.
+        assert_eq!(stats.direct, 3, "{stats:?}");
+        assert_eq!(stats.flushed, 1, "{stats:?}");
+    }
+    writer.close();
+    flusher.await.unwrap();
+}

@@ -1,0 +1,107 @@
+//! The durable hook: the I/O thread calls it with each new durable version,
+//! clearing it stops the calls, and a hook that drops the log's last
+//! owner does not leave the log waiting for its own thread.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use wal::{FileStorage, Log, LogConfig, Storage};
+
+use crate::basics::{append_all, open, wait_durable};
+
+#[test]
+fn the_hook_sees_every_durable_version_on_the_io_thread_and_stops_when_cleared() {
+    let folder = tempfile::tempdir().unwrap();
+    let storage: Arc<dyn Storage> = Arc::new(FileStorage);
+    let (log, _) = open(storage, folder.path(), LogConfig::default());
+    let seen: Arc<Mutex<Vec<(u64, bool)>>> = Arc::default();
+    let threads: Arc<Mutex<Vec<std::thread::ThreadId>>> = Arc::default();
+    {
+        let (seen, threads) = (Arc::clone(&seen), Arc::clone(&threads));
+        log.on_durable(move |durable, busy| {
+            seen.lock().unwrap().push((durable, busy));
+            threads.lock().unwrap().push(std::thread::current().id());
+        });
+    }
+    append_all(&log, 7, 1, 300, 200);
+    wait_durable(&log, 300);
+    let calls = seen.lock().unwrap().clone();
+    assert!(!calls.is_empty());
+    let versions: Vec<u64> = calls.iter().map(|(v, _)| *v).collect();
+    assert!(
+        versions.windows(2).all(|w| w[0] < w[1]),
+        "the durable version only moves forward: {versions:?}"
+    );
+    assert_eq!(*versions.last().unwrap(), 300, "the hook saw the last sync");
+    let threads = threads.lock().unwrap().clone();
+    assert!(
+        threads.iter().all(|t| *t == threads[0]),
+        "one thread calls it"
+    );
+    assert_ne!(threads[0], std::thread::current().id(), "not the appender");
+    assert!(
+        !calls.last().unwrap().1,
+        "nothing waits after the last batch, so the log was not busy"
+    );
+
+    log.clear_on_durable();
+    let before = seen.lock().unwrap().len();
+    append_all(&log, 7, 301, 50, 200);
+    wait_durable(&log, 350);
+    assert_eq!(
+        seen.lock().unwrap().len(),
+        before,
+        "a cleared hook is not called"
+    );
+}
+
+#[test]
+fn a_hook_that_drops_the_last_owner_of_the_log_does_not_wait_for_itself() {
+    let folder = tempfile::tempdir().unwrap();
+    let storage: Arc<dyn Storage> = Arc::new(FileStorage);
+    let (log, _) = open(storage.clone(), folder.path(), LogConfig::default());
+    // The owner sits in a slot the hook empties: the log is dropped on its
+    // own I/O thread, as a stream whose last holder was the hook would be.
+    let owner: Arc<Mutex<Option<Log>>> = Arc::new(Mutex::new(None));
+    let dropped = Arc::new(AtomicU64::new(0));
+    {
+        let (slot, dropped) = (Arc::clone(&owner), Arc::clone(&dropped));
+        log.on_durable(move |durable, _| {
+            if durable >= 20 {
+                if let Some(log) = slot.lock().unwrap().take() {
+                    drop(log);
+                    dropped.store(durable, Ordering::Release);
+                }
+            }
+        });
+    }
+    *owner.lock().unwrap() = Some(log);
+    {
+        // The hook waits for the slot while the records go in.
+        let slot = owner.lock().unwrap();
+        append_all(slot.as_ref().unwrap(), 7, 1, 20, 100);
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while dropped.load(Ordering::Acquire) == 0 {
+        assert!(std::time::Instant::now() < deadline, "the hook never ran");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // The thread wrote what was pending and stopped: the log reopens with
+    // every record.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (reopened, seen) = open(storage.clone(), folder.path(), LogConfig::default());
+        if seen.len() == 20 {
+            assert_eq!(reopened.last_version(), 20);
+            break;
+        }
+        drop(reopened);
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} records",
+            seen.len()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
