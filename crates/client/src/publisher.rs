@@ -247,18 +247,21 @@ struct OutboxState {
     writer: Option<Arc<SharedWriter>>,
     /// Encoded frames the link task has not handed to the writer yet.
     waiting: Vec<u8>,
+    /// The link task is writing what it took from `waiting`: a frame sent
+    /// at once now would overtake it.
+    handing_over: bool,
 }
 
 impl Outbox {
     /// Sends what `encode` writes. When `now`, the link is up and nothing
     /// waits for the link task, the frame goes to the writer from this
     /// thread (written at once if the connection is idle); otherwise it is
-    /// appended to what waits, and the link task hands it all over in one
-    /// go. Past `OUTBOX_BYTES_MAX` bytes waiting the frame is dropped: the
+    /// appended to what waits, and the link task writes it all in one go.
+    /// Past `OUTBOX_BYTES_MAX` bytes waiting the frame is dropped: the
     /// resend timer covers it.
     fn push(&self, now: bool, encode: impl FnOnce(&mut Vec<u8>)) {
         let mut state = self.state.lock().expect("outbox lock");
-        if now && state.waiting.is_empty() {
+        if now && state.waiting.is_empty() && !state.handing_over {
             if let Some(writer) = &state.writer {
                 let mut bytes = Vec::with_capacity(FRAME_BYTES_GUESS);
                 encode(&mut bytes);
@@ -277,25 +280,34 @@ impl Outbox {
         }
     }
 
-    /// Queues what waits for the writer's flusher, which the link task
-    /// runs. Under the lock, so that no frame sent at once overtakes it;
-    /// the write itself happens outside it, so a sender never waits for a
-    /// write to take the lock.
-    fn hand_over(&self) {
-        let mut guard = self.state.lock().expect("outbox lock");
-        let state = &mut *guard;
-        if let Some(writer) = &state.writer {
-            if !state.waiting.is_empty() {
-                let bytes = std::mem::take(&mut state.waiting);
-                let _ = writer.try_queue(bytes, None);
+    /// The link task's part: swaps what waits into `writing` (the buffer
+    /// it keeps, so neither is allocated again) and writes it, outside the
+    /// lock, so a sender never waits for the write.
+    fn hand_over(&self, writing: &mut Vec<u8>) {
+        let writer = {
+            let mut guard = self.state.lock().expect("outbox lock");
+            let state = &mut *guard;
+            let Some(writer) = state.writer.clone() else {
+                return;
+            };
+            if state.waiting.is_empty() {
+                return;
             }
-        }
+            writing.clear();
+            std::mem::swap(writing, &mut state.waiting);
+            state.handing_over = true;
+            writer
+        };
+        // Refused, the frames are lost with the connection or the full
+        // queue; the resend timer covers them.
+        let _ = writer.send_gathered(writing);
+        self.state.lock().expect("outbox lock").handing_over = false;
     }
 
     /// The link is up on `writer`: what waited goes first.
-    fn up(&self, writer: &Arc<SharedWriter>) {
+    fn up(&self, writer: &Arc<SharedWriter>, writing: &mut Vec<u8>) {
         self.state.lock().expect("outbox lock").writer = Some(Arc::clone(writer));
-        self.hand_over();
+        self.hand_over(writing);
     }
 
     fn down(&self) {
@@ -1010,6 +1022,8 @@ async fn run_link(
             .insert(server, up);
     };
     let mut scratch = vec![0u8; ANSWER_READ_BYTES];
+    // The buffer the link writes from, swapped with the outbox's.
+    let mut writing = Vec::new();
     loop {
         let current = match connection.take() {
             Some(current) => current,
@@ -1044,7 +1058,7 @@ async fn run_link(
         } = current;
         let writer =
             Arc::new(SharedWriter::new(writer, usize::MAX).with_queued_bytes_max(OUTBOX_BYTES_MAX));
-        outbox.up(&writer);
+        outbox.up(&writer, &mut writing);
         let flusher = writer.run();
         tokio::pin!(flusher);
         loop {
@@ -1052,7 +1066,7 @@ async fn run_link(
                 // It ends only when the socket fails: what was queued is
                 // lost with the connection, and the resend timer covers it.
                 _ = &mut flusher => break,
-                _ = outbox.ready.notified() => outbox.hand_over(),
+                _ = outbox.ready.notified() => outbox.hand_over(&mut writing),
                 read = driver::read_some(&mut reader, &mut scratch, &mut buffer) => {
                     match read {
                         Ok(0) | Err(_) => break,

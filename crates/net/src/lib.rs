@@ -155,6 +155,36 @@ impl<H: Send + 'static> SharedWriter<H> {
         self.offer(bytes, hold, Direct::WhenIdle)
     }
 
+    /// Writes `bytes` from this thread unless sends are queued or a flush
+    /// is under way (they are then queued whole), however recently the
+    /// connection wrote: for the task that gathered them, which writes for
+    /// its connection as the flusher would. A whole write leaves `bytes`
+    /// empty with its capacity, to gather the next ones into; otherwise
+    /// the writer takes them. Never blocks.
+    pub fn send_gathered(&self, bytes: &mut Vec<u8>) -> Result<(), Refused<H>> {
+        let mut state = self.lock();
+        if state.closed {
+            return Err(Refused::Closed);
+        }
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        if !state.flushing {
+            let Some(written) = self.write_now(&mut state, bytes) else {
+                drop(state);
+                self.fail();
+                return Err(Refused::Closed);
+            };
+            if written == bytes.len() {
+                bytes.clear();
+                return Ok(());
+            }
+            bytes.drain(..written);
+        }
+        let bytes = std::mem::take(bytes);
+        self.enqueue(state, bytes, None)
+    }
+
     /// Queues `bytes` for the flusher without writing from this thread:
     /// for a sender with more to come, whose sends the flusher gathers
     /// into fewer writes. Never blocks.
@@ -266,6 +296,57 @@ impl<H: Send + 'static> SharedWriter<H> {
             return Ok(());
         }
         if state.flushing {
+            return self.enqueue(state, bytes, hold);
+        }
+        let write = match direct {
+            Direct::WhenIdle if !DEFERRING.get() => state
+                .last_write
+                .is_none_or(|last| last.elapsed() >= IDLE_BEFORE_DIRECT),
+            _ => false,
+        };
+        if write {
+            let Some(written) = self.write_now(&mut state, &bytes) else {
+                drop(state);
+                self.fail();
+                return Err(Refused::Closed);
+            };
+            if written == bytes.len() {
+                return Ok(());
+            }
+            bytes.drain(..written);
+        }
+        self.enqueue(state, bytes, hold)
+    }
+
+    /// Writes as much of `bytes` as the socket takes now; `None` when the
+    /// socket failed.
+    fn write_now(&self, state: &mut State<H>, bytes: &[u8]) -> Option<usize> {
+        let mut written = 0;
+        while written < bytes.len() {
+            match self.socket.try_write(&bytes[written..]) {
+                Ok(0) => break,
+                Ok(count) => written += count,
+                Err(error) if error.kind() == ErrorKind::Interrupted => {}
+                Err(error) if error.kind() == ErrorKind::WouldBlock => break,
+                Err(_) => return None,
+            }
+        }
+        if written == bytes.len() {
+            self.direct.fetch_add(1, Ordering::Relaxed);
+            state.last_write = Some(Instant::now());
+        }
+        Some(written)
+    }
+
+    /// Queues a send behind what is queued (the flusher owns the socket
+    /// from now on), within the queue's bounds.
+    fn enqueue(
+        &self,
+        mut state: MutexGuard<'_, State<H>>,
+        bytes: Vec<u8>,
+        hold: Option<H>,
+    ) -> Result<(), Refused<H>> {
+        if state.flushing {
             let over_bytes = !state.queue.is_empty()
                 && state.queued_bytes.saturating_add(bytes.len()) > self.queued_bytes_max;
             if state.queue.len() >= self.queued_max || over_bytes {
@@ -275,41 +356,6 @@ impl<H: Send + 'static> SharedWriter<H> {
             state.queue.push_back((bytes, hold));
             return Ok(());
         }
-        let write = match direct {
-            Direct::WhenIdle if !DEFERRING.get() => {
-                let now = Instant::now();
-                let idle = state
-                    .last_write
-                    .is_none_or(|last| now.duration_since(last) >= IDLE_BEFORE_DIRECT);
-                if idle {
-                    state.last_write = Some(now);
-                }
-                idle
-            }
-            _ => false,
-        };
-        if write {
-            let mut written = 0;
-            while written < bytes.len() {
-                match self.socket.try_write(&bytes[written..]) {
-                    Ok(0) => break,
-                    Ok(count) => written += count,
-                    Err(error) if error.kind() == ErrorKind::Interrupted => {}
-                    Err(error) if error.kind() == ErrorKind::WouldBlock => break,
-                    Err(_) => {
-                        drop(state);
-                        self.fail();
-                        return Err(Refused::Closed);
-                    }
-                }
-            }
-            if written == bytes.len() {
-                self.direct.fetch_add(1, Ordering::Relaxed);
-                return Ok(());
-            }
-            bytes.drain(..written);
-        }
-        // The rest waits for the flusher, which owns the socket from now on.
         state.queued_bytes += bytes.len();
         state.queue.push_back((bytes, hold));
         state.flushing = true;

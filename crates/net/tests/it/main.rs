@@ -238,3 +238,30 @@ async fn sends_close_together_and_deferred_sends_go_through_the_flusher() {
     writer.close();
     flusher.await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gathered_batch_is_written_at_once_keeps_its_buffer_and_never_overtakes_a_queue() {
+    let (writer, mut peer) = pair(16).await;
+    // Right after a write, so the idle rule would queue a `try_send`:
+    // a gathered batch is written at once all the same.
+    writer.try_send(message(4, 0, 100), None).unwrap();
+    let mut batch = message(4, 1, 100);
+    batch.extend(message(4, 2, 100));
+    let capacity = batch.capacity();
+    writer.send_gathered(&mut batch).unwrap();
+    assert!(batch.is_empty(), "written whole");
+    assert_eq!(batch.capacity(), capacity, "the caller keeps its buffer");
+    assert_eq!(writer.stats().direct, 2);
+    // With a send queued (no flusher runs yet), the batch queues behind it.
+    writer.try_queue(message(4, 3, 100), None).unwrap();
+    let mut batch = message(4, 4, 100);
+    writer.send_gathered(&mut batch).unwrap();
+    assert!(batch.is_empty(), "the writer took it");
+    assert_eq!(writer.queued(), 2);
+    let flusher = spawn_flusher(&writer);
+    let mut read = vec![0u8; 5 * 100];
+    peer.read_exact(&mut read).await.unwrap();
+    assert_eq!(messages(&read), (0..5).map(|n| (4, n)).collect::<Vec<_>>());
+    writer.close();
+    flusher.await.unwrap();
+}
