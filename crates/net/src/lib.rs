@@ -11,8 +11,9 @@
 //! connection, sends gather into few writes, as they would with the
 //! flusher alone, instead of each costing a write of its own and a
 //! wake-up of the reader. A busy thread can also say that its sends should
-//! all be queued ([`deferring`]), so that it spends no time writing. Every send lands whole and in the order the
-//! senders took the writer's lock: bytes are never interleaved.
+//! all be queued ([`deferring`]), so that it spends no time writing. Every
+//! send lands whole and in the order the senders took the writer's lock:
+//! bytes are never interleaved.
 
 use std::cell::Cell;
 use std::collections::VecDeque;
@@ -38,9 +39,8 @@ thread_local! {
 
 /// Runs `work` with every send it makes queued for the flushers rather
 /// than written at once, when `defer`: for a thread that is the
-/// bottleneck of a busy pipeline (a log's I/O thread with the next batch
-/// waiting, a read loop with many messages in hand), whose time a write of
-/// its own would take from the work behind it. Sends made with `defer`
+/// bottleneck of a busy pipeline (a read loop with many messages in hand),
+/// whose time a write of its own would take from the work behind it. Sends made with `defer`
 /// false follow the usual rule.
 pub fn deferring<R>(defer: bool, work: impl FnOnce() -> R) -> R {
     let outer = DEFERRING.replace(defer);
@@ -94,6 +94,10 @@ pub struct SharedWriter<H = ()> {
 /// Whether a send may be written by its sender's thread.
 #[derive(Clone, Copy)]
 enum Direct {
+    /// Whenever nothing is queued (a batch its sender gathered).
+    Always,
+    /// When nothing is queued, the connection is idle and the thread does
+    /// not defer.
     WhenIdle,
     Never,
 }
@@ -151,8 +155,8 @@ impl<H: Send + 'static> SharedWriter<H> {
     /// Sends `bytes`: written at once from this thread when the connection
     /// is idle (see [`IDLE_BEFORE_DIRECT`]), queued for the flusher
     /// otherwise. Never blocks.
-    pub fn try_send(&self, bytes: Vec<u8>, hold: Option<H>) -> Result<(), Refused<H>> {
-        self.offer(bytes, hold, Direct::WhenIdle)
+    pub fn try_send(&self, mut bytes: Vec<u8>, hold: Option<H>) -> Result<(), Refused<H>> {
+        self.offer(&mut bytes, hold, Direct::WhenIdle)
     }
 
     /// Writes `bytes` from this thread unless sends are queued or a flush
@@ -162,34 +166,14 @@ impl<H: Send + 'static> SharedWriter<H> {
     /// empty with its capacity, to gather the next ones into; otherwise
     /// the writer takes them. Never blocks.
     pub fn send_gathered(&self, bytes: &mut Vec<u8>) -> Result<(), Refused<H>> {
-        let mut state = self.lock();
-        if state.closed {
-            return Err(Refused::Closed);
-        }
-        if bytes.is_empty() {
-            return Ok(());
-        }
-        if !state.flushing {
-            let Some(written) = self.write_now(&mut state, bytes) else {
-                drop(state);
-                self.fail();
-                return Err(Refused::Closed);
-            };
-            if written == bytes.len() {
-                bytes.clear();
-                return Ok(());
-            }
-            bytes.drain(..written);
-        }
-        let bytes = std::mem::take(bytes);
-        self.enqueue(state, bytes, None)
+        self.offer(bytes, None, Direct::Always)
     }
 
     /// Queues `bytes` for the flusher without writing from this thread:
     /// for a sender with more to come, whose sends the flusher gathers
     /// into fewer writes. Never blocks.
-    pub fn try_queue(&self, bytes: Vec<u8>, hold: Option<H>) -> Result<(), Refused<H>> {
-        self.offer(bytes, hold, Direct::Never)
+    pub fn try_queue(&self, mut bytes: Vec<u8>, hold: Option<H>) -> Result<(), Refused<H>> {
+        self.offer(&mut bytes, hold, Direct::Never)
     }
 
     /// Sends `bytes` as [`SharedWriter::try_send`] does, waiting for room
@@ -201,7 +185,7 @@ impl<H: Send + 'static> SharedWriter<H> {
             tokio::pin!(room);
             // Registered before the check, so room made after it wakes us.
             room.as_mut().enable();
-            match self.offer(item.0, item.1, Direct::WhenIdle) {
+            match self.offer(&mut item.0, item.1, Direct::WhenIdle) {
                 Ok(()) => return Ok(()),
                 Err(Refused::Closed) => return Err(Closed),
                 Err(Refused::Full(bytes, hold)) => {
@@ -287,7 +271,15 @@ impl<H: Send + 'static> SharedWriter<H> {
         Taken::Batch
     }
 
-    fn offer(&self, mut bytes: Vec<u8>, hold: Option<H>, direct: Direct) -> Result<(), Refused<H>> {
+    /// Writes `bytes` at once if `direct` allows, leaving them empty with
+    /// their capacity; otherwise (or for what the socket did not take)
+    /// the queue takes them.
+    fn offer(
+        &self,
+        bytes: &mut Vec<u8>,
+        hold: Option<H>,
+        direct: Direct,
+    ) -> Result<(), Refused<H>> {
         let mut state = self.lock();
         if state.closed {
             return Err(Refused::Closed);
@@ -295,27 +287,30 @@ impl<H: Send + 'static> SharedWriter<H> {
         if bytes.is_empty() {
             return Ok(());
         }
-        if state.flushing {
-            return self.enqueue(state, bytes, hold);
-        }
-        let write = match direct {
-            Direct::WhenIdle if !DEFERRING.get() => state
-                .last_write
-                .is_none_or(|last| last.elapsed() >= IDLE_BEFORE_DIRECT),
-            _ => false,
-        };
+        let write = !state.flushing
+            && match direct {
+                Direct::Always => true,
+                Direct::WhenIdle => {
+                    !DEFERRING.get()
+                        && state
+                            .last_write
+                            .is_none_or(|last| last.elapsed() >= IDLE_BEFORE_DIRECT)
+                }
+                Direct::Never => false,
+            };
         if write {
-            let Some(written) = self.write_now(&mut state, &bytes) else {
+            let Some(written) = self.write_now(&mut state, bytes) else {
                 drop(state);
                 self.fail();
                 return Err(Refused::Closed);
             };
             if written == bytes.len() {
+                bytes.clear();
                 return Ok(());
             }
             bytes.drain(..written);
         }
-        self.enqueue(state, bytes, hold)
+        self.enqueue(state, std::mem::take(bytes), hold)
     }
 
     /// Writes as much of `bytes` as the socket takes now; `None` when the
@@ -346,21 +341,18 @@ impl<H: Send + 'static> SharedWriter<H> {
         bytes: Vec<u8>,
         hold: Option<H>,
     ) -> Result<(), Refused<H>> {
-        if state.flushing {
-            let over_bytes = !state.queue.is_empty()
-                && state.queued_bytes.saturating_add(bytes.len()) > self.queued_bytes_max;
-            if state.queue.len() >= self.queued_max || over_bytes {
-                return Err(Refused::Full(bytes, hold));
-            }
-            state.queued_bytes += bytes.len();
-            state.queue.push_back((bytes, hold));
-            return Ok(());
+        // An empty queue always has room: `queued_max` is at least one.
+        let over_bytes = !state.queue.is_empty()
+            && state.queued_bytes.saturating_add(bytes.len()) > self.queued_bytes_max;
+        if state.queue.len() >= self.queued_max || over_bytes {
+            return Err(Refused::Full(bytes, hold));
         }
         state.queued_bytes += bytes.len();
         state.queue.push_back((bytes, hold));
-        state.flushing = true;
-        drop(state);
-        self.flush.notify_one();
+        if !std::mem::replace(&mut state.flushing, true) {
+            drop(state);
+            self.flush.notify_one();
+        }
         Ok(())
     }
 

@@ -9,7 +9,8 @@
 //! `Refused` for `Submit`, and the request-numbered `Ack` or `Error` for a
 //! single-server `Append`. The frames go to the socket through a
 //! `net::SharedWriter`: written at once by that thread when the connection
-//! is idle, queued for the connection's flusher task otherwise. Appends awaiting their answer are bounded by
+//! is idle, queued for the connection's flusher task otherwise. Appends
+//! awaiting their answer are bounded by
 //! `in_flight_per_connection_max`; when the bound is reached the read loop
 //! stops reading, and TCP pushes back on the client.
 //!

@@ -5,10 +5,12 @@
 //!
 //! Each pair of servers uses two TCP connections, one per direction: a
 //! server dials every peer and only writes to that link; what it receives
-//! comes in on the links its peers dialled. A link queue is bounded
-//! (`peer_queue_max`); a message that finds it full, or a link that is
-//! down, is dropped and counted: the protocols repair loss (gap requests,
-//! heartbeats, client retries), so dropping never breaks an invariant.
+//! comes in on the links its peers dialled. A link's queue is bounded
+//! (`peer_queue_max`): the connection writer's queue while the link is up,
+//! its backlog while it is down. A message that finds it full, or a
+//! connection failing under it, is dropped and counted: the protocols
+//! repair loss (gap requests, heartbeats, client retries), so dropping
+//! never breaks an invariant.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -54,15 +56,16 @@ pub struct RouterMetrics {
 }
 
 /// A peer's id, address and link, before the link's task runs.
-type PeerQueue = (ServerId, String, Arc<PeerLink>);
+type UnstartedLink = (ServerId, String, Arc<PeerLink>);
 
 /// The way to one peer: the writer of its connection while the link is up,
 /// and the frames queued while it is down (written first once it is up).
 /// A frame sent while the link is up and idle is written at once by the
 /// thread that sends it (`net::SharedWriter`).
-#[derive(Default)]
 pub(crate) struct PeerLink {
     state: Mutex<PeerLinkState>,
+    /// Frames the backlog, and the writer's queue, hold at most.
+    queue_max: usize,
 }
 
 #[derive(Default)]
@@ -72,13 +75,20 @@ struct PeerLinkState {
 }
 
 impl PeerLink {
+    fn new(queue_max: usize) -> Arc<PeerLink> {
+        Arc::new(PeerLink {
+            state: Mutex::default(),
+            queue_max,
+        })
+    }
+
     /// Sends or queues `frame`; `false` when it was dropped (the queue is
     /// full, or the connection failed under it).
-    fn send(&self, frame: Vec<u8>, queue_max: usize) -> bool {
+    fn send(&self, frame: Vec<u8>) -> bool {
         let mut state = self.state.lock().expect("link lock");
         match &state.writer {
             Some(writer) => writer.try_send(frame, None).is_ok(),
-            None if state.backlog.len() < queue_max => {
+            None if state.backlog.len() < self.queue_max => {
                 state.backlog.push_back(frame);
                 true
             }
@@ -101,6 +111,7 @@ impl PeerLink {
         self.state.lock().expect("link lock").writer = None;
     }
 }
+
 /// One connection of a client: its number and its way to the socket.
 type ClientConnection = (u64, Arc<Outgoing>);
 
@@ -110,7 +121,7 @@ pub struct Router {
     /// joined later (learned from the control plane's members).
     peers: RwLock<HashMap<ServerId, Arc<PeerLink>>>,
     /// Each peer's link until its link task starts.
-    peer_receivers: Mutex<Vec<PeerQueue>>,
+    unstarted_links: Mutex<Vec<UnstartedLink>>,
     /// Set once the links run: a peer added later gets its task at once.
     links_stop: Mutex<Option<watch::Receiver<bool>>>,
     queue_max: usize,
@@ -133,8 +144,9 @@ impl Router {
     pub fn new(cluster: &ClusterConfig, queue_max: usize) -> Router {
         let mut peers = HashMap::new();
         let mut receivers = Vec::new();
+        let queue_max = queue_max.max(1);
         for peer in &cluster.peers {
-            let link = Arc::new(PeerLink::default());
+            let link = PeerLink::new(queue_max);
             peers.insert(peer.id, Arc::clone(&link));
             receivers.push((peer.id, peer.address.clone(), link));
         }
@@ -142,9 +154,9 @@ impl Router {
         Router {
             me: cluster.me,
             peers: RwLock::new(peers),
-            peer_receivers: Mutex::new(receivers),
+            unstarted_links: Mutex::new(receivers),
             links_stop: Mutex::new(None),
-            queue_max: queue_max.max(1),
+            queue_max,
             peer_incarnations: Mutex::new(HashMap::new()),
             clients: Mutex::new(HashMap::new()),
             next_connection: AtomicU64::new(1),
@@ -177,7 +189,7 @@ impl Router {
         let receivers = {
             let mut started = self.links_stop.lock().expect("router lock");
             *started = Some(stop.clone());
-            std::mem::take(&mut *self.peer_receivers.lock().expect("router lock"))
+            std::mem::take(&mut *self.unstarted_links.lock().expect("router lock"))
         };
         for (id, address, link) in receivers {
             self.spawn_link(id, address, link, stop.clone());
@@ -192,15 +204,7 @@ impl Router {
         stop: watch::Receiver<bool>,
     ) {
         let incarnation = Arc::clone(&self.incarnation);
-        let queue_max = self.queue_max;
-        tokio::spawn(run_link(
-            self.me,
-            incarnation,
-            id,
-            address,
-            (link, queue_max),
-            stop,
-        ));
+        tokio::spawn(run_link(self.me, incarnation, id, address, link, stop));
     }
 
     /// A peer's link to this server opened, announcing the process's
@@ -233,7 +237,7 @@ impl Router {
         if id == self.me || self.knows_peer(id) {
             return;
         }
-        let link = Arc::new(PeerLink::default());
+        let link = PeerLink::new(self.queue_max);
         let mut peers = self.peers.write().expect("router lock");
         if peers.contains_key(&id) {
             return;
@@ -243,7 +247,7 @@ impl Router {
         let started = self.links_stop.lock().expect("router lock").clone();
         match started {
             Some(stop) => self.spawn_link(id, address.to_string(), link, stop),
-            None => self.peer_receivers.lock().expect("router lock").push((
+            None => self.unstarted_links.lock().expect("router lock").push((
                 id,
                 address.to_string(),
                 link,
@@ -266,7 +270,7 @@ impl Router {
                 None => return,
             },
         };
-        if link.send(frame, self.queue_max) {
+        if link.send(frame) {
             self.metrics.peer_sent.fetch_add(1, Ordering::Relaxed);
         } else {
             self.metrics.peer_dropped.fetch_add(1, Ordering::Relaxed);
@@ -310,29 +314,24 @@ impl Router {
     /// client that is not connected gets nothing: it will retry).
     pub(crate) fn send_client(&self, client: u128, stream: u64, msgs: Vec<Msg>) {
         // Delivered outside the router's lock: a delivery may write.
-        let (first, others): (Option<Arc<Outgoing>>, Vec<Arc<Outgoing>>) = {
+        let connections: Vec<Arc<Outgoing>> = {
             let clients = self.clients.lock().expect("router lock");
-            match clients.get(&client).map(Vec::as_slice) {
-                Some([(_, only)]) => (Some(Arc::clone(only)), Vec::new()),
-                Some([(_, first), rest @ ..]) => (
-                    Some(Arc::clone(first)),
-                    rest.iter().map(|(_, o)| Arc::clone(o)).collect(),
-                ),
-                _ => (None, Vec::new()),
-            }
+            clients
+                .get(&client)
+                .map(|list| list.iter().map(|(_, o)| Arc::clone(o)).collect())
+                .unwrap_or_default()
         };
         let count = msgs.len() as u64;
-        let Some(first) = first else {
-            self.metrics
-                .client_dropped
-                .fetch_add(count, Ordering::Relaxed);
-            return;
+        let dropped = match connections.split_last() {
+            None => 1,
+            Some((last, others)) => {
+                let mut dropped = 0;
+                for outgoing in others {
+                    dropped += u64::from(!outgoing.deliver(stream, msgs.clone()));
+                }
+                dropped + u64::from(!last.deliver(stream, msgs))
+            }
         };
-        let mut dropped = 0;
-        for outgoing in &others {
-            dropped += u64::from(!outgoing.deliver(stream, msgs.clone()));
-        }
-        dropped += u64::from(!first.deliver(stream, msgs));
         if dropped > 0 {
             self.metrics
                 .client_dropped
@@ -364,7 +363,7 @@ async fn run_link(
     incarnation: Arc<AtomicU64>,
     peer: ServerId,
     address: String,
-    (link, queue_max): (Arc<PeerLink>, usize),
+    link: Arc<PeerLink>,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut delay = Duration::from_millis(10);
@@ -396,7 +395,7 @@ async fn run_link(
         }
         // Nothing comes back on a link; the read half only keeps it open.
         let (_read, write) = socket.into_split();
-        let writer = Arc::new(SharedWriter::new(write, queue_max));
+        let writer = Arc::new(SharedWriter::new(write, link.queue_max));
         link.up(&writer);
         tokio::select! {
             _ = writer.run() => {}

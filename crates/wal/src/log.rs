@@ -439,7 +439,8 @@ impl Log {
         *self.shared.on_durable.lock().expect("hook lock poisoned") = Some(Box::new(hook));
     }
 
-    /// Removes the hook [`Log::on_durable`] set.
+    /// Removes the hook [`Log::on_durable`] set, waiting for a call of it
+    /// under way: once this returns, the I/O thread calls it no more.
     pub fn clear_on_durable(&self) {
         *self.shared.on_durable.lock().expect("hook lock poisoned") = None;
     }
