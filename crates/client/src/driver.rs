@@ -13,45 +13,14 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit};
 
-use crate::producer::{Ack, SessionTracker};
-use crate::subscription::{ReceivedRecord, SubscriptionCounters};
-use crate::{ClientConfig, ClientError};
+use crate::command::{Ack, Command, ReceivedRecord, SessionTracker, SubscriptionCounters};
+use crate::config::ClientConfig;
+use crate::error::ClientError;
 
 const READ_BYTES: usize = 64 * 1024;
 /// Frames from the server may exceed the limit the server sets for
 /// clients' frames (a status document of many streams); this bounds them.
 const SERVER_FRAME_BYTES_MAX: usize = 64 * 1024 * 1024;
-
-pub(crate) enum Command {
-    Append {
-        request: u64,
-        sequence: u64,
-        frame: Vec<u8>,
-        reply: oneshot::Sender<Result<Ack, ClientError>>,
-        /// Held until the answer arrives: the window slot of this append.
-        permit: OwnedSemaphorePermit,
-        tracker: Arc<SessionTracker>,
-    },
-    Request {
-        request: u64,
-        frame: Vec<u8>,
-        reply: oneshot::Sender<Result<Frame, ClientError>>,
-    },
-    Subscribe {
-        id: u64,
-        stream: u64,
-        from: u64,
-        sender: mpsc::UnboundedSender<Result<ReceivedRecord, ClientError>>,
-        counters: Arc<SubscriptionCounters>,
-    },
-    Credit {
-        id: u64,
-        credit: u32,
-    },
-    Unsubscribe {
-        id: u64,
-    },
-}
 
 struct PendingAppend {
     sequence: u64,

@@ -1,66 +1,17 @@
 //! Producers: one session of a client, numbering its messages and keeping
 //! every one until its acknowledgement arrives.
 
-use std::collections::BTreeSet;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use proto::{AckLevel, Frame};
+use proto::Frame;
 use tokio::sync::oneshot;
 
-use crate::driver::Command;
-use crate::{ClientError, Inner};
-
-/// The answer to one message.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Ack {
-    pub stream: u64,
-    /// The version the message holds in the stream.
-    pub version: u64,
-    pub epoch: u64,
-    /// What durability the server reached before answering.
-    pub level: AckLevel,
-    /// The event id was logged before: `version` is the original one.
-    pub duplicate: bool,
-    pub possible_duplicate: bool,
-    /// Replicas that hold the message.
-    pub replicas: u8,
-    /// The payload sent back, when the message asked for it.
-    pub echo: Vec<u8>,
-    /// The message's sequence in its session.
-    pub sequence: u64,
-}
-
-/// Which sequences of a session still wait for an answer; the smallest of
-/// them is the session's low-water mark.
-#[derive(Debug, Default)]
-pub(crate) struct SessionTracker {
-    unanswered: Mutex<BTreeSet<u64>>,
-}
-
-impl SessionTracker {
-    pub(crate) fn answered(&self, sequence: u64) {
-        self.unanswered
-            .lock()
-            .expect("tracker lock poisoned")
-            .remove(&sequence);
-    }
-
-    /// Every sequence below the returned one has been answered.
-    fn low_water(&self, next_sequence: u64) -> u64 {
-        let unanswered = self.unanswered.lock().expect("tracker lock poisoned");
-        unanswered.first().copied().unwrap_or(next_sequence)
-    }
-
-    fn sent(&self, sequence: u64) {
-        self.unanswered
-            .lock()
-            .expect("tracker lock poisoned")
-            .insert(sequence);
-    }
-}
+use crate::command::{Ack, Command, SessionTracker};
+use crate::error::ClientError;
+use crate::inner::Inner;
 
 /// One session of a client sending to one stream.
 pub struct Producer {

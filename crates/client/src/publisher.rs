@@ -42,8 +42,10 @@ use net::SharedWriter;
 use proto::{ErrorCode, EventId, Frame, StreamInfo};
 use tokio::sync::{mpsc, oneshot, watch, Notify, Semaphore};
 
+use crate::client::Client;
+use crate::config::ClientConfig;
 use crate::driver;
-use crate::{ClientConfig, ClientError};
+use crate::error::ClientError;
 
 /// How often a publisher that suspects a failover asks for the placement.
 pub const REFRESH_INTERVAL: Duration = Duration::from_millis(100);
@@ -986,7 +988,7 @@ async fn run_refresher(
             let mut config = ClientConfig::new(address);
             config.connect_timeout = timeout.min(Duration::from_secs(1));
             let answer = tokio::time::timeout(Duration::from_secs(1), async {
-                let client = crate::Client::connect(config).await?;
+                let client = Client::connect(config).await?;
                 client.open_stream(&name).await
             })
             .await;

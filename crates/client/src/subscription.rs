@@ -1,50 +1,14 @@
 //! Subscriptions: committed records pushed by the server, in order, each
 //! once, with credit-based flow control and resumption after reconnects.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use proto::{EventId, Record};
 use tokio::sync::mpsc;
 
-use crate::driver::Command;
-use crate::{ClientError, Inner};
-
-/// One record as a reader receives it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ReceivedRecord {
-    pub stream: u64,
-    pub version: u64,
-    pub epoch: u64,
-    pub event: EventId,
-    pub flags: u16,
-    pub key: Vec<u8>,
-    pub payload: Vec<u8>,
-}
-
-impl From<Record<'_>> for ReceivedRecord {
-    fn from(record: Record<'_>) -> Self {
-        ReceivedRecord {
-            stream: record.header.stream,
-            version: record.header.version,
-            epoch: record.header.epoch,
-            event: record.header.event,
-            flags: record.header.flags,
-            key: record.key.to_vec(),
-            payload: record.payload.to_vec(),
-        }
-    }
-}
-
-/// What the driver and the subscription share.
-#[derive(Debug, Default)]
-pub(crate) struct SubscriptionCounters {
-    /// Records the reader has taken out of the buffer.
-    pub consumed: AtomicU64,
-    /// Records whose slots the reader has granted back to the server as
-    /// credit; `consumed - returned` are slots free but not yet granted.
-    pub returned: AtomicU64,
-}
+use crate::command::{Command, ReceivedRecord, SubscriptionCounters};
+use crate::error::ClientError;
+use crate::inner::Inner;
 
 pub struct Subscription {
     id: u64,

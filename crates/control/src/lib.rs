@@ -21,8 +21,8 @@ pub use config::ControlConfig;
 pub use error::ControlError;
 pub use node::Control;
 pub use state::{
-    Availability, Command, ControlState, EpochRecord, LiveView, LossAction, Member, Requirement,
-    Response, ServerId, StreamConfig, StreamPlacement, Transition,
+    Availability, Command, ControlState, EpochRecord, LossAction, Member, Requirement, Response,
+    ServerId, StreamConfig, StreamPlacement, Transition,
 };
 pub use wire::{read_hello, CONTROL_MESSAGE_MAX};
 

@@ -22,6 +22,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
+use engine::replication::{ClusterView, Placement};
 use serde::{Deserialize, Serialize};
 
 /// A server's configured id (also its Raft node id).
@@ -158,18 +159,6 @@ pub struct StreamPlacement {
     pub availability: Availability,
 }
 
-/// A placement as the data path uses it: the live replicas, the primary
-/// (0 when there is none), the epoch, the live in-sync replicas, and the
-/// backups whose tails a new primary takes before it stamps.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LiveView {
-    pub replicas: Vec<ServerId>,
-    pub primary: ServerId,
-    pub epoch: u64,
-    pub in_sync: Vec<ServerId>,
-    pub consider: Vec<ServerId>,
-}
-
 impl StreamPlacement {
     /// The version after which `server`'s log of this stream may hold
     /// versions nobody else agrees with, or `None` when all of it is
@@ -217,8 +206,12 @@ impl StreamPlacement {
             || self.epoch_members.contains(&server)
     }
 
-    /// The data path's view of this placement in `state`.
-    pub fn live_view(&self, state: &ControlState) -> LiveView {
+    /// The data path's view of this placement in `state`: the live
+    /// replicas (members of the view) in preference order, the primary (0
+    /// when there is none) and the epoch; the live in-sync replicas; the
+    /// backups whose tails a new primary takes; whether the epoch is
+    /// recorded. Every server hands it to `Replica::follow`.
+    pub fn live_view(&self, state: &ControlState) -> ClusterView {
         let live: Vec<ServerId> = self
             .replicas
             .iter()
@@ -240,12 +233,15 @@ impl StreamPlacement {
                 .filter(|id| live.contains(id))
                 .collect()
         };
-        LiveView {
-            replicas: live,
-            primary: self.primary.unwrap_or(0),
-            epoch: self.epoch,
+        ClusterView {
+            placement: Placement {
+                replicas: live,
+                primary: self.primary.unwrap_or(0),
+                epoch: self.epoch,
+            },
             in_sync,
             consider,
+            epoch_recorded: self.epochs.iter().any(|r| r.epoch == self.epoch),
         }
     }
 }

@@ -10,12 +10,11 @@
 //! (`StreamPlacement::truncate_after`), and placed as the control plane
 //! says. Until then the server answers clients with `Busy`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use control::{Command, Control, ControlConfig, ControlState, Response, StreamPlacement};
-use engine::replication::{Placement, ServerId};
+use control::{Command, Control, ControlConfig, ControlState, Response};
 use tokio::sync::watch;
 
 use crate::replication::ControlEvent;
@@ -24,30 +23,6 @@ use crate::stream::Stream;
 
 /// Proposals for stream events are retried this long at most.
 const EVENT_RETRY_FOR: Duration = Duration::from_secs(30);
-
-/// The data path's view of a placement: the live replicas (members of
-/// the view) in preference order, the primary (0 when there is none) and
-/// the epoch; the live in-sync replicas; the backups whose tails a new
-/// primary takes.
-pub(crate) fn data_placement(placed: &StreamPlacement, state: &ControlState) -> DataPlacement {
-    let view = placed.live_view(state);
-    DataPlacement {
-        placement: Placement {
-            replicas: view.replicas,
-            primary: view.primary,
-            epoch: view.epoch,
-        },
-        in_sync: view.in_sync,
-        consider: view.consider,
-    }
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct DataPlacement {
-    pub placement: Placement,
-    pub in_sync: Vec<ServerId>,
-    pub consider: Vec<ServerId>,
-}
 
 /// Runs the membership of `server` until `stop` fires.
 pub(crate) async fn run(server: Arc<ServerState>, mut stop: watch::Receiver<bool>) {
@@ -130,7 +105,7 @@ pub(crate) async fn run(server: Arc<ServerState>, mut stop: watch::Receiver<bool
         let state = Arc::clone(&state);
         let _ = tokio::task::spawn_blocking(move || open_pending(&server, &state)).await;
     }
-    let mut applied = HashMap::new();
+    let mut applied = HashSet::new();
     follow(&server, &state, &mut applied).await;
     server.ready.send_replace(true);
     eprintln!(
@@ -210,7 +185,7 @@ fn open_pending(server: &Arc<ServerState>, state: &ControlState) {
                 }
             }
         }
-        let placement = data_placement(placed, state).placement;
+        let placement = placed.live_view(state).placement;
         match Stream::open(
             &meta,
             &folder,
@@ -231,11 +206,7 @@ fn open_pending(server: &Arc<ServerState>, state: &ControlState) {
 }
 
 /// Brings this server's replicas in line with the control plane's state.
-async fn follow(
-    server: &Arc<ServerState>,
-    state: &ControlState,
-    applied: &mut HashMap<String, DataPlacement>,
-) {
+async fn follow(server: &Arc<ServerState>, state: &ControlState, applied: &mut HashSet<String>) {
     let me = server.config.cluster.me;
     // Servers that joined without being in this one's configuration.
     for member in state.members.values() {
@@ -251,8 +222,8 @@ async fn follow(
         if !placed.replicas.contains(&me) || !state.members.contains_key(&me) {
             continue;
         }
-        let wanted = data_placement(placed, state);
-        let placement = wanted.placement.clone();
+        let view = placed.live_view(state);
+        let placement = &view.placement;
         let pending = server
             .pending
             .lock()
@@ -266,7 +237,7 @@ async fn follow(
             None => {
                 // Placed here by a refill, or created while this server
                 // was unreachable: an empty replica that catches up.
-                let info = server.info_for(placed, &placement);
+                let info = server.info_for(placed, placement);
                 let retention = proto::RetentionConfig {
                     bytes: placed.config.retain_bytes,
                     ms: placed.config.retain_ms,
@@ -293,19 +264,13 @@ async fn follow(
             }
         };
         stream.set_availability(&placed.availability);
-        if applied.get(&placed.name) != Some(&wanted) {
-            stream.reconfigure(placement, &wanted.in_sync, &wanted.consider);
-            applied.insert(placed.name.clone(), wanted);
-        }
-        let recorded = placed.epochs.iter().any(|r| r.epoch == placed.epoch);
-        if recorded && placed.primary == Some(me) && stream.is_rejoining() {
-            stream.epoch_recorded(placed.epoch);
-        }
+        stream.follow(&view);
+        applied.insert(placed.name.clone());
     }
     // Streams the cluster deleted: ones this loop placed before (a
     // replica created on request may be ahead of this server's state).
     for stream in server.streams() {
-        if !state.streams.contains_key(&stream.name) && applied.contains_key(&stream.name) {
+        if !state.streams.contains_key(&stream.name) && applied.contains(&stream.name) {
             applied.remove(&stream.name);
             let deleter = Arc::clone(server);
             let name = stream.name.clone();
@@ -317,6 +282,7 @@ async fn follow(
 /// Carries a stream's event to the control plane, retrying while the
 /// control plane has no leader.
 async fn propose_event(server: Arc<ServerState>, control: Control, event: ControlEvent) {
+    let me = server.config.cluster.me;
     let (command, stream, epoch) = match event {
         ControlEvent::EpochStarted {
             stream,
@@ -358,9 +324,8 @@ async fn propose_event(server: Arc<ServerState>, control: Control, event: Contro
             if let (Some(placed), Some(local)) =
                 (state.streams.get(&stream), server.stream_by_name(&stream))
             {
-                let recorded = placed.epochs.iter().any(|r| r.epoch == placed.epoch);
-                if recorded && local.id == placed.id && local.is_rejoining() {
-                    local.epoch_recorded(placed.epoch);
+                if local.id == placed.id && state.members.contains_key(&me) {
+                    local.follow(&placed.live_view(&state));
                 }
             }
             return;

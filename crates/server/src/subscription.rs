@@ -12,7 +12,7 @@ use proto::{ErrorCode, Frame};
 use tokio::sync::Semaphore;
 use wal::ReadError;
 
-use crate::connection::Outgoing;
+use crate::outgoing::Outgoing;
 use crate::stream::Stream;
 
 /// Records pushed in one `Deliver` frame at most.

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use control::state::{Command, ControlState, Response, StreamConfig, StreamPlacement};
-use engine::replication::{Placement, Protocol, ServerId};
+use engine::replication::{Protocol, ServerId};
 
 /// The agreed state and every state it went through.
 pub(crate) struct ControlPlane {
@@ -111,24 +111,3 @@ impl ControlPlane {
 pub(crate) fn address(id: ServerId) -> String {
     format!("sim-server-{id}")
 }
-
-/// The data path's view of a placement, as the server computes it: the
-/// live replicas in preference order, the primary (0 when there is none)
-/// and the epoch; the live in-sync replicas; the backups whose tails a new
-/// primary takes.
-pub(crate) fn data_placement(placed: &StreamPlacement, state: &ControlState) -> DataPlacement {
-    let view = placed.live_view(state);
-    (
-        Placement {
-            replicas: view.replicas,
-            primary: view.primary,
-            epoch: view.epoch,
-        },
-        view.in_sync,
-        view.consider,
-    )
-}
-
-/// A placement, its live in-sync replicas and the backups to take tails
-/// from.
-pub(crate) type DataPlacement = (Placement, Vec<ServerId>, Vec<ServerId>);

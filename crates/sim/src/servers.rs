@@ -13,7 +13,7 @@ use engine::replication::{
 use proto::{EventId, Record};
 
 use crate::config::{CrashTarget, Sabotage};
-use crate::control::{address, data_placement};
+use crate::control::address;
 use crate::trace::show;
 use crate::world::{Event, World, STREAM};
 
@@ -56,7 +56,7 @@ impl World<'_> {
                 self.note(|| format!("s{id} drops versions {}..={length}", after + 1));
             }
         }
-        let (placement, _, _) = data_placement(placed, state);
+        let placement = placed.live_view(state).placement;
         let config = self.config;
         let mut replica = Replica::new(STREAM, id, placement, config.protocol, config.replica);
         let now = self.now;
@@ -97,37 +97,20 @@ impl World<'_> {
     }
 
     /// Brings a server's replica in line with a control state, as the real
-    /// server does on every change: a new placement or in-sync set is
-    /// handed to `reconfigure`, and a primary waiting for its epoch's
-    /// record gets `epoch_recorded` once the record is there.
+    /// server does on every change (`Replica::follow`).
     fn follow(&mut self, id: ServerId, state: &ControlState) {
         let placed = &state.streams[&self.control.name];
         if !placed.replicas.contains(&id) || !state.members.contains_key(&id) {
             return;
         }
-        let wanted = data_placement(placed, state);
+        let view = placed.live_view(state);
         let now = self.now;
-        let server = &mut self.servers[id as usize - 1];
-        let Some(replica) = server.replica.as_mut() else {
+        let Some(replica) = self.servers[id as usize - 1].replica.as_mut() else {
             return;
         };
-        if server.applied.as_ref() != Some(&wanted) {
-            server.applied = Some(wanted.clone());
-            let mut out = Vec::new();
-            let (placement, in_sync, consider) = wanted;
-            replica.reconfigure(placement, &in_sync, &consider, now, &mut out);
-            self.apply(id, out);
-        }
-        let recorded = placed.epochs.iter().any(|r| r.epoch == placed.epoch);
-        let server = &mut self.servers[id as usize - 1];
-        let Some(replica) = server.replica.as_mut() else {
-            return;
-        };
-        if recorded && placed.primary == Some(id) && replica.is_rejoining() {
-            let mut out = Vec::new();
-            replica.epoch_recorded(placed.epoch, now, &mut out);
-            self.apply(id, out);
-        }
+        let mut out = Vec::new();
+        replica.follow(&view, now, &mut out);
+        self.apply(id, out);
     }
 
     /// A server process sees control state `index`: a process that has
@@ -188,7 +171,6 @@ impl World<'_> {
         server.visible = 0;
         server.up = false;
         server.incarnation += 1;
-        server.applied = None;
         let checkpoint = self.last_checkpoint;
         if self.config.sender {
             self.sender_crashes.push(crate::world::SenderCrash {

@@ -16,7 +16,7 @@ use engine::replication::{
 use proto::EventId;
 
 use crate::config::SimConfig;
-use crate::control::{data_placement, ControlPlane};
+use crate::control::ControlPlane;
 use crate::outcome::Counters;
 use crate::rng::Rng;
 use crate::trace::{describe, fingerprint, node, node_code, short, show};
@@ -131,9 +131,6 @@ pub(crate) struct Server {
     pub(crate) incarnation: u64,
     /// The view this process joined in, once its `Join` is applied.
     pub(crate) join_view: Option<u64>,
-    /// The placement last handed to the replica; it is reconfigured when
-    /// the control plane's differs.
-    pub(crate) applied: Option<crate::control::DataPlacement>,
     /// The newest control state this server has seen, and when it sees
     /// the next one (states arrive in order).
     pub(crate) seen: usize,
@@ -241,7 +238,6 @@ impl<'a> World<'a> {
                 up: true,
                 incarnation: 1,
                 join_view: None,
-                applied: None,
                 seen: 0,
                 observe_at: 0,
                 past_metrics: ReplicaMetrics::default(),
@@ -487,7 +483,7 @@ impl<'a> World<'a> {
         let id = self.fresh_client_id();
         let session = self.rng.next_u64();
         let (seen, state) = self.control.latest();
-        let (placement, _, _) = data_placement(self.control.placed(), &state);
+        let placement = self.control.placed().live_view(&state).placement;
         let producer = Producer::new(
             id,
             session,
@@ -665,7 +661,7 @@ impl<'a> World<'a> {
         state.seen = index;
         let control = self.control.state(index);
         let placed = &control.streams[&self.control.name];
-        let (placement, _, _) = data_placement(placed, &control);
+        let placement = placed.live_view(&control).placement;
         if placement.primary == 0 || placement == self.clients[client].placement {
             return;
         }

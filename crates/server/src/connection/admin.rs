@@ -1,0 +1,163 @@
+//! A connection's administrative requests: creating, deleting and
+//! opening streams, their requirements, retiring servers, listing and
+//! status. Each answers with one frame.
+
+use std::sync::Arc;
+
+use engine::replication::Protocol;
+use proto::{DurabilityConfig, ErrorCode, Frame, RetentionConfig, StreamInfo};
+
+use super::Connection;
+use crate::state::StreamError;
+
+impl Connection {
+    pub(super) async fn create_stream(
+        &mut self,
+        request: u64,
+        name: String,
+        durability: DurabilityConfig,
+        protocol: u8,
+        replicas: u8,
+        options: (u32, RetentionConfig),
+    ) -> bool {
+        let protocol = if protocol == 0 {
+            Some(Protocol::OneHopAckClient)
+        } else {
+            Protocol::from_code(protocol)
+        };
+        let Some(protocol) = protocol else {
+            let message = "unknown protocol code".to_string();
+            return self
+                .outgoing
+                .error(request, ErrorCode::InvalidArgument, message)
+                .await;
+        };
+        let result = self
+            .server
+            .create_replicated(&name, durability, protocol, replicas as usize, options)
+            .await;
+        self.outgoing.send(&info_or_error(request, result)).await
+    }
+
+    /// A peer's request to hold a replica of a stream it creates.
+    pub(super) async fn create_replica(
+        &mut self,
+        request: u64,
+        info: StreamInfo,
+        retention: RetentionConfig,
+    ) -> bool {
+        let server = Arc::clone(&self.server);
+        let result =
+            tokio::task::spawn_blocking(move || server.create_replica(&info, retention)).await;
+        let result = result.expect("create_replica does not panic");
+        self.outgoing.send(&info_or_error(request, result)).await
+    }
+
+    pub(super) async fn delete_stream(&mut self, request: u64, name: String) -> bool {
+        let result = self.server.delete_replicated(&name).await;
+        self.outgoing.send(&done_or_error(request, result)).await
+    }
+
+    /// `rule`: the minimum in-sync count, the loss action's code and its
+    /// block timeout.
+    pub(super) async fn set_requirement(
+        &mut self,
+        request: u64,
+        name: String,
+        rule: (u16, u8, u32),
+        roles: Vec<String>,
+    ) -> bool {
+        let (min_in_sync, action, block_ms) = rule;
+        let action = match action {
+            0 => None,
+            1 => Some(control::LossAction::ReadOnly),
+            2 => Some(control::LossAction::Block {
+                timeout_ms: u64::from(block_ms),
+            }),
+            3 => Some(control::LossAction::Reconnect),
+            other => {
+                let message = format!("unknown loss action {other}");
+                return self
+                    .outgoing
+                    .error(request, ErrorCode::InvalidArgument, message)
+                    .await;
+            }
+        };
+        let requirement = action.map(|action| control::Requirement {
+            roles,
+            min_in_sync: usize::from(min_in_sync),
+            action,
+        });
+        let result = self.server.set_requirement(&name, requirement).await;
+        self.outgoing.send(&done_or_error(request, result)).await
+    }
+
+    pub(super) async fn retire_server(&mut self, request: u64, server: u32) -> bool {
+        let result = self.server.retire_server(server).await;
+        self.outgoing.send(&done_or_error(request, result)).await
+    }
+
+    pub(super) async fn open_stream(&mut self, request: u64, name: String) -> bool {
+        if !self.server.is_ready() {
+            let message =
+                format!("this server is joining the cluster; {name:?} is not open here yet: retry");
+            return self.outgoing.error(request, ErrorCode::Busy, message).await;
+        }
+        match self.server.stream_by_name(&name) {
+            Some(stream) => {
+                let info = self.server.stream_info(&stream);
+                self.outgoing
+                    .send(&Frame::StreamInfo { request, info })
+                    .await
+            }
+            None => {
+                let message = format!("no stream named {name:?}");
+                self.outgoing
+                    .error(request, ErrorCode::UnknownStream, message)
+                    .await
+            }
+        }
+    }
+
+    pub(super) async fn list_streams(&mut self, request: u64) -> bool {
+        let streams = self
+            .server
+            .streams()
+            .iter()
+            .map(|s| self.server.stream_info(s))
+            .collect();
+        self.outgoing
+            .send(&Frame::StreamList { request, streams })
+            .await
+    }
+
+    pub(super) async fn status(&mut self, request: u64) -> bool {
+        let json = self.server.status_json().to_string();
+        self.outgoing
+            .send(&Frame::StatusReply { request, json })
+            .await
+    }
+}
+
+fn info_or_error(request: u64, result: Result<StreamInfo, StreamError>) -> Frame {
+    match result {
+        Ok(info) => Frame::StreamInfo { request, info },
+        Err(error) => Frame::Error {
+            request,
+            code: error.code,
+            message: error.message,
+        },
+    }
+}
+
+/// `Ok`, or the error with its code, in answer to `request`.
+fn done_or_error(request: u64, result: Result<(), StreamError>) -> Frame {
+    match result {
+        Ok(()) => Frame::Ok { request },
+        Err(error) => Frame::Error {
+            request,
+            code: error.code,
+            message: error.message,
+        },
+    }
+}

@@ -1,0 +1,550 @@
+//! One client connection: the handshake, the read loop that cuts frames and
+//! dispatches them, the acknowledgement queue, and the way out (`Outgoing`).
+//!
+//! Messages go to the stream's replication state machine; what it says to
+//! the client comes back through the server's router, which hands it to the
+//! connection's `Outgoing` on the thread that produced it (a runtime
+//! worker, or the log's I/O thread for acknowledgements after fdatasync).
+//! `Outgoing::deliver` turns it into frames there: `Acked`, `Stamped` and
+//! `Refused` for `Submit`, and the request-numbered `Ack` or `Error` for a
+//! single-server `Append`. The frames go to the socket through a
+//! `net::SharedWriter`: written at once by that thread when the connection
+//! is idle, queued for the connection's flusher task otherwise. Appends
+//! awaiting their answer are bounded by
+//! `in_flight_per_connection_max`; when the bound is reached the read loop
+//! stops reading, and TCP pushes back on the client.
+//!
+//! A connection whose first frame is `PeerHello` is a peer link: it carries
+//! replication messages from that server to this one's streams.
+
+mod admin;
+mod read;
+mod write;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use engine::replication::{AckRule, Bytes, Content, HybridMode, Msg, Protocol, ServerId};
+use net::SharedWriter;
+use proto::{ErrorCode, EventId, Frame, FrameBuffer, PROTOCOL_VERSION};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+use tokio::sync::{watch, Semaphore};
+use tokio::task::{AbortHandle, JoinHandle};
+
+use crate::outgoing::{LegacyAppend, Outgoing, READ_BUDGET_BYTES};
+use crate::state::ServerState;
+use crate::stream::{Stream, SubmitFailure};
+use crate::subscription;
+use crate::wire;
+
+/// Bytes the read loop asks the socket for at a time.
+const READ_BYTES: usize = 64 * 1024;
+/// Who opened the connection.
+enum Opener {
+    Client(u128),
+    Peer(ServerId),
+    /// A control-plane connection from this server.
+    Control,
+}
+
+pub(crate) async fn serve(
+    socket: TcpStream,
+    server: Arc<ServerState>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let _ = socket.set_nodelay(true);
+    let (mut reader, mut writer) = socket.into_split();
+    let Ok(_slot) = Arc::clone(&server.connection_slots).try_acquire_owned() else {
+        let frame = Frame::Error {
+            request: 0,
+            code: ErrorCode::Busy,
+            message: format!(
+                "the server serves at most {} connections",
+                server.config.connections_max
+            ),
+        };
+        let _ = writer.write_all(&frame.to_bytes()).await;
+        return;
+    };
+    let mut buffer = FrameBuffer::new();
+    let shaken = tokio::select! {
+        shaken = handshake(&mut reader, &mut writer, &mut buffer, &server) => shaken,
+        _ = stop.wait_for(|stopping| *stopping) => return,
+    };
+    let client = match shaken {
+        Ok(Opener::Client(client)) => client,
+        Ok(Opener::Control) => {
+            let Some(control) = server.control.get().cloned() else {
+                return;
+            };
+            let Ok(socket) = reader.reunite(writer) else {
+                return;
+            };
+            let rest = buffer.take_rest();
+            tokio::select! {
+                _ = control.serve_with(socket, rest) => {}
+                _ = stop.wait_for(|stopping| *stopping) => {}
+            }
+            return;
+        }
+        Ok(Opener::Peer(from)) => {
+            drop(writer);
+            tokio::select! {
+                _ = serve_peer(from, reader, buffer, &server) => {}
+                _ = stop.wait_for(|stopping| *stopping) => {}
+            }
+            return;
+        }
+        Err((code, message)) => {
+            let frame = Frame::Error {
+                request: 0,
+                code,
+                message,
+            };
+            let _ = writer.write_all(&frame.to_bytes()).await;
+            return;
+        }
+    };
+    let writer = Arc::new(SharedWriter::new(writer, server.config.outgoing_frames_max));
+    let outgoing = Arc::new(Outgoing {
+        writer: Arc::clone(&writer),
+        legacy: Arc::default(),
+        me: server.config.cluster.me,
+        read_budget: Arc::new(Semaphore::new(READ_BUDGET_BYTES)),
+    });
+    let writer_task = tokio::spawn({
+        let writer = Arc::clone(&writer);
+        async move { writer.run().await }
+    });
+    let in_flight = server.config.in_flight_per_connection_max;
+    let registration = server.router.register(client, Arc::clone(&outgoing));
+    // Sender-based logging: a restarted primary asks each client that
+    // connects for the copies it holds.
+    for stream in server.streams() {
+        if let Some(note) = stream.checkpoint_note() {
+            server.router.send_client(client, stream.id, vec![note]);
+        }
+    }
+    // When the server shuts down it aborts this task; the guard takes the
+    // connection's writer down with it, so the socket closes and the
+    // client reconnects instead of waiting on a half-open connection.
+    let _guard = AbortOnDrop(vec![writer_task.abort_handle()]);
+    let mut connection = Connection {
+        server: Arc::clone(&server),
+        client,
+        outgoing,
+        batch: None,
+        legacy_slots: Arc::new(Semaphore::new(in_flight)),
+        subscriptions: HashMap::new(),
+    };
+    let stopped_by_server = tokio::select! {
+        _ = connection.read_loop(reader, buffer) => false,
+        _ = stop.wait_for(|stopping| *stopping) => true,
+    };
+    // Every task of the connection is gone before `serve` returns: they
+    // hold the streams, and the server's shutdown closes the logs only once
+    // nothing holds them.
+    let subscriptions: Vec<JoinHandle<()>> = connection
+        .subscriptions
+        .drain()
+        .map(|(_, (task, _))| task)
+        .collect();
+    let legacy_slots = Arc::clone(&connection.legacy_slots);
+    drop(connection);
+    for task in &subscriptions {
+        task.abort();
+    }
+    for task in subscriptions {
+        let _ = task.await;
+    }
+    if !stopped_by_server {
+        // Let the answers to appends already taken arrive (bounded wait):
+        // a client that closes after its last append still gets its ack.
+        let _ = tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            legacy_slots.acquire_many(in_flight as u32),
+        )
+        .await;
+    }
+    server.router.unregister(client, registration);
+    // What is queued is written, then the flusher ends; the socket's write
+    // side shuts once the last holder of the writer lets go.
+    writer.close();
+    if stopped_by_server {
+        writer_task.abort();
+    }
+    let _ = writer_task.await;
+}
+
+/// Feeds a peer's replication messages to this server's streams.
+async fn serve_peer(
+    from: ServerId,
+    mut reader: OwnedReadHalf,
+    mut buffer: FrameBuffer,
+    server: &Arc<ServerState>,
+) {
+    let max_frame = server.config.peer_frame_bytes_max();
+    let mut scratch = vec![0u8; READ_BYTES];
+    // Messages for one stream from one read are handed over in one step.
+    let mut batch: Vec<Msg> = Vec::new();
+    let mut batch_stream: Option<Arc<Stream>> = None;
+    loop {
+        loop {
+            match buffer.next_frame(max_frame) {
+                Ok(Some(Frame::Peer { stream, message })) => {
+                    if batch_stream.as_ref().is_some_and(|s| s.id != stream) {
+                        if let Some(done) = batch_stream.take() {
+                            done.on_peer_many(from, std::mem::take(&mut batch));
+                        }
+                    }
+                    if batch_stream.is_none() {
+                        batch_stream = server.stream_by_id(stream);
+                    }
+                    if batch_stream.is_some() {
+                        batch.push(wire::peer_msg(message));
+                    }
+                }
+                Ok(Some(_)) | Err(_) => {
+                    eprintln!("stamplog: closing the link from server {from}: unexpected frame");
+                    return;
+                }
+                Ok(None) => break,
+            }
+        }
+        if let Some(done) = batch_stream.take() {
+            done.on_peer_many(from, std::mem::take(&mut batch));
+        }
+        match read_some(&mut reader, &mut scratch, &mut buffer).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+    }
+}
+
+async fn read_some(
+    reader: &mut OwnedReadHalf,
+    scratch: &mut [u8],
+    buffer: &mut FrameBuffer,
+) -> std::io::Result<usize> {
+    // Cancel-safe: bytes reach `buffer` only once the read has completed.
+    let count = reader.read(scratch).await?;
+    buffer.extend(&scratch[..count]);
+    Ok(count)
+}
+
+async fn handshake(
+    reader: &mut OwnedReadHalf,
+    writer: &mut OwnedWriteHalf,
+    buffer: &mut FrameBuffer,
+    server: &ServerState,
+) -> Result<Opener, (ErrorCode, String)> {
+    let bad = |message: String| (ErrorCode::BadFrame, message);
+    let mut scratch = vec![0u8; 1024];
+    let first = tokio::time::timeout(server.config.handshake_timeout, async {
+        loop {
+            match buffer.next_frame(1024) {
+                Ok(Some(frame)) => return Ok(frame),
+                Ok(None) => {}
+                Err(error) => return Err(format!("bad handshake: {error}")),
+            }
+            match read_some(reader, &mut scratch, buffer).await {
+                Ok(0) => return Err("connection closed during the handshake".to_string()),
+                Ok(_) => {}
+                Err(error) => return Err(error.to_string()),
+            }
+        }
+    })
+    .await
+    .map_err(|_| bad("no hello within the handshake timeout".to_string()))?
+    .map_err(bad)?;
+    let (version, opener) = match first {
+        Frame::Hello { client: 0, .. } => {
+            return Err((
+                ErrorCode::InvalidArgument,
+                "client id 0 is reserved (void records); choose another".into(),
+            ))
+        }
+        Frame::Hello {
+            version, client, ..
+        } => (version, Opener::Client(client)),
+        Frame::PeerHello {
+            version,
+            from,
+            incarnation,
+        } => {
+            // A configured peer, or a server that joined since (the
+            // control plane's members).
+            let known = server
+                .config
+                .cluster
+                .peers
+                .iter()
+                .any(|peer| peer.id == from)
+                || server.router.knows_peer(from)
+                || server
+                    .control_state()
+                    .is_some_and(|state| state.members.contains_key(&from));
+            if !known {
+                return Err(bad(format!("server {from} is not in this cluster")));
+            }
+            // Shunning: a process that has left the view (its server has
+            // joined again since, as a newer member) is not heard.
+            if let Some(state) = server.control_state() {
+                let current = state.members.get(&from).map(|m| m.join_view);
+                if incarnation == 0 || current.is_some_and(|view| incarnation < view) {
+                    return Err(bad(format!(
+                        "server {from} joined in view {incarnation} is no longer a member"
+                    )));
+                }
+            }
+            server.router.note_peer_incarnation(from, incarnation);
+            (version, Opener::Peer(from))
+        }
+        Frame::ControlHello { version, from } => {
+            // Any server may speak to the control plane: one that is not
+            // a member yet joins this way (it asks to be added as a
+            // voter, then proposes its `Join`).
+            if server.control.get().is_none() {
+                return Err(bad(format!(
+                    "server {from} asked for the control plane, and this server runs none"
+                )));
+            }
+            (version, Opener::Control)
+        }
+        _ => return Err(bad("the first frame must be a hello".into())),
+    };
+    if version != PROTOCOL_VERSION {
+        let message = format!(
+            "protocol version {version} is not supported; this server speaks {PROTOCOL_VERSION}"
+        );
+        return Err((ErrorCode::UnsupportedVersion, message));
+    }
+    if let Opener::Peer(_) | Opener::Control = opener {
+        return Ok(opener);
+    }
+    let reply = Frame::HelloOk {
+        version: PROTOCOL_VERSION,
+        server: server.id,
+        max_frame: server.config.frame_bytes_max() as u32,
+    };
+    writer
+        .write_all(&reply.to_bytes())
+        .await
+        .map_err(|e| bad(e.to_string()))?;
+    Ok(opener)
+}
+
+/// Aborts tasks when dropped.
+struct AbortOnDrop(Vec<AbortHandle>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        for task in &self.0 {
+            task.abort();
+        }
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        for (task, _) in self.subscriptions.values() {
+            task.abort();
+        }
+    }
+}
+
+/// Submits handed to a stream in one step at most.
+const SUBMIT_BATCH_MAX: usize = 1024;
+
+struct Connection {
+    server: Arc<ServerState>,
+    client: u128,
+    /// Submits gathered from the bytes read so far, for one stream.
+    batch: Option<(Arc<Stream>, Vec<Msg>)>,
+    outgoing: Arc<Outgoing>,
+    legacy_slots: Arc<Semaphore>,
+    /// Each subscription's task and its credit (records it may still push).
+    subscriptions: HashMap<u64, (JoinHandle<()>, Arc<Semaphore>)>,
+}
+
+impl Connection {
+    async fn read_loop(&mut self, mut reader: OwnedReadHalf, mut buffer: FrameBuffer) {
+        let max_frame = self.server.config.frame_bytes_max();
+        let mut scratch = vec![0u8; READ_BYTES];
+        loop {
+            loop {
+                match buffer.next_frame(max_frame) {
+                    Ok(Some(frame)) => {
+                        // Submits are gathered and handed to their stream
+                        // together; anything else first hands over what
+                        // was gathered, so order is kept.
+                        if !matches!(frame, Frame::Submit { .. }) && !self.flush_batch().await {
+                            return;
+                        }
+                        if !self.handle(frame).await {
+                            return;
+                        }
+                    }
+                    Ok(None) => {
+                        if !self.flush_batch().await {
+                            return;
+                        }
+                        break;
+                    }
+                    Err(error) => {
+                        // A frame we cannot cut means we no longer know
+                        // where the next one starts: say why and close.
+                        self.outgoing
+                            .error(0, ErrorCode::BadFrame, error.to_string())
+                            .await;
+                        return;
+                    }
+                }
+            }
+            match read_some(&mut reader, &mut scratch, &mut buffer).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    }
+
+    /// The stream with `stream_id`, or, when there is none, the result of
+    /// answering `request` with `UnknownStream` (`false`: the connection
+    /// is gone).
+    async fn find_stream(&self, request: u64, stream_id: u64) -> Result<Arc<Stream>, bool> {
+        match self.server.stream_by_id(stream_id) {
+            Some(stream) => Ok(stream),
+            None => {
+                let message = format!("no stream with id {stream_id}");
+                Err(self
+                    .outgoing
+                    .error(request, ErrorCode::UnknownStream, message)
+                    .await)
+            }
+        }
+    }
+
+    /// Handles one frame; `false` closes the connection. Each request
+    /// kind has its own handler: writes in `write.rs`, reads in `read.rs`,
+    /// stream and cluster administration in `admin.rs`.
+    async fn handle(&mut self, frame: Frame) -> bool {
+        match frame {
+            Frame::Append {
+                request,
+                stream,
+                flags,
+                session,
+                sequence,
+                low_water,
+                key,
+                payload,
+            } => {
+                let event = EventId {
+                    client: self.client,
+                    session,
+                    sequence,
+                };
+                let echo = flags & proto::frame::APPEND_FLAG_ECHO != 0;
+                self.append(request, stream, event, low_water, key, payload, echo)
+                    .await
+            }
+            Frame::Submit {
+                stream,
+                kind,
+                version,
+                epoch,
+                session,
+                sequence,
+                low_water,
+                key,
+                payload,
+            } => {
+                self.submit(
+                    stream, kind, version, epoch, session, sequence, low_water, key, payload,
+                )
+                .await
+            }
+            Frame::CreateStream {
+                request,
+                name,
+                durability,
+                protocol,
+                replicas,
+                commit_interval_ms,
+                retention,
+            } => {
+                let options = (commit_interval_ms, retention);
+                self.create_stream(request, name, durability, protocol, replicas, options)
+                    .await
+            }
+            Frame::CreateReplica {
+                request,
+                info,
+                retention,
+            } => self.create_replica(request, info, retention).await,
+            Frame::DeleteStream { request, name } => self.delete_stream(request, name).await,
+            Frame::SetRequirement {
+                request,
+                name,
+                min_in_sync,
+                action,
+                block_ms,
+                roles,
+            } => {
+                self.set_requirement(request, name, (min_in_sync, action, block_ms), roles)
+                    .await
+            }
+            Frame::RetireServer { request, server } => self.retire_server(request, server).await,
+            Frame::OpenStream { request, name } => self.open_stream(request, name).await,
+            Frame::ListStreams { request } => self.list_streams(request).await,
+            Frame::Status { request } => self.status(request).await,
+            Frame::Fetch {
+                request,
+                stream,
+                from,
+                max_records,
+                max_bytes,
+            } => {
+                self.fetch(request, stream, from, max_records, max_bytes)
+                    .await
+            }
+            Frame::Subscribe {
+                subscription,
+                stream,
+                from,
+                credit,
+            } => self.subscribe(subscription, stream, from, credit).await,
+            Frame::Credit {
+                subscription,
+                credit,
+            } => {
+                self.credit(subscription, credit);
+                true
+            }
+            Frame::Unsubscribe { subscription } => self.unsubscribe(subscription).await,
+            other => {
+                let message = format!("a client may not send {}", frame_name(&other));
+                self.outgoing.error(0, ErrorCode::BadFrame, message).await;
+                false
+            }
+        }
+    }
+}
+
+fn frame_name(frame: &Frame) -> &'static str {
+    match frame {
+        Frame::HelloOk { .. } => "hello-ok",
+        Frame::Hello { .. } => "a second hello",
+        Frame::Ack { .. } => "ack",
+        Frame::Records { .. } => "records",
+        Frame::Deliver { .. } => "deliver",
+        Frame::Error { .. } => "error",
+        Frame::Ok { .. } => "ok",
+        Frame::StreamInfo { .. } => "stream-info",
+        Frame::StreamList { .. } => "stream-list",
+        Frame::StatusReply { .. } => "status-reply",
+        _ => "this frame",
+    }
+}

@@ -1,0 +1,219 @@
+//! A connection's writes: the single-server `Append` (answered by request
+//! number) and `Submit`, gathered per stream and handed to the stream's
+//! replica in batches.
+
+use super::*;
+
+impl Connection {
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn append(
+        &mut self,
+        request: u64,
+        stream_id: u64,
+        event: EventId,
+        low_water: u64,
+        key: Vec<u8>,
+        payload: Vec<u8>,
+        echo: bool,
+    ) -> bool {
+        let stream = match self.find_stream(request, stream_id).await {
+            Ok(stream) => stream,
+            Err(open) => return open,
+        };
+        let limit = self.server.config.message_bytes_max;
+        if key.len() + payload.len() > limit {
+            let message = format!(
+                "message of {} bytes exceeds the limit of {limit} bytes",
+                key.len() + payload.len()
+            );
+            return self
+                .outgoing
+                .error(request, ErrorCode::MessageTooLarge, message)
+                .await;
+        }
+        // `Append` is answered by the primary alone: it serves streams whose
+        // ack rule the primary's answer meets.
+        let rule = stream.protocol.ack_rule(HybridMode::ServerSync);
+        let primary_answers = matches!(rule, AckRule::PrimaryAfterAll | AckRule::PrimaryOnly)
+            || stream.placement().replicas.len() == 1;
+        if stream.is_sender_logged() {
+            let message = format!(
+                "stream {:?} uses sender-based logging, which needs the client to confirm each version and keep its messages; send with Submit (the client library's replicated producer)",
+                stream.name
+            );
+            return self
+                .outgoing
+                .error(request, ErrorCode::InvalidArgument, message)
+                .await;
+        }
+        if !primary_answers || stream.protocol == Protocol::Unversioned {
+            let message = format!(
+                "stream {:?} uses {} over {} replicas; send with Submit (the client library's replicated producer)",
+                stream.name,
+                stream.protocol,
+                stream.placement().replicas.len()
+            );
+            return self
+                .outgoing
+                .error(request, ErrorCode::InvalidArgument, message)
+                .await;
+        }
+        let Ok(slot) = Arc::clone(&self.legacy_slots).acquire_owned().await else {
+            return false;
+        };
+        let level = if stream.durability == proto::DurabilityConfig::Sync {
+            proto::AckLevel::Synced
+        } else {
+            proto::AckLevel::Memory
+        };
+        let echo = if echo { payload.clone() } else { Vec::new() };
+        self.outgoing.legacy.lock().expect("legacy lock").insert(
+            (stream.id, event.session, event.sequence),
+            LegacyAppend {
+                request,
+                level,
+                echo,
+                _slot: slot,
+            },
+        );
+        let content = Content {
+            event,
+            low_water,
+            key: Bytes::from(key),
+            payload: Bytes::from(payload),
+            resent: false,
+        };
+        match stream.submit(self.client, Msg::Write(content)) {
+            Ok(()) => true,
+            Err(failure) => {
+                self.outgoing.legacy.lock().expect("legacy lock").remove(&(
+                    stream.id,
+                    event.session,
+                    event.sequence,
+                ));
+                self.outgoing
+                    .error(request, submit_failure_code(&failure), failure.to_string())
+                    .await
+            }
+        }
+    }
+
+    /// A replication message (`Submit`).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn submit(
+        &mut self,
+        stream_id: u64,
+        kind: u8,
+        version: u64,
+        epoch: u64,
+        session: u64,
+        sequence: u64,
+        low_water: u64,
+        key: Vec<u8>,
+        payload: Vec<u8>,
+    ) -> bool {
+        let refuse = |code: ErrorCode, message: String| Frame::Refused {
+            stream: stream_id,
+            session,
+            sequence,
+            code,
+            message,
+        };
+        let limit = self.server.config.message_bytes_max;
+        if key.len() + payload.len() > limit {
+            let message = format!(
+                "message of {} bytes exceeds the limit of {limit} bytes",
+                key.len() + payload.len()
+            );
+            return self
+                .outgoing
+                .send(&refuse(ErrorCode::MessageTooLarge, message))
+                .await;
+        }
+        let Some(stream) = self.server.stream_by_id(stream_id) else {
+            // A replica this server opens or creates in a moment (it is
+            // joining, or the control plane just placed the stream here)
+            // is worth a retry; any other id is not.
+            let (code, message) = if self.server.expects_stream(stream_id) {
+                (
+                    ErrorCode::Busy,
+                    format!("stream {stream_id} is not open on this server yet; retry"),
+                )
+            } else {
+                (
+                    ErrorCode::UnknownStream,
+                    format!("no stream with id {stream_id}"),
+                )
+            };
+            return self.outgoing.send(&refuse(code, message)).await;
+        };
+        let Some(msg) = wire::submit_msg(
+            self.client,
+            kind,
+            version,
+            epoch,
+            session,
+            sequence,
+            low_water,
+            key,
+            payload,
+        ) else {
+            let message = format!("unknown submit kind {kind}");
+            self.outgoing.error(0, ErrorCode::BadFrame, message).await;
+            return false;
+        };
+        let same = self
+            .batch
+            .as_ref()
+            .is_some_and(|(batched, _)| Arc::ptr_eq(batched, &stream));
+        if !same && !self.flush_batch().await {
+            return false;
+        }
+        let (_, messages) = self.batch.get_or_insert_with(|| (stream, Vec::new()));
+        messages.push(msg);
+        if messages.len() >= SUBMIT_BATCH_MAX {
+            return self.flush_batch().await;
+        }
+        true
+    }
+
+    /// Hands the gathered submits to their stream in one step.
+    pub(super) async fn flush_batch(&mut self) -> bool {
+        let Some((stream, messages)) = self.batch.take() else {
+            return true;
+        };
+        let Err((failure, messages)) = stream.submit_many(self.client, messages) else {
+            return true;
+        };
+        // `reconnect`: the connection closes after the refusals; the
+        // client comes back and retries.
+        let stay = !matches!(failure, SubmitFailure::Reconnect(_));
+        for msg in messages {
+            let Some(event) = wire::event_of(&msg) else {
+                continue;
+            };
+            let frame = Frame::Refused {
+                stream: stream.id,
+                session: event.session,
+                sequence: event.sequence,
+                code: submit_failure_code(&failure),
+                message: failure.to_string(),
+            };
+            if !self.outgoing.send(&frame).await {
+                return false;
+            }
+        }
+        stay
+    }
+}
+
+fn submit_failure_code(failure: &SubmitFailure) -> ErrorCode {
+    match failure {
+        SubmitFailure::Deleted => ErrorCode::UnknownStream,
+        SubmitFailure::LogFailed(_) => ErrorCode::LogFailed,
+        SubmitFailure::Busy | SubmitFailure::Blocked(_) | SubmitFailure::Reconnect(_) => {
+            ErrorCode::Busy
+        }
+        SubmitFailure::ReadOnly(_) => ErrorCode::ReadOnly,
+    }
+}

@@ -1,0 +1,197 @@
+//! The way out of one client connection (`Outgoing`): what the connection's
+//! tasks and the router share. A stream's messages for the client are
+//! turned into frames on the thread that produced them (a runtime worker,
+//! or a log's I/O thread for acknowledgements after fdatasync) and go to
+//! the socket through a `net::SharedWriter`: written at once by that
+//! thread when the connection is idle, queued for the connection's
+//! flusher task otherwise. Single-server `Append`s waiting for their
+//! answer are kept here too, since their answers leave the same way.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use engine::replication::{Msg, ServerId};
+use net::{Refused, SharedWriter};
+use proto::{ErrorCode, EventId, Frame};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::wire;
+
+/// Bytes of records read for one connection and not yet written to it.
+pub(crate) const READ_BUDGET_BYTES: usize = 4 * 1024 * 1024;
+
+/// A single-server `Append` waiting for its answer, keyed by (stream,
+/// session, sequence); it holds one of the connection's in-flight slots.
+pub(crate) struct LegacyAppend {
+    pub(crate) request: u64,
+    pub(crate) level: proto::AckLevel,
+    pub(crate) echo: Vec<u8>,
+    pub(crate) _slot: OwnedSemaphorePermit,
+}
+
+pub(crate) type LegacyAppends = Arc<Mutex<HashMap<(u64, u64, u64), LegacyAppend>>>;
+
+/// What one connection's tasks, and the router, share: the way to its
+/// socket.
+pub(crate) struct Outgoing {
+    /// The socket's write side; a queued frame of records holds its read
+    /// budget until it is written.
+    pub(crate) writer: Arc<SharedWriter<OwnedSemaphorePermit>>,
+    /// Single-server `Append`s waiting for their answer.
+    pub(crate) legacy: LegacyAppends,
+    pub(crate) me: ServerId,
+    /// Bytes of records read for this connection (fetches and
+    /// subscriptions) and not yet written to its socket. A reader takes its
+    /// batch's worth before it reads, so a client that stops reading holds
+    /// at most this much of the server's memory, however many
+    /// subscriptions it opens.
+    pub(crate) read_budget: Arc<Semaphore>,
+}
+
+impl Outgoing {
+    pub(crate) async fn send(&self, frame: &Frame) -> bool {
+        self.writer.send(frame.to_bytes(), None).await.is_ok()
+    }
+
+    /// Takes `bytes` of the read budget (waiting for room); `None` once the
+    /// connection is closing.
+    pub(crate) async fn reserve_read(&self, bytes: usize) -> Option<OwnedSemaphorePermit> {
+        let bytes = bytes.min(READ_BUDGET_BYTES) as u32;
+        Arc::clone(&self.read_budget)
+            .acquire_many_owned(bytes)
+            .await
+            .ok()
+    }
+
+    /// Queues a frame of records read under `budget`.
+    pub(crate) async fn send_read(&self, frame: &Frame, budget: OwnedSemaphorePermit) -> bool {
+        self.writer
+            .send(frame.to_bytes(), Some(budget))
+            .await
+            .is_ok()
+    }
+
+    /// A stream's messages for this client, from whichever thread produced
+    /// them: every answer leaves in one write (or one queued send). `false`
+    /// when the connection could not take them (closed, or its queue full:
+    /// the client resends what matters).
+    pub(crate) fn deliver(&self, stream: u64, msgs: Vec<Msg>) -> bool {
+        // An append is registered before its stream can answer it, so an
+        // empty table means no answer here is a legacy one.
+        let any_legacy = !self.legacy.lock().expect("legacy lock").is_empty();
+        let mut frames = wire::ClientFrames::default();
+        for msg in msgs {
+            if any_legacy {
+                if let Some(answers) = legacy_answers(&self.legacy, self.me, stream, &msg) {
+                    for frame in answers {
+                        frames.push(frame);
+                    }
+                    continue;
+                }
+            }
+            if let Some(frame) = wire::client_frame(self.me, stream, msg) {
+                frames.push(frame);
+            }
+        }
+        let bytes = frames.finish();
+        bytes.is_empty() || self.writer.try_send(bytes, None).is_ok()
+    }
+
+    /// A stream's log failed: every append waiting on it gets the failure.
+    pub(crate) fn fail_stream(&self, stream: u64, failure: &str) {
+        let failed: Vec<LegacyAppend> = {
+            let mut map = self.legacy.lock().expect("legacy lock");
+            let keys: Vec<_> = map.keys().filter(|k| k.0 == stream).copied().collect();
+            keys.iter().filter_map(|k| map.remove(k)).collect()
+        };
+        for append in failed {
+            let frame = Frame::Error {
+                request: append.request,
+                code: ErrorCode::LogFailed,
+                message: format!("not acknowledged: the stream's log failed: {failure}"),
+            };
+            if let Err(Refused::Closed) = self.writer.try_send(frame.to_bytes(), None) {
+                return;
+            }
+        }
+    }
+
+    pub(crate) async fn error(
+        &self,
+        request: u64,
+        code: ErrorCode,
+        message: impl Into<String>,
+    ) -> bool {
+        self.send(&Frame::Error {
+            request,
+            code,
+            message: message.into(),
+        })
+        .await
+    }
+}
+
+/// The answers to `msg` when some of its messages answer single-server
+/// `Append`s: each of those as its request-numbered `Ack` (or the
+/// refusal's `Error`), any other message of an ack run as its own
+/// `Acked`. `None` when none of its messages is a legacy append.
+pub(crate) fn legacy_answers(
+    legacy: &LegacyAppends,
+    me: ServerId,
+    stream: u64,
+    msg: &Msg,
+) -> Option<Vec<Frame>> {
+    let mut appends = legacy.lock().expect("legacy lock");
+    let mut take = |event: EventId| appends.remove(&(stream, event.session, event.sequence));
+    match msg {
+        &Msg::Ack {
+            epoch,
+            duplicate,
+            hint,
+            ..
+        } => {
+            let mut any = false;
+            let answers: Vec<Frame> = msg
+                .acked()
+                .filter_map(|(event, version)| {
+                    let Some(append) = take(event) else {
+                        let single = Msg::Ack {
+                            event,
+                            version,
+                            epoch,
+                            duplicate,
+                            hint,
+                            count: 1,
+                        };
+                        return wire::client_frame(me, stream, single);
+                    };
+                    any = true;
+                    Some(Frame::Ack {
+                        request: append.request,
+                        stream,
+                        version,
+                        epoch,
+                        level: append.level,
+                        flags: if duplicate {
+                            proto::frame::ACK_FLAG_DUPLICATE
+                        } else {
+                            0
+                        },
+                        replicas: 1,
+                        echo: append.echo,
+                    })
+                })
+                .collect();
+            any.then_some(answers)
+        }
+        Msg::Refused { event, refusal } => {
+            let append = take(*event)?;
+            Some(vec![Frame::Error {
+                request: append.request,
+                code: refusal.code(),
+                message: refusal.to_string(),
+            }])
+        }
+        _ => None,
+    }
+}

@@ -1,0 +1,723 @@
+//! One stream on this server: its log, its versioning state machine, and
+//! the append path that ties them together.
+
+mod checkpoints;
+mod meta;
+mod tasks;
+mod transfer;
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+use engine::replication::{
+    Bytes, ClusterView, Effect, Entry, Msg, Node, Placement, Protocol, Replica, ServerId,
+};
+use proto::DurabilityConfig;
+use serde::{Deserialize, Serialize};
+use tokio::sync::{watch, Notify};
+use wal::{AppendError, Durability, Log, LogConfig, LogError, ReadError, Retention};
+
+use crate::config::ServerConfig;
+use crate::replication::{ControlEvent, Router};
+
+pub(crate) use checkpoints::CheckpointSchedule;
+pub use meta::{stream_name_error, StreamMeta, META_FILE};
+
+/// Why a message was not taken.
+#[derive(Debug, thiserror::Error)]
+pub enum SubmitFailure {
+    #[error("the stream was deleted")]
+    Deleted,
+    #[error("the stream's log has failed and takes no more writes: {0}")]
+    LogFailed(Arc<str>),
+    #[error("the stream's log is too far behind; retry")]
+    Busy,
+    /// The requirement is not met and the loss action is `read-only` (or
+    /// `block` past its timeout).
+    #[error("the stream is read-only until its requirement is met again: {0}")]
+    ReadOnly(String),
+    /// The requirement is not met and writes wait (`block`).
+    #[error("the stream's writes wait until its requirement is met again ({0}); retry")]
+    Blocked(String),
+    /// The requirement is not met and the loss action is `reconnect`.
+    #[error("the stream's requirement is not met ({0}); reconnect later")]
+    Reconnect(String),
+}
+
+/// Whether a stream takes writes, as the control plane last said, and
+/// since when (this server's clock).
+struct Gate {
+    availability: control::Availability,
+    since: Instant,
+}
+
+/// Milliseconds on the server's monotonic clock, as the state machines see
+/// time.
+pub fn now_ms() -> u64 {
+    static START: OnceLock<Instant> = OnceLock::new();
+    START.get_or_init(Instant::now).elapsed().as_millis() as u64
+}
+
+/// When the tick task must next wake for the output commit interval: the
+/// state machine says when (`Replica::wake_at`), and a step that needs an
+/// earlier wake than the one the task sleeps toward wakes it.
+#[derive(Debug)]
+struct BoundaryTimer {
+    wake: Notify,
+    /// The time (`now_ms`) the tick task sleeps toward; `u64::MAX`: none.
+    scheduled: AtomicU64,
+}
+
+/// The replication state and the records waiting for room in the log.
+struct Core {
+    replica: Replica,
+    /// Records the log had no room for yet, in version order: every later
+    /// record waits behind them.
+    backlog: VecDeque<Entry>,
+    backlog_bytes: usize,
+}
+
+pub struct Stream {
+    /// Set once the stream is deleted: messages are refused from then on.
+    deleted: AtomicBool,
+    /// The highest durable version the state machine has been told of
+    /// (`sync` streams), so the progress task skips what the log's durable
+    /// hook already drove.
+    logged_driven: AtomicU64,
+    pub id: u64,
+    pub name: String,
+    pub durability: DurabilityConfig,
+    pub protocol: Protocol,
+    pub folder: PathBuf,
+    pub log: Log,
+    core: Mutex<Core>,
+    visible: watch::Sender<u64>,
+    router: Arc<Router>,
+    backlog_bytes_max: usize,
+    gate: Mutex<Gate>,
+    /// What the log keeps behind its newest checkpoints.
+    pub retention: Retention,
+    /// The version of the newest checkpoint written (or recovered from).
+    checkpointed: AtomicU64,
+    /// The first version a peer last asked for below the oldest retained
+    /// one with no checkpoint to send instead, so the condition is logged
+    /// once, not at every retry.
+    retained_asked: AtomicU64,
+    /// Checkpoint transfers: the version sent to each replica, and when,
+    /// so a replica that asks again at every gap timeout while the state
+    /// is on its way does not get it again at once.
+    transfers: Mutex<HashMap<ServerId, (u64, Instant)>>,
+    /// The largest peer frame: a checkpoint's state must fit in one.
+    peer_frame_bytes_max: usize,
+    /// The checkpoint task, awaited at shutdown: a checkpoint being
+    /// written holds the stream, and the log must be closed before the
+    /// server returns.
+    checkpoint_task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// The log-progress and clock tasks, awaited at shutdown too: one
+    /// of them may be driving the state machine (holding the stream) on
+    /// another worker when `stop` fires.
+    tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// Ends the checkpoint task when the stream is deleted: at once if it
+    /// waits, after the checkpoint it writes otherwise (the permit of
+    /// `notify_one` waits for it), so no checkpoint file appears in a
+    /// folder being removed.
+    deleting: Arc<Notify>,
+    boundary_timer: Arc<BoundaryTimer>,
+    /// Sender-based logging: the clients that sent messages here, told of
+    /// each checkpoint so they drop the copies it covers (bounded; a
+    /// client past the bound keeps its copies until a restart of this
+    /// server asks for them, or the stream's next placement).
+    senders: Mutex<HashSet<u128>>,
+}
+
+/// Clients a sender-based stream tells of its checkpoints, at most.
+const SENDERS_MAX: usize = 65_536;
+
+/// Work a state machine step asks for that runs once the stream's lock is
+/// released (a log read), or that takes the lock itself (a reset).
+enum Later {
+    Serve {
+        to: ServerId,
+        from: u64,
+        to_version: u64,
+    },
+    Install {
+        through: u64,
+        state: Bytes,
+    },
+}
+
+pub fn log_config(durability: DurabilityConfig, config: &ServerConfig) -> LogConfig {
+    LogConfig {
+        durability: match durability {
+            DurabilityConfig::Memory => Durability::Memory,
+            DurabilityConfig::Sync => Durability::Sync,
+            // Sender-based logging writes its log through the page buffer:
+            // the clients' copies, not a sync per message, cover a crash.
+            DurabilityConfig::Paged { pages, page_size }
+            | DurabilityConfig::Sender { pages, page_size } => Durability::Paged {
+                pages: pages as usize,
+                page_size: page_size as usize,
+            },
+        },
+        segment_bytes_max: config.segment_bytes_max,
+        pending_bytes_max: config.pending_bytes_max,
+        page_flush_interval: config.page_flush_interval,
+        memory_retain_bytes: config.memory_retain_bytes,
+        sample_latency: config.sample_log_latency,
+    }
+}
+
+impl Stream {
+    /// Opens (and recovers) the stream described by `meta` in `folder`,
+    /// placed as `placement` says (the control plane's word) or else as
+    /// its meta file says.
+    pub fn open(
+        meta: &StreamMeta,
+        folder: &Path,
+        config: &ServerConfig,
+        router: Arc<Router>,
+        placement: Option<Placement>,
+    ) -> Result<Stream, String> {
+        let durability = meta.durability()?;
+        let protocol = meta.protocol()?;
+        let placement = placement.unwrap_or_else(|| meta.placement(config.cluster.me));
+        if !placement.replicas.contains(&config.cluster.me) {
+            return Err(format!(
+                "this server ({}) is not in the stream's replica set {:?}",
+                config.cluster.me, placement.replicas
+            ));
+        }
+        let log_config = log_config(durability, config);
+        let record_max = config.message_bytes_max + proto::RECORD_HEADER_LEN;
+        if log_config.record_bytes_max() < record_max {
+            let setting = match durability {
+                DurabilityConfig::Paged { .. } | DurabilityConfig::Sender { .. } => {
+                    "raise the stream's page_size"
+                }
+                DurabilityConfig::Sync => "raise the server's pending_bytes_max",
+                DurabilityConfig::Memory => "raise the server's memory_retain_bytes",
+            };
+            return Err(format!(
+                "this durability holds records of at most {} bytes, less than a message of {} bytes needs; {setting}",
+                log_config.record_bytes_max(),
+                record_max
+            ));
+        }
+        let mut settings = config.replication;
+        settings.dedupe = engine::DedupeLimits::default();
+        settings.commit_interval_ms = u64::from(meta.commit_interval_ms);
+        settings.sender_logging = matches!(durability, DurabilityConfig::Sender { .. });
+        let replica = Replica::new(meta.id, config.cluster.me, placement, protocol, settings);
+        // Recovery starts from the newest usable checkpoint's state and
+        // replays only the records after it.
+        let replica = std::cell::RefCell::new(replica);
+        let (log, report) = Log::open_checkpointed(
+            config.storage.clone(),
+            &folder.join("log"),
+            meta.id,
+            log_config,
+            &mut |state| {
+                replica
+                    .borrow_mut()
+                    .restore(state)
+                    .map(|_| ())
+                    .map_err(|error| error.to_string())
+            },
+            &mut |record| replica.borrow_mut().recovered(&record.header),
+        )
+        .map_err(|error: LogError| error.to_string())?;
+        let replica = replica.into_inner();
+        for skipped in &report.ignored {
+            eprintln!(
+                "stamplog: stream {:?}: checkpoint not used: {skipped}",
+                meta.name
+            );
+        }
+        if let Some(through) = report.checkpoint {
+            eprintln!(
+                "stamplog: stream {:?} recovered from its checkpoint at version {through}, replaying {} records after it",
+                meta.name, report.records_visited
+            );
+        }
+        let stream = Stream {
+            deleted: AtomicBool::new(false),
+            logged_driven: AtomicU64::new(0),
+            id: meta.id,
+            name: meta.name.clone(),
+            durability,
+            protocol,
+            folder: folder.to_path_buf(),
+            log,
+            core: Mutex::new(Core {
+                replica,
+                backlog: VecDeque::new(),
+                backlog_bytes: 0,
+            }),
+            visible: watch::channel(0).0,
+            router,
+            backlog_bytes_max: config.log_backlog_bytes_max,
+            gate: Mutex::new(Gate {
+                availability: control::Availability::Available,
+                since: Instant::now(),
+            }),
+            retention: meta.retention(config),
+            checkpointed: AtomicU64::new(report.checkpoint.unwrap_or(0)),
+            retained_asked: AtomicU64::new(0),
+            transfers: Mutex::new(HashMap::new()),
+            peer_frame_bytes_max: config.peer_frame_bytes_max(),
+            checkpoint_task: Mutex::new(None),
+            tasks: Mutex::new(Vec::new()),
+            deleting: Arc::new(Notify::new()),
+            boundary_timer: Arc::new(BoundaryTimer {
+                wake: Notify::new(),
+                scheduled: AtomicU64::new(u64::MAX),
+            }),
+            senders: Mutex::new(HashSet::new()),
+        };
+        stream.drive(|replica, now, out| replica.start(now, out));
+        Ok(stream)
+    }
+
+    /// Whether the stream uses sender-based message logging.
+    pub fn is_sender_logged(&self) -> bool {
+        matches!(self.durability, DurabilityConfig::Sender { .. })
+    }
+
+    /// Sender-based logging: this server restarted with the stream; as its
+    /// primary it takes its clients' copies back before it stamps again
+    /// (see `Replica::recover_senders`). Clients are asked as they connect.
+    pub fn recover_senders(&self) {
+        if self.is_sender_logged() {
+            let checkpointed = self.checkpointed();
+            self.lock().replica.recover_senders(now_ms(), checkpointed);
+        }
+    }
+
+    /// Sender-based logging: says what a restart's recovery took back,
+    /// once it is over.
+    fn report_sender_recovery(&self) {
+        let core = self.lock();
+        if core.replica.sender_recovering() {
+            return;
+        }
+        let metrics = core.replica.metrics();
+        eprintln!(
+            "stamplog: stream {:?}: sender recovery done: {} messages put back at the versions their clients held, {} versions voided in all, log at version {}",
+            self.name,
+            metrics.resent_placed,
+            metrics.voided,
+            core.replica.last_version()
+        );
+    }
+
+    /// The newest version readers of this replica may see.
+    pub fn visible_version(&self) -> u64 {
+        *self.visible.borrow()
+    }
+
+    /// Watches the visible version.
+    pub fn visible(&self) -> watch::Receiver<u64> {
+        self.visible.subscribe()
+    }
+
+    /// Where the stream lives now (the replicas are the live ones).
+    pub fn placement(&self) -> Placement {
+        self.lock().replica.placement().clone()
+    }
+
+    /// The control plane's word on the stream: see `Replica::follow`.
+    pub fn follow(&self, view: &ClusterView) {
+        self.drive(|replica, now, out| replica.follow(view, now, out));
+    }
+
+    /// The control plane's word on whether the stream takes writes (its
+    /// requirement, and the loss action while it is not met).
+    pub fn set_availability(&self, availability: &control::Availability) {
+        let mut gate = self.gate.lock().expect("gate lock");
+        if &gate.availability != availability {
+            eprintln!(
+                "stamplog: stream {:?} is now {}",
+                self.name,
+                control::state::describe(availability)
+            );
+            gate.availability = availability.clone();
+            gate.since = Instant::now();
+        }
+    }
+
+    /// Why writes are refused now, if they are.
+    fn gate_failure(&self) -> Option<SubmitFailure> {
+        use control::{Availability, LossAction};
+        let gate = self.gate.lock().expect("gate lock");
+        let Availability::Degraded { action, why } = &gate.availability else {
+            return None;
+        };
+        Some(match action {
+            LossAction::ReadOnly => SubmitFailure::ReadOnly(why.clone()),
+            LossAction::Block { timeout_ms } => {
+                let waited = gate.since.elapsed();
+                if waited < Duration::from_millis(*timeout_ms) {
+                    SubmitFailure::Blocked(why.clone())
+                } else {
+                    SubmitFailure::ReadOnly(format!("{why}; blocked for more than {timeout_ms} ms"))
+                }
+            }
+            LossAction::Reconnect => SubmitFailure::Reconnect(why.clone()),
+        })
+    }
+
+    /// Whether a new primary waits for its epoch to be recorded (or for
+    /// its replicas' tails).
+    pub fn is_rejoining(&self) -> bool {
+        self.lock().replica.is_rejoining()
+    }
+
+    /// Backups counting toward acknowledgements.
+    pub fn counting(&self) -> Vec<ServerId> {
+        self.lock().replica.counting().collect()
+    }
+
+    /// The state machine's view, for status.
+    pub fn replication_status(&self) -> serde_json::Value {
+        let core = self.lock();
+        let replica = &core.replica;
+        let metrics = replica.metrics();
+        let placement = replica.placement();
+        serde_json::json!({
+            "protocol": self.protocol.name(),
+            "primary": placement.primary,
+            "replicas": placement.replicas,
+            "epoch": placement.epoch,
+            "counting": replica.counting().collect::<Vec<_>>(),
+            "rejoining": replica.is_rejoining(),
+            "is_primary": replica.is_primary(),
+            "last_version": replica.last_version(),
+            "logged_version": replica.logged(),
+            "committed_version": replica.committed(),
+            "visible_version": replica.visible(),
+            "held": replica.held(),
+            "backlog_records": core.backlog.len(),
+            "hybrid_mode": (self.protocol == Protocol::Hybrid).then(|| format!("{:?}", replica.hybrid_mode())),
+            "active_clients": replica.active_clients(),
+            "duplicates": metrics.duplicates,
+            "conflicts": metrics.conflicts,
+            "voided": metrics.voided,
+            "gap_requests": metrics.gap_requests,
+            "overflow_drops": metrics.overflow_drops,
+            "resent_placed": metrics.resent_placed,
+            "sender_recovering": replica.sender_recovering(),
+            "awaiting_confirmation": replica.awaiting_confirmation(),
+            "commit_interval_ms": replica.commit_interval_ms(),
+            "pending_acks": replica.pending_acks(),
+            "pending_acks_peak": metrics.pending_acks_peak,
+        })
+    }
+
+    /// The output commit interval in milliseconds (0: none).
+    pub fn commit_interval_ms(&self) -> u32 {
+        self.lock().replica.commit_interval_ms() as u32
+    }
+
+    /// Acknowledgements the state machine holds back (waiting for the log,
+    /// the other replicas or an output commit boundary).
+    pub fn pending_acks(&self) -> usize {
+        self.lock().replica.pending_acks()
+    }
+
+    pub fn dedupe_entries(&self) -> usize {
+        self.lock().replica.dedupe_entries()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Core> {
+        self.core.lock().expect("stream lock poisoned")
+    }
+
+    /// Refuses every later message, then waits (up to `timeout`) until the
+    /// log has written what it holds. Blocking; for the delete path.
+    pub fn close_for_delete(&self, timeout: Duration) {
+        {
+            // Under the core lock, so no message is halfway through.
+            let _core = self.lock();
+            self.deleted.store(true, Ordering::Release);
+        }
+        self.deleting.notify_one();
+        let deadline = std::time::Instant::now() + timeout;
+        while self.log.durable_version() < self.log.last_version()
+            && self.log.failure().is_none()
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        self.log.clear_on_durable();
+        // A checkpoint being written finishes first; then the task ends.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.block_on(self.stop_checkpoints());
+        }
+    }
+
+    /// A message from a client (its id is the connection's).
+    pub fn submit(&self, client: u128, msg: Msg) -> Result<(), SubmitFailure> {
+        self.submit_many(client, vec![msg])
+            .map_err(|(failure, _)| failure)
+    }
+
+    /// Messages from a client, taken in one step; on refusal they come
+    /// back with the reason.
+    pub fn submit_many(
+        &self,
+        client: u128,
+        msgs: Vec<Msg>,
+    ) -> Result<(), (SubmitFailure, Vec<Msg>)> {
+        if self.deleted.load(Ordering::Acquire) {
+            return Err((SubmitFailure::Deleted, msgs));
+        }
+        if let Some(failure) = self.log.failure() {
+            return Err((SubmitFailure::LogFailed(failure), msgs));
+        }
+        if let Some(failure) = self.gate_failure() {
+            return Err((failure, msgs));
+        }
+        if self.lock().backlog_bytes > self.backlog_bytes_max {
+            return Err((SubmitFailure::Busy, msgs));
+        }
+        if self.is_sender_logged() {
+            let mut senders = self.senders.lock().expect("senders lock");
+            if senders.len() < SENDERS_MAX {
+                senders.insert(client);
+            }
+        }
+        // Many messages in hand: the reader is busy, and its sends go to
+        // the flushers rather than costing it a write each.
+        let busy = msgs.len() > 1;
+        net::deferring(busy, || {
+            self.drive(|replica, now, out| replica.on_clients(client, msgs, now, out))
+        });
+        Ok(())
+    }
+
+    /// Replication messages from a peer, taken in one step.
+    pub fn on_peer_many(&self, from: ServerId, msgs: Vec<Msg>) {
+        if self.deleted.load(Ordering::Acquire) {
+            return;
+        }
+        let busy = msgs.len() > 1
+            || msgs
+                .iter()
+                .any(|msg| matches!(msg, Msg::Replicate { entries } if entries.len() > 1));
+        net::deferring(busy, || self.on_peer_step(from, msgs));
+    }
+
+    fn on_peer_step(&self, from: ServerId, msgs: Vec<Msg>) {
+        self.drive(|replica, now, out| {
+            for msg in msgs {
+                if let Msg::Replicate { entries } = &msg {
+                    // A record of another stream is never logged here.
+                    if entries.iter().any(|e| e.header.stream != self.id) {
+                        continue;
+                    }
+                }
+                replica.on_peer(from, msg, now, out);
+            }
+        });
+    }
+
+    /// Runs the state machine under the lock and carries out its effects.
+    fn drive(&self, step: impl FnOnce(&mut Replica, u64, &mut Vec<Effect>)) {
+        let later = self.step(step);
+        self.run_later(later);
+    }
+
+    /// The log made `durable` durable and has nothing else to write: runs
+    /// on the log's I/O thread (the hook `start_tasks` sets), so the
+    /// acknowledgements it releases leave from there, written at once to
+    /// an idle connection, with no wake-up of another thread. Work that
+    /// reads or resets the log goes to the runtime: the I/O thread must
+    /// not wait on its own log.
+    fn logged(self: &Arc<Self>, durable: u64, runtime: &tokio::runtime::Handle) {
+        let later = self.step(|replica, now, out| replica.on_logged(durable, now, out));
+        self.logged_driven.fetch_max(durable, Ordering::AcqRel);
+        if !later.is_empty() {
+            let stream = Arc::clone(self);
+            runtime.spawn(async move { stream.run_later(later) });
+        }
+    }
+
+    /// One step of the state machine under the lock, its effects carried
+    /// out; returns the work left for after the lock.
+    fn step(&self, step: impl FnOnce(&mut Replica, u64, &mut Vec<Effect>)) -> Vec<Later> {
+        let mut later = Vec::new();
+        {
+            let mut core = self.lock();
+            let now = now_ms();
+            let mut effects = Vec::new();
+            step(&mut core.replica, now, &mut effects);
+            self.apply(&mut core, effects, now, &mut later);
+            if let Some(at) = core.replica.wake_at() {
+                if at < self.boundary_timer.scheduled.load(Ordering::Acquire) {
+                    self.boundary_timer.wake.notify_one();
+                }
+            }
+        }
+        later
+    }
+
+    /// Carries out what a step left for after the lock.
+    fn run_later(&self, later: Vec<Later>) {
+        for work in later {
+            match work {
+                Later::Serve {
+                    to,
+                    from,
+                    to_version,
+                } => self.serve(to, from, to_version),
+                Later::Install { through, state } => self.install(through, state),
+            }
+        }
+    }
+
+    fn apply(&self, core: &mut Core, mut effects: Vec<Effect>, now: u64, later: &mut Vec<Later>) {
+        let immediate = self.durability != DurabilityConfig::Sync;
+        // Messages for each client go in one note.
+        let mut to_clients: Vec<(u128, Vec<Msg>)> = Vec::new();
+        let mut appends = Vec::new();
+        while !effects.is_empty() {
+            let mut appended = false;
+            for effect in std::mem::take(&mut effects) {
+                match effect {
+                    // After the step's sends: a record leaves for the other
+                    // replicas before this log's I/O thread is woken for it.
+                    Effect::Append(entry) => appends.push(entry),
+                    Effect::Send(Node::Server(to), msg) => self.router.send_peer(to, self.id, msg),
+                    Effect::Send(Node::Client(client), msg) => {
+                        match to_clients.iter_mut().find(|(c, _)| *c == client) {
+                            Some((_, msgs)) => msgs.push(msg),
+                            None => to_clients.push((client, vec![msg])),
+                        }
+                    }
+                    Effect::Serve {
+                        to,
+                        from,
+                        to_version,
+                    } => later.push(Later::Serve {
+                        to,
+                        from,
+                        to_version,
+                    }),
+                    Effect::Install { through, state } => {
+                        later.push(Later::Install { through, state })
+                    }
+                    Effect::Visible(version) => {
+                        // Readers read the log up to it: it holds the
+                        // records first.
+                        for entry in appends.drain(..) {
+                            appended |= self.append(core, entry);
+                        }
+                        self.visible.send_replace(version);
+                    }
+                    Effect::EpochStarted {
+                        epoch,
+                        first_version,
+                        members,
+                    } => self.router.control_event(ControlEvent::EpochStarted {
+                        stream: self.name.clone(),
+                        epoch,
+                        first_version,
+                        members,
+                    }),
+                    Effect::InSync(server) => self.router.control_event(ControlEvent::InSync {
+                        stream: self.name.clone(),
+                        epoch: core.replica.epoch(),
+                        server,
+                        join_view: self.router.peer_incarnation(server),
+                    }),
+                }
+            }
+            for entry in appends.drain(..) {
+                appended |= self.append(core, entry);
+            }
+            if immediate && appended {
+                // `memory` and `paged` acknowledge what the log buffer took.
+                let through = self.log.last_version();
+                core.replica.on_logged(through, now, &mut effects);
+            }
+        }
+        for (client, msgs) in to_clients {
+            self.router.send_client(client, self.id, msgs);
+        }
+    }
+
+    /// Hands a record to the log, or to the backlog when the log is full
+    /// (or the backlog already holds earlier records). `true` when the log
+    /// took it.
+    fn append(&self, core: &mut Core, entry: Entry) -> bool {
+        if core.backlog.is_empty() {
+            match self.log.append(entry.version(), &entry.bytes) {
+                Ok(()) => return true,
+                Err(AppendError::Full) => {}
+                Err(AppendError::TooLarge { length, limit }) => {
+                    eprintln!(
+                        "stamplog: stream {}: record of {length} bytes exceeds the log's limit of {limit}; the log stops here",
+                        self.name
+                    );
+                    return false;
+                }
+                Err(AppendError::Failed(_)) => return false,
+            }
+        }
+        core.backlog_bytes += entry.bytes.len();
+        core.backlog.push_back(entry);
+        false
+    }
+
+    /// Moves backlogged records into the log as room frees.
+    fn drain_backlog(&self) {
+        let mut core = self.lock();
+        let mut appended = false;
+        while let Some(entry) = core.backlog.front() {
+            match self.log.append(entry.version(), &entry.bytes) {
+                Ok(()) => {
+                    let entry = core.backlog.pop_front().expect("present");
+                    core.backlog_bytes -= entry.bytes.len();
+                    appended = true;
+                }
+                Err(_) => break,
+            }
+        }
+        if appended && self.durability != DurabilityConfig::Sync {
+            let now = now_ms();
+            let mut effects = Vec::new();
+            let through = self.log.last_version();
+            core.replica.on_logged(through, now, &mut effects);
+            let mut later = Vec::new();
+            self.apply(&mut core, effects, now, &mut later);
+            drop(core);
+            self.run_later(later);
+        }
+    }
+}
+
+/// Runs `work`, which blocks on disk I/O, telling a multi-threaded tokio
+/// runtime first so it moves this worker's other tasks elsewhere meanwhile
+/// (on any other thread it just runs).
+fn blocking<R>(work: impl FnOnce() -> R) -> R {
+    let multi_threaded = tokio::runtime::Handle::try_current()
+        .is_ok_and(|handle| handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+    if multi_threaded {
+        tokio::task::block_in_place(work)
+    } else {
+        work()
+    }
+}
+
+/// Milliseconds since the Unix epoch: checkpoints date the segments they
+/// see closed with it, and age retention counts from there, across
+/// restarts.
+pub fn wall_clock_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_millis() as u64)
+}

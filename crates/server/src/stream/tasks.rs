@@ -1,0 +1,149 @@
+//! A stream's background tasks: log progress, the clock that ticks the
+//! replica (and wakes it at commit-interval boundaries), and the
+//! checkpoint task; started when the stream opens, stopped and awaited
+//! before it closes.
+
+use super::checkpoints::run_checkpoints;
+use super::*;
+
+impl Stream {
+    /// Waits for every background task of the stream to end (each ends
+    /// once `stop` fires), so none holds the stream, and with it the log,
+    /// after the server stops.
+    pub(crate) async fn stop_tasks(&self) {
+        // Waits for a hook call under way: from here on the I/O thread
+        // holds the stream no more, so the last holder closes the log.
+        self.log.clear_on_durable();
+        self.stop_checkpoints().await;
+        let tasks = std::mem::take(&mut *self.tasks.lock().expect("task lock"));
+        for task in tasks {
+            let _ = task.await;
+        }
+    }
+
+    /// Starts the stream's background work: log progress into the state
+    /// machine, clock ticks, the backlog and checkpoints. Each task ends
+    /// when the stream is dropped or `stop` fires.
+    pub(crate) fn start_tasks(
+        self: &Arc<Self>,
+        tick: Duration,
+        checkpoints: CheckpointSchedule,
+        stop: watch::Receiver<bool>,
+    ) {
+        let checkpoints = if self.is_sender_logged() {
+            CheckpointSchedule {
+                interval: checkpoints.sender_interval,
+                ..checkpoints
+            }
+        } else {
+            checkpoints
+        };
+        if self.durability != DurabilityConfig::Memory && checkpoints.is_on() {
+            let weak = Arc::downgrade(self);
+            let stopping = stop.clone();
+            let deleting = Arc::clone(&self.deleting);
+            let task = tokio::spawn(run_checkpoints(weak, checkpoints, stopping, deleting));
+            *self.checkpoint_task.lock().expect("task lock") = Some(task);
+        }
+        if self.durability == DurabilityConfig::Sync {
+            // Acknowledgements leave from the log's I/O thread itself.
+            let weak = Arc::downgrade(self);
+            let runtime = tokio::runtime::Handle::current();
+            self.log.on_durable(move |durable, busy| {
+                // With the next batch waiting, the I/O thread goes on to it
+                // and the progress task takes this one, on another thread.
+                if busy {
+                    return;
+                }
+                if let Some(stream) = weak.upgrade() {
+                    stream.logged(durable, &runtime);
+                }
+            });
+        }
+        let weak = Arc::downgrade(self);
+        let mut progress = self.log.progress();
+        let mut stopping = stop.clone();
+        let progress_task = tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    changed = progress.changed() => if changed.is_err() { return },
+                    _ = stopping.wait_for(|s| *s) => return,
+                }
+                let current = progress.borrow_and_update().clone();
+                let Some(stream) = weak.upgrade() else {
+                    return;
+                };
+                if let Some(failure) = current.failed {
+                    stream.router.broadcast_failure(stream.id, failure);
+                    return;
+                }
+                match stream.durability {
+                    // The durable hook drove it already, unless the log was
+                    // busy (the hook leaves it to this task then) or the
+                    // version moved another way (a checkpoint transfer's
+                    // reset).
+                    DurabilityConfig::Sync
+                        if current.durable > stream.logged_driven.load(Ordering::Acquire) =>
+                    {
+                        stream.drive(|replica, now, out| {
+                            replica.on_logged(current.durable, now, out)
+                        });
+                        stream
+                            .logged_driven
+                            .fetch_max(current.durable, Ordering::AcqRel);
+                    }
+                    DurabilityConfig::Sender { .. } => stream
+                        .drive(|replica, now, out| replica.on_synced(current.durable, now, out)),
+                    _ => {}
+                }
+            }
+        });
+        let weak: Weak<Stream> = Arc::downgrade(self);
+        let mut stopping = stop;
+        let timer = Arc::clone(&self.boundary_timer);
+        let clock_task = tokio::spawn(async move {
+            let mut interval = tokio::time::interval(tick);
+            interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                // The next output commit boundary, if a version waits for
+                // one; a step that needs an earlier one wakes this task
+                // (none is missed while it reads: `scheduled` says none).
+                timer.scheduled.store(u64::MAX, Ordering::Release);
+                let wake_at = match weak.upgrade() {
+                    Some(stream) => stream.lock().replica.wake_at(),
+                    None => return,
+                };
+                timer
+                    .scheduled
+                    .store(wake_at.unwrap_or(u64::MAX), Ordering::Release);
+                let boundary = async {
+                    match wake_at {
+                        Some(at) => {
+                            let wait = at.saturating_sub(now_ms());
+                            tokio::time::sleep(Duration::from_millis(wait)).await
+                        }
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    _ = interval.tick() => {}
+                    _ = boundary => {}
+                    _ = timer.wake.notified() => continue,
+                    _ = stopping.wait_for(|s| *s) => return,
+                }
+                let Some(stream) = weak.upgrade() else {
+                    return;
+                };
+                stream.drain_backlog();
+                let recovering = stream.lock().replica.sender_recovering();
+                stream.drive(|replica, now, out| replica.on_tick(now, out));
+                if recovering {
+                    stream.report_sender_recovery();
+                }
+            }
+        });
+        let mut tasks = self.tasks.lock().expect("task lock");
+        tasks.retain(|task| !task.is_finished());
+        tasks.extend([progress_task, clock_task]);
+    }
+}
