@@ -688,7 +688,7 @@ fn megabytes(bytes: f64) -> String {
 
 fn write_report(args: &CommitIntervalArgs, figures: &CommitIntervalFigures) -> anyhow::Result<()> {
     let table = table(figures, args);
-    table.print();
+    print!("{}", table.render());
     let mut output = Output::new(args.output.out_folder("commit-interval"))?;
     output.csv("commit-interval", &table)?;
     output.png("commit-interval-throughput", &throughput_chart(figures))?;

@@ -524,9 +524,9 @@ pub fn cells_table(figures: &DuplicationFigures) -> Table {
 fn write_report(args: &DuplicationArgs, figures: &DuplicationFigures) -> anyhow::Result<()> {
     let cells = cells_table(figures);
     let ratios = ratio_table(figures);
-    cells.print();
+    print!("{}", cells.render());
     println!();
-    ratios.print();
+    print!("{}", ratios.render());
     let mut output = Output::new(args.output.out_folder("duplication"))?;
     output.csv("duplication", &cells)?;
     output.csv("duplication-ratio", &ratios)?;

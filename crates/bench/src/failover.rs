@@ -400,7 +400,7 @@ async fn drive(
         })
     };
     let progress = progress::bar(u64::from(args.kills), "kills", args.output.quiet);
-    let mut random = SplitMix(args.seed);
+    let mut random = proto::Rng::new(args.seed);
     let mut kills = Vec::new();
     for number in 1..=args.kills {
         let point = args.messages * u64::from(number) / (u64::from(args.kills) + 1);
@@ -425,8 +425,8 @@ async fn drive(
             .collect();
         let victim = match args.victims {
             Victims::Primary => info.primary,
-            Victims::Random if others.is_empty() || random.next().is_multiple_of(2) => info.primary,
-            Victims::Random => others[(random.next() % others.len() as u64) as usize],
+            Victims::Random if others.is_empty() || random.coin() => info.primary,
+            Victims::Random => others[random.below(others.len() as u64) as usize],
         };
         let acknowledged_before = completed.borrow().acknowledged;
         tokio::task::block_in_place(|| cluster.kill(victim))?;
@@ -737,9 +737,9 @@ fn summary_table(figures: &FailoverFigures) -> Table {
 fn write_report(args: &FailoverArgs, figures: &FailoverFigures) -> anyhow::Result<()> {
     let kills = kills_table(figures);
     let summary = summary_table(figures);
-    kills.print();
+    print!("{}", kills.render());
     println!();
-    summary.print();
+    print!("{}", summary.render());
     let mut output = Output::new(args.output.out_folder("failover"))?;
     output.csv("failover", &kills)?;
     output.csv("failover-summary", &summary)?;
@@ -804,17 +804,4 @@ fn write_report(args: &FailoverArgs, figures: &FailoverFigures) -> anyhow::Resul
     output.json(args.output.json.as_deref(), &json)?;
     output.announce();
     Ok(())
-}
-
-/// SplitMix64: the victims' seeded choice.
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
 }

@@ -516,11 +516,11 @@ fn write_report(args: &LoggingArgs, figures: &LoggingFigures) -> anyhow::Result<
     let latency = latency_table(figures);
     let end_to_end = end_to_end_table(figures);
     let modes = modes_table(args, figures);
-    latency.print();
+    print!("{}", latency.render());
     println!();
-    end_to_end.print();
+    print!("{}", end_to_end.render());
     println!();
-    modes.print();
+    print!("{}", modes.render());
     let mut output = Output::new(args.output.out_folder("logging"))?;
     output.csv("logging", &latency)?;
     output.csv("logging-end-to-end", &end_to_end)?;

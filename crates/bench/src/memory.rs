@@ -342,7 +342,7 @@ pub fn table(figures: &MemoryFigures, args: &MemoryArgs) -> Table {
 
 fn write_report(args: &MemoryArgs, figures: &MemoryFigures) -> anyhow::Result<()> {
     let table = table(figures, args);
-    table.print();
+    print!("{}", table.render());
     let mut output = Output::new(args.output.out_folder("memory"))?;
     output.csv("memory", &table)?;
     output.png("memory", &resident_chart(figures))?;

@@ -417,7 +417,7 @@ pub fn table(figures: &PagedFigures, args: &PagedArgs) -> Table {
 
 fn write_report(args: &PagedArgs, figures: &PagedFigures) -> anyhow::Result<()> {
     let table = table(figures, args);
-    table.print();
+    print!("{}", table.render());
     let mut output = Output::new(args.output.out_folder("paged"))?;
     output.csv("paged", &table)?;
     output.png("paged", &overhead_chart(figures))?;

@@ -945,9 +945,9 @@ fn write_report(args: &PatternsArgs, figures: &PatternsFigures) -> anyhow::Resul
     for durability in durabilities_of(figures) {
         let seconds = seconds_table(figures, durability);
         let megabytes = megabytes_table(figures, durability);
-        seconds.print();
+        print!("{}", seconds.render());
         println!();
-        megabytes.print();
+        print!("{}", megabytes.render());
         println!();
         output.csv(&format!("patterns-{}-seconds", durability.name()), &seconds)?;
         output.csv(&format!("patterns-{}-mbps", durability.name()), &megabytes)?;
@@ -959,7 +959,7 @@ fn write_report(args: &PatternsArgs, figures: &PatternsFigures) -> anyhow::Resul
         tables.push(megabytes.to_json());
     }
     let limits = limits_table(figures);
-    limits.print();
+    print!("{}", limits.render());
     let cells = cells_table(figures);
     output.csv("patterns-limits", &limits)?;
     output.csv("patterns-cells", &cells)?;

@@ -71,7 +71,7 @@ impl Durability {
 
 /// Parses a protocol name for a flag (`one-hop-ack-client`, `hybrid`, ...).
 pub fn parse_protocol(text: &str) -> Result<Protocol, String> {
-    text.trim().parse()
+    text.trim().parse().map_err(|error| format!("{error}"))
 }
 
 /// One replica's log counters for one stream, from its server's status.

@@ -408,9 +408,9 @@ pub fn ratio_table(figures: &ThroughputFigures) -> Table {
 fn write_report(args: &ThroughputArgs, figures: &ThroughputFigures) -> anyhow::Result<()> {
     let cells = cells_table(figures);
     let ratios = ratio_table(figures);
-    cells.print();
+    print!("{}", cells.render());
     println!();
-    ratios.print();
+    print!("{}", ratios.render());
     let mut output = Output::new(args.output.out_folder("throughput"))?;
     output.csv("throughput", &cells)?;
     output.csv("throughput-ratio", &ratios)?;

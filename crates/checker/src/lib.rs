@@ -106,6 +106,7 @@ mod report;
 
 pub use check::check;
 pub use digest::digest;
+pub use history::{HistoryError, LineProblem};
 pub use proto::EventId;
 pub use reads::{check_reads, ReadReport, ReaderHistory};
 pub use report::{Report, EXAMPLES_MAX};

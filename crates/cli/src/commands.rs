@@ -395,7 +395,7 @@ pub fn streams(args: StreamsArgs) -> anyhow::Result<()> {
                         info.commit_interval_ms.to_string(),
                     ]);
                 }
-                table.print();
+                print!("{}", table.render());
             }
             StreamsAction::Create {
                 name,
@@ -518,7 +518,7 @@ fn print_status(json: &serde_json::Value) {
                 text(&member["admin_only"]),
             ]);
         }
-        members.print();
+        print!("{}", members.render());
         let mut placements = report::Table::new(
             "placement",
             &[
@@ -536,7 +536,7 @@ fn print_status(json: &serde_json::Value) {
                 text(&stream["availability"]),
             ]);
         }
-        placements.print();
+        print!("{}", placements.render());
         let transitions = cluster["transitions"]
             .as_array()
             .cloned()
@@ -576,7 +576,7 @@ fn print_status(json: &serde_json::Value) {
             text(&replication["commit_interval_ms"]),
         ]);
     }
-    local.print();
+    print!("{}", local.render());
 }
 
 /// A byte count of at least 1 with an optional unit (B, KB = 1000,

@@ -342,5 +342,5 @@ fn print_outcome(args: &DemoArgs, outcome: &DemoOutcome) {
     for (name, count) in report.table_rows() {
         table.row(vec![name.to_string(), count.to_string()]);
     }
-    table.print();
+    print!("{}", table.render());
 }

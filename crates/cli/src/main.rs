@@ -71,6 +71,7 @@ enum Command {
 
 fn main() {
     let cli = Cli::parse();
+    init_logging();
     let result = match cli.command {
         Command::Server(args) => server_config::run(args),
         Command::Cluster(args) => cluster::run(args),
@@ -87,4 +88,17 @@ fn main() {
         eprintln!("stamplog: {error:#}");
         std::process::exit(1);
     }
+}
+
+/// The libraries log through `tracing`; the binary writes their events to
+/// stderr, at `info` and above unless `STAMPLOG_LOG` says otherwise (a
+/// filter such as `warn` or `server=debug,info`).
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("STAMPLOG_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
 }

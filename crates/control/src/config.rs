@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::error::ControlError;
 use crate::state::ServerId;
 
 /// How one server runs its part of the control plane.
@@ -62,17 +63,19 @@ impl ControlConfig {
 
     /// openraft's settings derived from these, once the failure detector's
     /// clocks are checked too.
-    pub(crate) fn raft_config(&self) -> Result<openraft::Config, String> {
+    pub(crate) fn raft_config(&self) -> Result<openraft::Config, ControlError> {
         if self.heartbeat_interval.is_zero() || self.rpc_timeout.is_zero() {
-            return Err("heartbeat_interval and rpc_timeout must be above zero".to_string());
+            return Err(self.config_error(
+                "heartbeat_interval and rpc_timeout must be above zero".to_string(),
+            ));
         }
         if self.suspect_timeout <= self.heartbeat_interval {
-            return Err(format!(
+            return Err(self.config_error(format!(
                 "suspect_timeout ({} ms) must be longer than heartbeat_interval ({} ms), \
                  or every member would be removed between two heartbeats",
                 self.suspect_timeout.as_millis(),
                 self.heartbeat_interval.as_millis()
-            ));
+            )));
         }
         let milliseconds = |duration: Duration| duration.as_millis().max(1) as u64;
         let config = openraft::Config {
@@ -85,6 +88,15 @@ impl ControlConfig {
             max_in_snapshot_log_to_keep: self.entries_kept_after_snapshot(),
             ..openraft::Config::default()
         };
-        config.validate().map_err(|error| error.to_string())
+        config
+            .validate()
+            .map_err(|error| self.config_error(error.to_string()))
+    }
+
+    fn config_error(&self, detail: String) -> ControlError {
+        ControlError::Config {
+            id: self.id,
+            detail,
+        }
     }
 }

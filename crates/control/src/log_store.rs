@@ -101,7 +101,7 @@ impl LogContent {
     }
 
     /// Applies one record read back from the file.
-    fn replay(&mut self, record: LogRecord) -> Result<(), String> {
+    fn replay(&mut self, record: LogRecord) -> Result<(), Corruption> {
         match record {
             LogRecord::Purged(id) => {
                 self.entries.retain(|&index, _| index > id.index);
@@ -110,11 +110,11 @@ impl LogContent {
             LogRecord::Committed(id) => self.committed = Some(id),
             LogRecord::Entry(entry) => {
                 if !self.takes(entry.log_id.index) {
-                    return Err(format!(
+                    return Err(Corruption(format!(
                         "entry {} after {:?}: the log would have a hole",
                         entry.log_id.index,
                         self.last_log_id().map(|id| id.index)
-                    ));
+                    )));
                 }
                 self.entries.insert(entry.log_id.index, entry);
             }
@@ -158,38 +158,48 @@ struct Recovered {
     valid_length: usize,
 }
 
+/// What makes a control log file unreadable: bytes no crash can leave
+/// behind, said as a sentence for `ControlError::Corrupt`.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct Corruption(String);
+
 /// Replays a log file's bytes; pure, so tests feed it any image.
-fn recover(bytes: &[u8]) -> Result<Recovered, String> {
+fn recover(bytes: &[u8]) -> Result<Recovered, Corruption> {
     let Some(header_bytes) = bytes.get(..LOG_HEADER_LEN) else {
-        return Err(format!("{} bytes, shorter than the header", bytes.len()));
+        return Err(Corruption(format!(
+            "{} bytes, shorter than the header",
+            bytes.len()
+        )));
     };
     if header_bytes[..LOG_MAGIC.len()] != LOG_MAGIC {
-        return Err("it does not start with STLCRLOG".to_string());
+        return Err(Corruption("it does not start with STLCRLOG".to_string()));
     }
     let version = u32::from_le_bytes(header_bytes[LOG_MAGIC.len()..].try_into().expect("4 bytes"));
     if version != LOG_VERSION {
-        return Err(format!(
+        return Err(Corruption(format!(
             "format version {version}; this build reads {LOG_VERSION}"
-        ));
+        )));
     }
     let mut content = LogContent::default();
     let mut offset = LOG_HEADER_LEN;
     while offset < bytes.len() {
         match decode_record(&bytes[offset..]) {
             RecordRead::Record { body, length } => {
-                let record: LogRecord = serde_json::from_slice(body)
-                    .map_err(|error| format!("record at byte {offset} does not parse: {error}"))?;
+                let record: LogRecord = serde_json::from_slice(body).map_err(|error| {
+                    Corruption(format!("record at byte {offset} does not parse: {error}"))
+                })?;
                 content
                     .replay(record)
-                    .map_err(|error| format!("record at byte {offset}: {error}"))?;
+                    .map_err(|error| Corruption(format!("record at byte {offset}: {error}")))?;
                 offset += length;
             }
             RecordRead::Incomplete => break,
             RecordRead::Mismatch { length } => {
                 if valid_record_at(&bytes[offset + length..]) {
-                    return Err(format!(
+                    return Err(Corruption(format!(
                         "record at byte {offset} fails its checksum and valid records follow it"
-                    ));
+                    )));
                 }
                 break;
             }
@@ -260,11 +270,11 @@ impl LogStore {
         let bytes = fs::read(&path).map_err(|error| storage_error(&path, "reading", error))?;
         let recovered = recover(&bytes).map_err(|detail| ControlError::Corrupt {
             path: path.clone(),
-            detail,
+            detail: detail.to_string(),
         })?;
         if recovered.valid_length < bytes.len() {
-            eprintln!(
-                "stamplog: control log {}: dropping a torn tail of {} bytes",
+            tracing::warn!(
+                "control log {}: dropping a torn tail of {} bytes",
                 path.display(),
                 bytes.len() - recovered.valid_length
             );

@@ -27,7 +27,9 @@ use tokio::net::TcpStream;
 
 use crate::machine::Image;
 use crate::state::ServerId;
-use crate::wire::{dial, read_message, write_message, Reply, Request, CONTROL_MESSAGE_MAX};
+use crate::wire::{
+    dial, read_message, write_message, RaftErrorText, Reply, Request, CONTROL_MESSAGE_MAX,
+};
 use crate::TypeConfig;
 
 /// Addresses [`Peers`] keeps connections to before it forgets idle ones.
@@ -236,7 +238,10 @@ fn rpc_error<E: std::error::Error>(error: LinkError) -> RPCError<u64, BasicNode,
 
 /// The peer answered with an error: its Raft node is stopping. openraft
 /// backs off from an unreachable peer, which is what this is.
-fn remote_error<E: std::error::Error>(address: &str, error: String) -> RPCError<u64, BasicNode, E> {
+fn remote_error<E: std::error::Error>(
+    address: &str,
+    error: RaftErrorText,
+) -> RPCError<u64, BasicNode, E> {
     RPCError::Unreachable(Unreachable::new(&AnyError::error(format!(
         "{address} answered: {error}"
     ))))

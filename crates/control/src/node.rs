@@ -23,7 +23,8 @@ use crate::machine::{Proposal, StateMachine};
 use crate::network::{Network, Peers};
 use crate::state::{Command, ControlState, Response, ServerId};
 use crate::wire::{
-    read_message, write_message, Committed, Refusal, Reply, Request, CONTROL_MESSAGE_MAX,
+    read_message, write_message, Committed, RaftErrorText, Refusal, Reply, Request,
+    CONTROL_MESSAGE_MAX,
 };
 use crate::TypeConfig;
 
@@ -119,9 +120,7 @@ impl Control {
         voters: BTreeMap<ServerId, String>,
     ) -> Result<Control, ControlError> {
         let id = config.id;
-        let raft_config = config
-            .raft_config()
-            .map_err(|detail| ControlError::Config { id, detail })?;
+        let raft_config = config.raft_config()?;
         if let Some(listed) = voters.get(&id).filter(|listed| **listed != config.address) {
             return Err(ControlError::Config {
                 id,
@@ -553,9 +552,9 @@ impl Control {
         let raft = &self.inner.raft;
         match request {
             Request::AppendEntries(rpc) => {
-                Reply::AppendEntries(raft.append_entries(rpc).await.map_err(|e| e.to_string()))
+                Reply::AppendEntries(raft.append_entries(rpc).await.map_err(RaftErrorText::of))
             }
-            Request::Vote(rpc) => Reply::Vote(raft.vote(rpc).await.map_err(|e| e.to_string())),
+            Request::Vote(rpc) => Reply::Vote(raft.vote(rpc).await.map_err(RaftErrorText::of)),
             Request::Snapshot { vote, meta, image } => {
                 let data = serde_json::to_vec(&image).expect("images serialize");
                 let snapshot = Snapshot {
@@ -563,7 +562,7 @@ impl Control {
                     snapshot: Box::new(Cursor::new(data)),
                 };
                 let installed = raft.install_full_snapshot(vote, snapshot).await;
-                Reply::Snapshot(installed.map_err(|e| e.to_string()))
+                Reply::Snapshot(installed.map_err(RaftErrorText::of))
             }
             Request::Forward(proposal) => {
                 let deadline = Instant::now() + self.inner.config.rpc_timeout;
@@ -712,9 +711,10 @@ async fn detect_failures(inner: Weak<Inner>) {
         };
         for suspect in suspects {
             let reason = format!("no heartbeat for {} ms", suspect.silent.as_millis());
-            eprintln!(
-                "stamplog: control: removing server {} (joined in view {}): {reason}",
-                suspect.id, suspect.join_view
+            tracing::warn!(
+                "control: removing server {} (joined in view {}): {reason}",
+                suspect.id,
+                suspect.join_view
             );
             let proposal = Proposal::new(Command::Remove {
                 id: suspect.id,

@@ -63,12 +63,24 @@ pub(crate) enum Request {
 /// as unreachable.
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) enum Reply {
-    AppendEntries(Result<AppendEntriesResponse<u64>, String>),
-    Vote(Result<VoteResponse<u64>, String>),
-    Snapshot(Result<SnapshotResponse<u64>, String>),
+    AppendEntries(Result<AppendEntriesResponse<u64>, RaftErrorText>),
+    Vote(Result<VoteResponse<u64>, RaftErrorText>),
+    Snapshot(Result<SnapshotResponse<u64>, RaftErrorText>),
     /// Answers `Forward`, `AddVoter` and `RemoveVoter`.
     Committed(Result<Committed, Refusal>),
     Heartbeat(Result<(), Refusal>),
+}
+
+/// A Raft error of the answering node, as its text (openraft's errors do
+/// not travel as themselves).
+#[derive(Clone, Debug, Serialize, Deserialize, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct RaftErrorText(pub String);
+
+impl RaftErrorText {
+    pub(crate) fn of(error: impl std::fmt::Display) -> RaftErrorText {
+        RaftErrorText(error.to_string())
+    }
 }
 
 /// A command or membership change the leader has committed and applied.

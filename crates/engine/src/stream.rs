@@ -259,28 +259,11 @@ mod tests {
         assert_eq!(live.dedupe().entries(), replayed.dedupe().entries());
     }
 
-    /// A small seeded generator (xorshift), so every run sees the same
-    /// cases and a failure names its seed.
-    struct Random(u64);
-
-    impl Random {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-
-        fn below(&mut self, bound: u64) -> u64 {
-            self.next() % bound
-        }
-    }
-
     /// A log of `count` records from a few clients and sessions, with
     /// low-water marks that move (and sometimes lag), retries that are
     /// answered as duplicates, void versions and epoch changes: the
     /// headers a primary would log.
-    fn random_log(random: &mut Random, count: usize) -> Vec<RecordHeader> {
+    fn random_log(random: &mut proto::Rng, count: usize) -> Vec<RecordHeader> {
         let mut live = StreamMachine::new(1, DedupeLimits::default());
         let mut next_sequence = std::collections::HashMap::new();
         let mut headers = Vec::new();
@@ -344,7 +327,7 @@ mod tests {
     #[test]
     fn a_restored_state_plus_the_records_after_it_equals_replaying_the_whole_log() {
         for seed in 1..=200u64 {
-            let mut random = Random(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+            let mut random = proto::Rng::new(seed);
             let count = 1 + random.below(300) as usize;
             let headers = random_log(&mut random, count);
             let cut = random.below(count as u64 + 1) as usize;
@@ -386,7 +369,7 @@ mod tests {
 
     #[test]
     fn the_same_state_always_encodes_to_the_same_bytes() {
-        let mut random = Random(77);
+        let mut random = proto::Rng::new(77);
         let headers = random_log(&mut random, 500);
         let mut first = StreamMachine::new(1, DedupeLimits::default());
         let mut second = StreamMachine::new(1, DedupeLimits::default());
@@ -398,7 +381,7 @@ mod tests {
 
     #[test]
     fn garbage_never_panics_the_state_decoder() {
-        let mut random = Random(5);
+        let mut random = proto::Rng::new(5);
         let headers = random_log(&mut random, 200);
         let mut machine = StreamMachine::new(1, DedupeLimits::default());
         headers.iter().for_each(|h| machine.record(h));
@@ -415,7 +398,7 @@ mod tests {
                 valid.clone()
             } else {
                 let mut bytes: Vec<u8> = (0..random.below(200))
-                    .map(|_| random.next() as u8)
+                    .map(|_| random.next_u64() as u8)
                     .collect();
                 if round % 4 == 1 && bytes.len() >= 12 {
                     bytes[..8].copy_from_slice(&STATE_MAGIC);
@@ -426,7 +409,7 @@ mod tests {
             for _ in 0..1 + random.below(4) {
                 if !bytes.is_empty() {
                     let at = random.below(bytes.len() as u64) as usize;
-                    bytes[at] = random.next() as u8;
+                    bytes[at] = random.next_u64() as u8;
                 }
             }
             // Whatever it decodes to must encode back to the same bytes.

@@ -109,13 +109,15 @@ impl DurabilityConfig {
     }
 
     /// The inverse of [`DurabilityConfig::parts`].
-    pub fn from_parts(mode: &str, pages: u16, page_size: u32) -> Result<Self, String> {
+    pub fn from_parts(mode: &str, pages: u16, page_size: u32) -> Result<Self, UnknownDurability> {
         match mode {
             "memory" => Ok(DurabilityConfig::Memory),
             "sync" => Ok(DurabilityConfig::Sync),
             "paged" => Ok(DurabilityConfig::Paged { pages, page_size }),
             "sender" => Ok(DurabilityConfig::Sender { pages, page_size }),
-            other => Err(format!("unknown durability {other:?}")),
+            other => Err(UnknownDurability {
+                name: other.to_string(),
+            }),
         }
     }
 
@@ -127,6 +129,14 @@ impl DurabilityConfig {
             _ => None,
         }
     }
+}
+
+/// A durability mode name that is none of `memory`, `sync`, `paged` and
+/// `sender`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown durability {name:?}")]
+pub struct UnknownDurability {
+    pub name: String,
 }
 
 /// What durability an acknowledgement reports.

@@ -11,10 +11,10 @@ pub mod record;
 
 pub use frame::{
     AckLevel, DurabilityConfig, ErrorCode, Frame, FrameBuffer, FrameError, PeerMessage,
-    ReplicaAddress, RetentionConfig, StreamInfo, WireBinding, CONTROL_MAGIC, FRAME_HEADER_LEN,
-    PROTOCOL_VERSION,
+    ReplicaAddress, RetentionConfig, StreamInfo, UnknownDurability, WireBinding, CONTROL_MAGIC,
+    FRAME_HEADER_LEN, PROTOCOL_VERSION,
 };
-pub use random::random_u128;
+pub use random::{random_u128, Rng};
 pub use record::{
     EventId, Record, RecordError, RecordHeader, FLAG_POSSIBLE_DUPLICATE, FLAG_VOID,
     RECORD_HEADER_LEN,

@@ -145,6 +145,16 @@ impl<'a> Record<'a> {
         Some(u32::from_le_bytes(raw.try_into().expect("4 bytes")) as usize)
     }
 
+    /// The stream and version a record's header names, read from their
+    /// fields without decoding the rest, or `None` when the header is cut.
+    pub fn peek_stream_version(bytes: &[u8]) -> Option<(u64, u64)> {
+        let field = |at: usize| {
+            let raw = bytes.get(at..at + 8)?;
+            Some(u64::from_le_bytes(raw.try_into().expect("8 bytes")))
+        };
+        Some((field(STREAM_OFFSET)?, field(VERSION_OFFSET)?))
+    }
+
     /// Decodes and verifies one record at the start of `bytes`; returns it
     /// and its encoded length.
     pub fn decode(bytes: &'a [u8]) -> Result<(Record<'a>, usize), RecordError> {

@@ -83,11 +83,6 @@ impl Table {
         text
     }
 
-    /// Prints the rendered table to standard output.
-    pub fn print(&self) {
-        print!("{}", self.render());
-    }
-
     /// Renders the header and rows as CSV, quoting cells as RFC 4180 requires.
     pub fn to_csv(&self) -> String {
         let mut text = String::new();

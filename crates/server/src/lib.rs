@@ -18,6 +18,7 @@
 
 mod config;
 mod connection;
+mod error;
 mod local;
 mod membership;
 mod outgoing;
@@ -29,8 +30,11 @@ mod subscription;
 mod wire;
 
 pub use config::{ClusterConfig, Peer, ServerConfig};
+pub use error::{
+    CheckpointError, LocalError, OpenError, PlaceError, RemoteCreateError, StreamOpenError,
+};
 pub use local::{LocalCluster, LocalServer};
 pub use replication::Router;
 pub use run::run;
-pub use state::{OpenError, ServerState, DEFAULT_REPLICAS};
+pub use state::{ServerState, DEFAULT_REPLICAS};
 pub use stream::{now_ms, stream_name_error, Stream, StreamMeta};

@@ -13,7 +13,8 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::config::{ClusterConfig, Peer, ServerConfig};
-use crate::state::{OpenError, ServerState};
+use crate::error::LocalError;
+use crate::state::ServerState;
 
 /// One running server of a [`LocalCluster`].
 pub struct LocalServer {
@@ -27,12 +28,17 @@ pub struct LocalServer {
 
 impl LocalServer {
     /// Opens the data folder and serves `listener` on this runtime.
-    fn run(id: u32, listener: TcpListener, config: ServerConfig) -> Result<LocalServer, String> {
-        let address = listener
-            .local_addr()
-            .map_err(|e| format!("the listener's address: {e}"))?;
+    fn run(
+        id: u32,
+        listener: TcpListener,
+        config: ServerConfig,
+    ) -> Result<LocalServer, LocalError> {
+        let address = listener.local_addr().map_err(|source| LocalError::Listen {
+            what: "the listener's address".to_string(),
+            source,
+        })?;
         let data = config.data_dir.clone();
-        let state = ServerState::open(config).map_err(|e: OpenError| e.to_string())?;
+        let state = ServerState::open(config)?;
         let (stop, stopped) = oneshot::channel();
         let task = tokio::spawn(crate::run(listener, Arc::clone(&state), async {
             let _ = stopped.await;
@@ -48,12 +54,10 @@ impl LocalServer {
     }
 
     /// Returns once the server has joined the cluster (at most 30 s).
-    async fn joined(&self) -> Result<(), String> {
+    async fn joined(&self) -> Result<(), LocalError> {
         let ready =
             tokio::time::timeout(std::time::Duration::from_secs(30), self.state.wait_ready());
-        ready
-            .await
-            .map_err(|_| format!("server {} did not join the cluster within 30 s", self.id))
+        ready.await.map_err(|_| LocalError::NotJoined(self.id))
     }
 
     /// Stops serving and closes the logs (pending records are written).
@@ -107,12 +111,16 @@ impl LocalCluster {
         count: usize,
         folder: &Path,
         configure: impl Fn(&mut ServerConfig),
-    ) -> Result<LocalCluster, String> {
+    ) -> Result<LocalCluster, LocalError> {
         let mut listeners = Vec::with_capacity(count);
         for _ in 0..count {
-            let listener = TcpListener::bind("127.0.0.1:0")
-                .await
-                .map_err(|e| format!("binding a loopback port: {e}"))?;
+            let listener =
+                TcpListener::bind("127.0.0.1:0")
+                    .await
+                    .map_err(|source| LocalError::Listen {
+                        what: "binding a loopback port".to_string(),
+                        source,
+                    })?;
             listeners.push(listener);
         }
         let addresses: Vec<SocketAddr> = listeners
@@ -153,11 +161,14 @@ impl LocalCluster {
 
     /// Starts server `id` again on its address and data, as a new
     /// process; returns once it has joined.
-    pub async fn start_server(&mut self, id: u32) -> Result<(), String> {
+    pub async fn start_server(&mut self, id: u32) -> Result<(), LocalError> {
         let address = self.address(id);
         let listener = TcpListener::bind(address)
             .await
-            .map_err(|e| format!("binding {address} again: {e}"))?;
+            .map_err(|source| LocalError::Listen {
+                what: format!("binding {address} again"),
+                source,
+            })?;
         let server = LocalServer::run(id, listener, self.configs[id as usize - 1].clone())?;
         server.joined().await?;
         self.servers.push(server);
@@ -173,10 +184,14 @@ impl LocalCluster {
         &mut self,
         folder: &Path,
         configure: impl Fn(&mut ServerConfig),
-    ) -> Result<u32, String> {
-        let listener = TcpListener::bind("127.0.0.1:0")
-            .await
-            .map_err(|e| format!("binding a loopback port: {e}"))?;
+    ) -> Result<u32, LocalError> {
+        let listener =
+            TcpListener::bind("127.0.0.1:0")
+                .await
+                .map_err(|source| LocalError::Listen {
+                    what: "binding a loopback port".to_string(),
+                    source,
+                })?;
         let address = listener.local_addr().expect("bound listener");
         let id = self.addresses.len() as u32 + 1;
         let mut config = config_for(folder, id, &self.addresses);

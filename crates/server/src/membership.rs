@@ -40,7 +40,7 @@ pub(crate) async fn run(server: Arc<ServerState>, mut stop: watch::Receiver<bool
     let control = match Control::start(config, voters).await {
         Ok(control) => control,
         Err(error) => {
-            eprintln!("stamplog: the control plane did not start: {error}");
+            tracing::warn!("the control plane did not start: {error}");
             return;
         }
     };
@@ -62,12 +62,12 @@ pub(crate) async fn run(server: Arc<ServerState>, mut stop: watch::Receiver<bool
             Err(error @ control::ControlError::Refused { .. }) => {
                 // Listed under another spelling of its address: it is a
                 // voter already, or an operator has to look.
-                eprintln!("stamplog: {error}; joining as configured");
+                tracing::warn!("{error}; joining as configured");
                 break;
             }
             Err(control::ControlError::Stopped { .. }) => return,
             Err(error) => {
-                eprintln!("stamplog: joining the control plane: {error}; retrying");
+                tracing::warn!("joining the control plane: {error}; retrying");
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
         }
@@ -91,7 +91,7 @@ pub(crate) async fn run(server: Arc<ServerState>, mut stop: watch::Receiver<bool
         match attempt {
             Ok(Response::Joined { view }) => break view,
             Ok(other) => {
-                eprintln!("stamplog: joining the cluster was refused: {other:?}; retrying");
+                tracing::warn!("joining the cluster was refused: {other:?}; retrying");
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
             Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
@@ -108,8 +108,8 @@ pub(crate) async fn run(server: Arc<ServerState>, mut stop: watch::Receiver<bool
     let mut applied = HashSet::new();
     follow(&server, &state, &mut applied).await;
     server.ready.send_replace(true);
-    eprintln!(
-        "stamplog: server {me} joined the cluster in view {view} ({} members)",
+    tracing::info!(
+        "server {me} joined the cluster in view {view} ({} members)",
         state.members.len()
     );
     let mut events = server.router.take_events().expect("membership runs once");
@@ -151,16 +151,16 @@ fn open_pending(server: &Arc<ServerState>, state: &ControlState) {
             }
         }
         let Some(placed) = state.streams.get(&meta.name).filter(|p| p.id == meta.id) else {
-            eprintln!(
-                "stamplog: stream {:?} in {} is not in the cluster's placement; left closed",
+            tracing::warn!(
+                "stream {:?} in {} is not in the cluster's placement; left closed",
                 meta.name,
                 folder.display()
             );
             continue;
         };
         if !placed.replicas.contains(&me) {
-            eprintln!(
-                "stamplog: this server is no longer a replica of {:?}; its copy is left closed",
+            tracing::warn!(
+                "this server is no longer a replica of {:?}; its copy is left closed",
                 meta.name
             );
             continue;
@@ -174,12 +174,12 @@ fn open_pending(server: &Arc<ServerState>, state: &ControlState) {
                     after,
                 ) {
                     Ok(0) => {}
-                    Ok(dropped) => eprintln!(
-                        "stamplog: stream {:?}: dropped {dropped} versions after {after} that no other replica agrees with",
+                    Ok(dropped) => tracing::info!(
+                        "stream {:?}: dropped {dropped} versions after {after} that no other replica agrees with",
                         meta.name
                     ),
                     Err(error) => {
-                        eprintln!("stamplog: stream {:?} cannot be cut back: {error}", meta.name);
+                        tracing::warn!("stream {:?} cannot be cut back: {error}", meta.name);
                         continue;
                     }
                 }
@@ -197,10 +197,7 @@ fn open_pending(server: &Arc<ServerState>, state: &ControlState) {
                 stream.recover_senders();
                 server.insert_opened(Arc::new(stream))
             }
-            Err(reason) => eprintln!(
-                "stamplog: stream {:?} cannot be opened: {reason}",
-                meta.name
-            ),
+            Err(reason) => tracing::warn!("stream {:?} cannot be opened: {reason}", meta.name),
         }
     }
 }
@@ -249,9 +246,10 @@ async fn follow(server: &Arc<ServerState>, state: &ControlState, applied: &mut H
                 match created {
                     Ok(Ok(_)) => {}
                     Ok(Err(error)) => {
-                        eprintln!(
-                            "stamplog: cannot create the replica of {:?}: {}",
-                            placed.name, error.message
+                        tracing::warn!(
+                            "cannot create the replica of {:?}: {}",
+                            placed.name,
+                            error.message
                         );
                         continue;
                     }
@@ -282,7 +280,6 @@ async fn follow(server: &Arc<ServerState>, state: &ControlState, applied: &mut H
 /// Carries a stream's event to the control plane, retrying while the
 /// control plane has no leader.
 async fn propose_event(server: Arc<ServerState>, control: Control, event: ControlEvent) {
-    let me = server.config.cluster.me;
     let (command, stream, epoch) = match event {
         ControlEvent::EpochStarted {
             stream,
@@ -324,8 +321,8 @@ async fn propose_event(server: Arc<ServerState>, control: Control, event: Contro
             if let (Some(placed), Some(local)) =
                 (state.streams.get(&stream), server.stream_by_name(&stream))
             {
-                if local.id == placed.id && state.members.contains_key(&me) {
-                    local.follow(&placed.live_view(&state));
+                if local.id == placed.id {
+                    local.follow_record(&placed.live_view(&state));
                 }
             }
             return;
@@ -341,5 +338,5 @@ async fn propose_event(server: Arc<ServerState>, control: Control, event: Contro
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    eprintln!("stamplog: the control plane did not take {command:?}");
+    tracing::warn!("the control plane did not take {command:?}");
 }

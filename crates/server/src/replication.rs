@@ -408,6 +408,6 @@ async fn run_link(
         // What was queued is lost with the connection; the protocols
         // repair it.
         link.down();
-        eprintln!("stamplog: link to server {peer} at {address} broke; reconnecting");
+        tracing::warn!("link to server {peer} at {address} broke; reconnecting");
     }
 }

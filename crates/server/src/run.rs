@@ -59,7 +59,7 @@ pub async fn run(
                 Err(error) => {
                     // Out of file descriptors and the like: back off rather
                     // than spin, and keep serving the connections we have.
-                    eprintln!("stamplog: accept failed: {error}");
+                    tracing::warn!("accept failed: {error}");
                     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
                 }
             },

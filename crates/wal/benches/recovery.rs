@@ -7,6 +7,9 @@
 //! sets the values of N (default 2000 and 20000, small so it runs in
 //! seconds).
 
+// A test stops at the first thing that is not as it expects.
+#![allow(clippy::unwrap_used)]
+
 use std::sync::Arc;
 use std::time::Duration;
 

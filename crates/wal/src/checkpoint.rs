@@ -33,6 +33,7 @@
 //! folder sync), and the log keeps the newest two: a damaged newest one
 //! leaves the one before it to recover from.
 
+use crate::FormatError;
 use std::path::{Path, PathBuf};
 
 use crate::storage::{self, Storage};
@@ -184,12 +185,15 @@ impl Checkpoint {
 
     /// Decodes and checks a checkpoint of `stream`; the error says what is
     /// wrong. Never panics, whatever the bytes.
-    pub fn decode(bytes: &[u8], stream: u64) -> Result<Checkpoint, String> {
+    pub fn decode(bytes: &[u8], stream: u64) -> Result<Checkpoint, FormatError> {
         if bytes.len() < CHECKPOINT_HEADER_LEN {
-            return Err(format!("checkpoint cut at {} bytes", bytes.len()));
+            return Err(FormatError::Cut {
+                what: "checkpoint",
+                length: bytes.len(),
+            });
         }
         if bytes[..MAGIC_SIZE] != CHECKPOINT_MAGIC {
-            return Err("not a stamplog checkpoint (bad magic)".into());
+            return Err(FormatError::BadMagic { what: "checkpoint" });
         }
         let mut reader = Reader {
             bytes,
@@ -197,20 +201,25 @@ impl Checkpoint {
         };
         let format = reader.u32()?;
         if format != CHECKPOINT_FORMAT_VERSION && format != CHECKPOINT_FORMAT_VERSION_1 {
-            return Err(format!("unsupported checkpoint format version {format}"));
+            return Err(FormatError::UnsupportedVersion {
+                what: "checkpoint",
+                version: format,
+            });
         }
         let stored = reader.u32()?;
         let computed = crc32c::crc32c(&bytes[STREAM_OFFSET..]);
         if stored != computed {
-            return Err(format!(
-                "checkpoint checksum mismatch: stored {stored:#010x}, computed {computed:#010x}"
-            ));
+            return Err(FormatError::Checksum {
+                what: "checkpoint",
+                stored,
+                computed,
+            });
         }
         let found_stream = reader.u64()?;
         if found_stream != stream {
-            return Err(format!(
+            return Err(FormatError::Inconsistent(format!(
                 "checkpoint belongs to stream {found_stream}, not {stream}"
-            ));
+            )));
         }
         let through = reader.u64()?;
         let written_at_ms = reader.u64()?;
@@ -221,32 +230,34 @@ impl Checkpoint {
             _ => SEGMENT_ENTRY_LEN,
         };
         if count == 0 || count > reader.remaining() / entry_len {
-            return Err(format!("checkpoint names {count} segments"));
+            return Err(FormatError::Inconsistent(format!(
+                "checkpoint names {count} segments"
+            )));
         }
         let mut segments: Vec<CheckpointSegment> = Vec::with_capacity(count);
         for _ in 0..count {
             let segment = reader.segment(format)?;
             let expected_base = segments.last().map_or(segment.base, |s| s.last_version + 1);
             if segment.base != expected_base {
-                return Err(format!(
+                return Err(FormatError::Inconsistent(format!(
                     "checkpoint segment based at {} where {expected_base} belongs",
                     segment.base
-                ));
+                )));
             }
             segments.push(segment);
         }
         let last = segments.last().expect("count > 0").last_version;
         if last != through || through == 0 {
-            return Err(format!(
+            return Err(FormatError::Inconsistent(format!(
                 "checkpoint through {through} but its segments end at {last}"
-            ));
+            )));
         }
         let blob_length = reader.u64()?;
         if blob_length != reader.remaining() as u64 {
-            return Err(format!(
+            return Err(FormatError::Inconsistent(format!(
                 "checkpoint blob of {blob_length} bytes where {} remain",
                 reader.remaining()
-            ));
+            )));
         }
         Ok(Checkpoint {
             stream,
@@ -269,32 +280,35 @@ impl Reader<'_> {
         self.bytes.len() - self.at
     }
 
-    fn take<const N: usize>(&mut self) -> Result<[u8; N], String> {
+    fn take<const N: usize>(&mut self) -> Result<[u8; N], FormatError> {
         let slice = self
             .bytes
             .get(self.at..self.at + N)
-            .ok_or_else(|| format!("checkpoint cut at byte {}", self.bytes.len()))?;
+            .ok_or(FormatError::Cut {
+                what: "checkpoint",
+                length: self.bytes.len(),
+            })?;
         self.at += N;
         Ok(slice.try_into().expect("N bytes"))
     }
 
-    fn u32(&mut self) -> Result<u32, String> {
+    fn u32(&mut self) -> Result<u32, FormatError> {
         self.take::<4>().map(u32::from_le_bytes)
     }
 
-    fn u64(&mut self) -> Result<u64, String> {
+    fn u64(&mut self) -> Result<u64, FormatError> {
         self.take::<8>().map(u64::from_le_bytes)
     }
 
-    fn segment(&mut self, format: u32) -> Result<CheckpointSegment, String> {
+    fn segment(&mut self, format: u32) -> Result<CheckpointSegment, FormatError> {
         let base = self.u64()?;
         let last_version = self.u64()?;
         let length = self.u64()?;
         let sealed_at_ms = self.u64()?;
         if base == 0 || last_version < base {
-            return Err(format!(
+            return Err(FormatError::Inconsistent(format!(
                 "checkpoint segment based at {base} ends at {last_version}"
-            ));
+            )));
         }
         let header = crate::segment::SEGMENT_HEADER_LEN as u64;
         let records = last_version - base + 1;
@@ -303,9 +317,9 @@ impl Reader<'_> {
             .checked_mul(proto::RECORD_HEADER_LEN as u64)
             .and_then(|bytes| bytes.checked_add(header));
         if least.is_none_or(|least| length < least) {
-            return Err(format!(
+            return Err(FormatError::Inconsistent(format!(
                 "checkpoint segment {base} of {length} bytes cannot hold {records} records"
-            ));
+            )));
         }
         if format == CHECKPOINT_FORMAT_VERSION_1 {
             self.index_v1(base, last_version, length)?;
@@ -320,13 +334,13 @@ impl Reader<'_> {
 
     /// Checks and skips a format 1 segment's sparse index: the log no
     /// longer keeps an index of covered segments before it reads them.
-    fn index_v1(&mut self, base: u64, last_version: u64, length: u64) -> Result<(), String> {
+    fn index_v1(&mut self, base: u64, last_version: u64, length: u64) -> Result<(), FormatError> {
         let count = self.u32()? as usize;
         self.u32()?;
         if count > self.remaining() / INDEX_ENTRY_LEN {
-            return Err(format!(
+            return Err(FormatError::Inconsistent(format!(
                 "checkpoint segment {base} names {count} index entries"
-            ));
+            )));
         }
         let header = crate::segment::SEGMENT_HEADER_LEN as u64;
         let mut previous: Option<(u64, u64)> = None;
@@ -335,14 +349,14 @@ impl Reader<'_> {
             let offset = self.u64()?;
             let ascending = previous.is_none_or(|(v, o)| version > v && offset > o);
             if !ascending || !(base..=last_version).contains(&version) {
-                return Err(format!(
+                return Err(FormatError::Inconsistent(format!(
                     "checkpoint segment {base}: index entry ({version}, {offset}) out of order"
-                ));
+                )));
             }
             if !(header..length).contains(&offset) {
-                return Err(format!(
+                return Err(FormatError::Inconsistent(format!(
                     "checkpoint segment {base}: index offset {offset} outside the segment"
-                ));
+                )));
             }
             previous = Some((version, offset));
         }
@@ -371,7 +385,7 @@ pub struct Loaded {
     /// Valid checkpoints, newest first.
     pub checkpoints: Vec<Checkpoint>,
     /// Files that could not be used, each with the reason.
-    pub ignored: Vec<(PathBuf, String)>,
+    pub ignored: Vec<(PathBuf, FormatError)>,
 }
 
 /// Reads every checkpoint file in `folder`. A damaged one (cut, bit
@@ -427,7 +441,7 @@ pub(crate) fn load_versions(
         let decoded = match read {
             Ok(bytes) => Checkpoint::decode(&bytes, stream),
             Err(error) if skip_missing && error.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(error) => Err(error.to_string()),
+            Err(error) => Err(FormatError::Read(error.to_string())),
         };
         match decoded {
             Ok(checkpoint) if checkpoint.through == through => {
@@ -435,10 +449,10 @@ pub(crate) fn load_versions(
             }
             Ok(checkpoint) => loaded.ignored.push((
                 path,
-                format!(
+                FormatError::Inconsistent(format!(
                     "it covers version {} but is named for {through}",
                     checkpoint.through
-                ),
+                )),
             )),
             Err(reason) => loaded.ignored.push((path, reason)),
         }
@@ -458,10 +472,31 @@ pub(crate) fn write(
     let path = checkpoint_path(folder, checkpoint.through);
     let bytes = checkpoint.encode();
     storage::write_atomically(storage, &path, &bytes)?;
-    if crate::maintenance::prune(storage, folder, keep)? {
+    if prune(storage, folder, keep)? {
         storage.sync_dir(folder)?;
     }
     Ok(bytes.len() as u64)
+}
+
+/// Removes checkpoint files except those in `keep`.
+fn prune(
+    storage: &dyn crate::Storage,
+    folder: &std::path::Path,
+    keep: &[u64],
+) -> std::io::Result<bool> {
+    let mut removed = false;
+    for name in storage.list(folder)? {
+        let stray = name
+            .strip_suffix(".tmp")
+            .and_then(parse_checkpoint_name)
+            .is_some();
+        let old = parse_checkpoint_name(&name).is_some_and(|v| !keep.contains(&v));
+        if stray || old {
+            storage.remove_file(&folder.join(&name))?;
+            removed = true;
+        }
+    }
+    Ok(removed)
 }
 
 #[cfg(test)]
@@ -565,7 +600,7 @@ mod tests {
         assert!(
             refused
                 .as_ref()
-                .is_err_and(|reason| reason.contains("outside the segment")),
+                .is_err_and(|reason| reason.to_string().contains("outside the segment")),
             "{refused:?}"
         );
         let mut future = checkpoint.encode();

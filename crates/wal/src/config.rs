@@ -72,22 +72,20 @@ impl LogConfig {
     }
 
     /// Checks the bounds; an error names the bad setting.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), crate::ConfigError> {
         if let Durability::Paged { pages, page_size } = self.durability {
             if !(1..=64).contains(&pages) {
-                return Err(format!("pages must be 1 to 64, not {pages}"));
+                return Err(crate::ConfigError::Pages(pages));
             }
             if !(4096..=256 * 1024 * 1024).contains(&page_size) {
-                return Err(format!(
-                    "page_size must be 4 KiB to 256 MiB, not {page_size} bytes"
-                ));
+                return Err(crate::ConfigError::PageSize(page_size));
             }
         }
         if self.segment_bytes_max < 4096 {
-            return Err("segment_bytes_max must be at least 4096".into());
+            return Err(crate::ConfigError::SegmentBytes);
         }
         if self.pending_bytes_max < 4096 {
-            return Err("pending_bytes_max must be at least 4096".into());
+            return Err(crate::ConfigError::PendingBytes);
         }
         Ok(())
     }

@@ -37,6 +37,8 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use proto::Rng;
+
 use crate::storage::{Storage, StorageFile};
 
 /// The longest file a [`FaultStorage`] holds (1 TiB); it keeps offset
@@ -195,7 +197,7 @@ impl FaultStorage {
                     continue;
                 }
                 if let Some(content) = state.files.get(&id) {
-                    let mut random = SplitMix64::new(seed ^ id.wrapping_mul(GOLDEN_GAMMA));
+                    let mut random = Rng::new(seed ^ id.wrapping_mul(Rng::GAMMA));
                     let bytes = content.after_crash(mode, &mut random);
                     image.files.insert(id, FileContent::at_rest(bytes));
                 }
@@ -675,7 +677,7 @@ impl FileContent {
     }
 
     /// The content a power loss leaves, per [`CrashMode`].
-    fn after_crash(&self, mode: CrashMode, random: &mut SplitMix64) -> Vec<u8> {
+    fn after_crash(&self, mode: CrashMode, random: &mut Rng) -> Vec<u8> {
         let mut image = self.durable.clone();
         if mode == CrashMode::DurableOnly {
             return image;
@@ -689,7 +691,7 @@ impl FileContent {
         }
         let durable_length = image.len();
         if self.visible.len() > durable_length {
-            let kept = random.prefix_length(self.visible.len() - durable_length);
+            let kept = prefix_length(random, self.visible.len() - durable_length);
             image.extend_from_slice(&self.visible[durable_length..durable_length + kept]);
         } else if self.visible.len() < durable_length && random.coin() {
             image.truncate(self.visible.len());
@@ -728,40 +730,13 @@ fn checked_length(length: u64) -> io::Result<usize> {
     usize::try_from(length).map_err(|_| io::Error::from_raw_os_error(FILE_TOO_LARGE))
 }
 
-/// SplitMix64's increment, also used to spread file ids over seeds.
-const GOLDEN_GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
-
-/// A small seeded random number generator (SplitMix64), so crash images
-/// are reproducible without a dependency.
-struct SplitMix64 {
-    state: u64,
-}
-
-impl SplitMix64 {
-    fn new(seed: u64) -> Self {
-        Self { state: seed }
-    }
-
-    fn next(&mut self) -> u64 {
-        self.state = self.state.wrapping_add(GOLDEN_GAMMA);
-        let mut mixed = self.state;
-        mixed = (mixed ^ (mixed >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        mixed = (mixed ^ (mixed >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        mixed ^ (mixed >> 31)
-    }
-
-    fn coin(&mut self) -> bool {
-        self.next() & 1 == 1
-    }
-
-    /// A length in `0..=total`: none and all a quarter of the time each,
-    /// otherwise uniform, so both edges are tested often.
-    fn prefix_length(&mut self, total: usize) -> usize {
-        match self.next() % 4 {
-            0 => 0,
-            1 => total,
-            _ => (self.next() % (total as u64 + 1)) as usize,
-        }
+/// A length in `0..=total`: none and all a quarter of the time each,
+/// otherwise uniform, so both edges are tested often.
+fn prefix_length(random: &mut Rng, total: usize) -> usize {
+    match random.below(4) {
+        0 => 0,
+        1 => total,
+        _ => random.below(total as u64 + 1) as usize,
     }
 }
 

@@ -18,18 +18,21 @@ pub mod storage;
 pub use storage::{FileStorage, Storage, StorageFile};
 mod block;
 mod config;
+mod error;
 mod log;
 mod maintenance;
+mod marker;
 mod recovery;
 mod reset;
 pub mod segment;
 mod writer;
 
 pub use config::{Durability, LogConfig};
-pub use log::{AppendError, DurableHook, Log, LogError, LogMetrics, Progress, ReadError};
+pub use error::{AppendError, ConfigError, FormatError, LogError, ReadError, RestoreError};
+pub use log::{DurableHook, Log, LogMetrics, Progress};
 pub use maintenance::{CheckpointWritten, Retained, Retention};
+pub use marker::RESET_MARKER;
 pub use recovery::RecoveryReport;
-pub use reset::RESET_MARKER;
 
 /// Reads the log of `stream` in `folder` without changing anything: calls
 /// `visit` with every valid record in version order and returns the last

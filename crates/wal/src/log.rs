@@ -8,7 +8,6 @@
 //! flight forms the next batch.
 
 use std::collections::VecDeque;
-use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -20,54 +19,9 @@ use tokio::sync::{watch, Notify};
 
 use crate::block::BlockBuffer;
 use crate::config::{Durability, LogConfig};
+use crate::error::{AppendError, LogError, ReadError};
 use crate::recovery::{self, Recovered, RecoveryReport, Segment};
 use crate::storage::{Storage, StorageFile};
-
-#[derive(Debug, thiserror::Error)]
-pub enum LogError {
-    #[error("i/o error on {path}: {source}")]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: io::Error,
-    },
-    #[error("log corrupt in {path} at byte {offset}: {reason}; refusing to start")]
-    Corrupt {
-        path: PathBuf,
-        offset: u64,
-        reason: String,
-    },
-    #[error("bad log configuration: {0}")]
-    Config(String),
-    /// A checkpoint asked for versions the log cannot cover.
-    #[error("cannot checkpoint: {0}")]
-    Checkpoint(String),
-}
-
-/// Why an append was not taken.
-#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
-pub enum AppendError {
-    /// The buffer is full; wait on [`Log::space_notified`] and try again.
-    #[error("log buffer full")]
-    Full,
-    #[error("record of {length} bytes exceeds the log's limit of {limit} bytes")]
-    TooLarge { length: usize, limit: usize },
-    /// The log is latched failed after a write or fsync error.
-    #[error("log failed: {0}")]
-    Failed(Arc<str>),
-}
-
-#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
-pub enum ReadError {
-    /// The version is older than the oldest the log keeps: retention
-    /// deleted it (or, for `Memory`, the ring dropped it).
-    #[error("version {requested} is no longer retained; the oldest available is {oldest}")]
-    Retained { requested: u64, oldest: u64 },
-    #[error("read failed: {0}")]
-    Io(String),
-    #[error("record at version {version} is damaged: {reason}")]
-    Corrupt { version: u64, reason: String },
-}
 
 /// What the I/O thread has achieved, published on a watch channel.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -237,7 +191,7 @@ impl Log {
         folder: &Path,
         stream: u64,
         config: LogConfig,
-        restore: &mut dyn FnMut(&[u8]) -> Result<(), String>,
+        restore: &mut dyn FnMut(&[u8]) -> Result<(), crate::RestoreError>,
         visit: &mut dyn FnMut(&Record<'_>),
     ) -> Result<(Log, RecoveryReport), LogError> {
         config.validate().map_err(LogError::Config)?;
@@ -341,6 +295,11 @@ impl Log {
                 limit,
             });
         }
+        assert_eq!(
+            proto::Record::peek_stream_version(record),
+            Some((shared.stream, version)),
+            "a record is logged only in the stream and at the version its header names"
+        );
         let mut state = lock(&shared.state);
         if let Some(failure) = &state.failed {
             return Err(AppendError::Failed(failure.clone()));

@@ -7,13 +7,15 @@
 //! a crash at any step leaves a log that starts at one of the segments'
 //! bases, which the checkpoints cover.
 
+use crate::FormatError;
 use std::sync::Arc;
 
 use proto::Record;
 
 use crate::checkpoint::{self, Checkpoint, CheckpointSegment, CHECKPOINTS_KEPT};
 use crate::config::Durability;
-use crate::log::{lock, Log, LogError};
+use crate::error::LogError;
+use crate::log::{lock, Log};
 use crate::segment;
 use crate::storage::StorageFile;
 
@@ -121,7 +123,7 @@ impl Log {
                 record_end(file.as_ref(), offset, through).map_err(|reason| LogError::Corrupt {
                     path: segment::segment_path(&shared.folder, base),
                     offset,
-                    reason,
+                    reason: reason.to_string(),
                 })?;
         }
         let checkpoint = Checkpoint {
@@ -258,7 +260,7 @@ impl Log {
                 state.first_version = state.segments[0].base;
             }
             let path = segment::segment_path(&shared.folder, base);
-            crate::recovery::remove_segment_file(shared.storage.as_ref(), &path)
+            crate::segment::remove_segment_file(shared.storage.as_ref(), &path)
                 .map_err(io_error(&path))?;
             // Durable before the next one goes, so a crash leaves the log
             // starting at one of the segments' bases, never with a hole.
@@ -305,13 +307,13 @@ fn doomed_segments(
 
 /// The offset where the record of `version` ends, scanning from `offset`
 /// (a record at or before it).
-fn record_end(file: &dyn StorageFile, mut offset: u64, version: u64) -> Result<u64, String> {
+fn record_end(file: &dyn StorageFile, mut offset: u64, version: u64) -> Result<u64, FormatError> {
     let mut buffer = vec![0u8; 64 * 1024];
     loop {
         let capacity = buffer.len();
         let read = file
             .read_at(&mut buffer, offset)
-            .map_err(|error| error.to_string())?;
+            .map_err(|error| FormatError::Read(error.to_string()))?;
         let mut position = 0;
         loop {
             match Record::decode(&buffer[position..read]) {
@@ -320,7 +322,9 @@ fn record_end(file: &dyn StorageFile, mut offset: u64, version: u64) -> Result<u
                         return Ok(offset + (position + used) as u64);
                     }
                     if record.header.version > version {
-                        return Err(format!("version {version} is not in its segment"));
+                        return Err(FormatError::Inconsistent(format!(
+                            "version {version} is not in its segment"
+                        )));
                     }
                     position += used;
                 }
@@ -330,33 +334,14 @@ fn record_end(file: &dyn StorageFile, mut offset: u64, version: u64) -> Result<u
                     }
                     break;
                 }
-                Err(error) => return Err(error.to_string()),
+                Err(error) => return Err(FormatError::Inconsistent(error.to_string())),
             }
         }
         if position == 0 && read < capacity {
-            return Err(format!("version {version} is past the segment's end"));
+            return Err(FormatError::Inconsistent(format!(
+                "version {version} is past the segment's end"
+            )));
         }
         offset += position as u64;
     }
-}
-
-/// Removes checkpoint files except those in `keep`.
-pub(crate) fn prune(
-    storage: &dyn crate::Storage,
-    folder: &std::path::Path,
-    keep: &[u64],
-) -> std::io::Result<bool> {
-    let mut removed = false;
-    for name in storage.list(folder)? {
-        let stray = name
-            .strip_suffix(".tmp")
-            .and_then(checkpoint::parse_checkpoint_name)
-            .is_some();
-        let old = checkpoint::parse_checkpoint_name(&name).is_some_and(|v| !keep.contains(&v));
-        if stray || old {
-            storage.remove_file(&folder.join(&name))?;
-            removed = true;
-        }
-    }
-    Ok(removed)
 }

@@ -24,6 +24,7 @@
 //! or one whose newest segment is not on disk, makes recovery list the
 //! folder as it did before the manifest existed.
 
+use crate::FormatError;
 use std::path::{Path, PathBuf};
 
 use crate::storage::{self, Storage};
@@ -68,33 +69,46 @@ impl Manifest {
     }
 
     /// Decodes and checks a manifest of `stream`. Never panics.
-    pub fn decode(bytes: &[u8], stream: u64) -> Result<Manifest, String> {
+    pub fn decode(bytes: &[u8], stream: u64) -> Result<Manifest, FormatError> {
         if bytes.len() < HEADER_LEN {
-            return Err(format!("manifest cut at {} bytes", bytes.len()));
+            return Err(FormatError::Cut {
+                what: "manifest",
+                length: bytes.len(),
+            });
         }
         let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4"));
         let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8"));
         if bytes[..8] != MANIFEST_MAGIC {
-            return Err("not a stamplog manifest (bad magic)".into());
+            return Err(FormatError::BadMagic { what: "manifest" });
         }
         let format = u32_at(8);
         if format != MANIFEST_FORMAT_VERSION {
-            return Err(format!("unsupported manifest format version {format}"));
+            return Err(FormatError::UnsupportedVersion {
+                what: "manifest",
+                version: format,
+            });
         }
         let stored = u32_at(12);
         let computed = crc32c::crc32c(&bytes[16..]);
         if stored != computed {
-            return Err(format!(
-                "manifest checksum mismatch: stored {stored:#010x}, computed {computed:#010x}"
-            ));
+            return Err(FormatError::Checksum {
+                what: "manifest",
+                stored,
+                computed,
+            });
         }
         if u64_at(16) != stream {
-            return Err(format!("manifest of stream {}, not {stream}", u64_at(16)));
+            return Err(FormatError::Inconsistent(format!(
+                "manifest of stream {}, not {stream}",
+                u64_at(16)
+            )));
         }
         let newest_segment = u64_at(24);
         let count = u32_at(32) as usize;
         if newest_segment == 0 || count > CHECKPOINTS_MAX || bytes.len() != HEADER_LEN + 8 * count {
-            return Err("manifest fields out of range".into());
+            return Err(FormatError::Inconsistent(
+                "manifest fields out of range".into(),
+            ));
         }
         let checkpoints = (0..count).map(|i| u64_at(HEADER_LEN + 8 * i)).collect();
         Ok(Manifest {

@@ -15,10 +15,11 @@ use std::sync::Arc;
 use proto::{Record, RECORD_HEADER_LEN};
 
 use crate::checkpoint::{self, Checkpoint, CheckpointSegment};
-use crate::log::LogError;
+use crate::error::{io_error, LogError};
 use crate::manifest::{self, Manifest};
 use crate::segment::{self, SEGMENT_HEADER_LEN};
 use crate::storage::{Storage, StorageFile};
+use crate::{FormatError, RestoreError};
 
 /// The sparse index keeps one entry per this many bytes of a segment, so a
 /// reader seeks close to any version with an index that costs a few bytes
@@ -161,13 +162,6 @@ pub(crate) struct Recovered {
     pub report: RecoveryReport,
 }
 
-fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> LogError + '_ {
-    move |source| LogError::Io {
-        path: path.to_path_buf(),
-        source,
-    }
-}
-
 /// The bases of the segment files in `folder`, ascending.
 fn segment_bases(storage: &dyn Storage, folder: &Path) -> Result<Vec<u64>, LogError> {
     let names = storage.list(folder).map_err(io_error(folder))?;
@@ -197,7 +191,7 @@ pub(crate) fn recover(
 ) -> Result<Recovered, LogError> {
     if mode == Mode::Repair {
         storage.create_dir_all(folder).map_err(io_error(folder))?;
-        crate::reset::pending(storage, folder, stream, true)?;
+        crate::marker::pending(storage, folder, stream, true)?;
     }
     let bases = segment_bases(storage, folder)?;
     scan_all(
@@ -222,7 +216,7 @@ pub(crate) fn inspect(
     visit: &mut dyn FnMut(&Record<'_>),
 ) -> Result<Recovered, LogError> {
     if storage.exists(folder) {
-        if let Some(through) = crate::reset::pending(storage, folder, stream, false)? {
+        if let Some(through) = crate::marker::pending(storage, folder, stream, false)? {
             // A reset that a crash interrupted: the log is the empty one
             // after `through` that the next open finishes making.
             return Ok(Recovered {
@@ -265,12 +259,12 @@ pub(crate) fn recover_checkpointed(
     folder: &Path,
     stream: u64,
     mode: Mode,
-    restore: &mut dyn FnMut(&[u8]) -> Result<(), String>,
+    restore: &mut dyn FnMut(&[u8]) -> Result<(), RestoreError>,
     visit: &mut dyn FnMut(&Record<'_>),
 ) -> Result<Recovered, LogError> {
     if mode == Mode::Repair {
         storage.create_dir_all(folder).map_err(io_error(folder))?;
-        crate::reset::pending(storage, folder, stream, true)?;
+        crate::marker::pending(storage, folder, stream, true)?;
     }
     if let Some(manifest) = manifest::read(storage, folder, stream) {
         let recovered =
@@ -341,7 +335,7 @@ fn recover_from_manifest(
     stream: u64,
     mode: Mode,
     manifest: &Manifest,
-    restore: &mut dyn FnMut(&[u8]) -> Result<(), String>,
+    restore: &mut dyn FnMut(&[u8]) -> Result<(), RestoreError>,
     visit: &mut dyn FnMut(&Record<'_>),
 ) -> Result<Option<Recovered>, LogError> {
     let newest = manifest.newest_segment;
@@ -379,8 +373,10 @@ fn ignored_reasons(loaded: &checkpoint::Loaded) -> Vec<String> {
 fn recover_from_first_usable(
     loaded: &checkpoint::Loaded,
     ignored: &mut Vec<String>,
-    restore: &mut dyn FnMut(&[u8]) -> Result<(), String>,
-    mut covered_by: impl FnMut(&checkpoint::Checkpoint) -> Result<Result<Covered, String>, LogError>,
+    restore: &mut dyn FnMut(&[u8]) -> Result<(), RestoreError>,
+    mut covered_by: impl FnMut(
+        &checkpoint::Checkpoint,
+    ) -> Result<Result<Covered, FormatError>, LogError>,
     mut scan: impl FnMut(Covered) -> Result<Recovered, LogError>,
 ) -> Result<Option<Recovered>, LogError> {
     let valid: Vec<u64> = loaded.checkpoints.iter().map(|c| c.through).collect();
@@ -415,7 +411,7 @@ fn probe_covered(
     stream: u64,
     newest: u64,
     checkpoint: &Checkpoint,
-) -> Result<Result<Covered, String>, LogError> {
+) -> Result<Result<Covered, FormatError>, LogError> {
     let table = &checkpoint.segments;
     let through = checkpoint.through;
     let present = |base: u64| storage.exists(&segment::segment_path(folder, base));
@@ -423,9 +419,9 @@ fn probe_covered(
         Some(position) => position,
         None if present(through + 1) => table.len(),
         None => {
-            return Ok(Err(format!(
+            return Ok(Err(FormatError::Inconsistent(format!(
                 "no segment from the checkpoint through {through} on is there"
-            )))
+            ))))
         }
     };
     let mut covered = Covered {
@@ -436,9 +432,9 @@ fn probe_covered(
         return Ok(Ok(covered));
     };
     if last.base > newest {
-        return Ok(Err(format!(
+        return Ok(Err(FormatError::Inconsistent(format!(
             "the manifest's newest segment {newest} is older than the checkpoint's last"
-        )));
+        ))));
     }
     covered.segments = whole
         .iter()
@@ -459,28 +455,39 @@ fn open_resumed(
     folder: &Path,
     stream: u64,
     last: &CheckpointSegment,
-) -> Result<Result<Arc<dyn StorageFile>, String>, LogError> {
+) -> Result<Result<Arc<dyn StorageFile>, FormatError>, LogError> {
     let path = segment::segment_path(folder, last.base);
     let file = match storage.open(&path, false) {
         Ok(file) => file,
-        Err(error) => return Ok(Err(format!("{}: {error}", path.display()))),
+        Err(error) => {
+            return Ok(Err(FormatError::Read(format!(
+                "{}: {error}",
+                path.display()
+            ))))
+        }
     };
     let length = file.len().map_err(io_error(&path))?;
     let mut header = [0u8; SEGMENT_HEADER_LEN];
     if length < SEGMENT_HEADER_LEN as u64 {
-        return Ok(Err(format!("{}: header cut short", path.display())));
+        return Ok(Err(FormatError::Inconsistent(format!(
+            "{}: header cut short",
+            path.display()
+        ))));
     }
     file.read_exact_at(&mut header, 0)
         .map_err(io_error(&path))?;
     if let Err(reason) = segment::check_header(&header, stream, last.base) {
-        return Ok(Err(format!("{}: {reason}", path.display())));
+        return Ok(Err(FormatError::Inconsistent(format!(
+            "{}: {reason}",
+            path.display()
+        ))));
     }
     if length < last.length {
-        return Ok(Err(format!(
+        return Ok(Err(FormatError::Inconsistent(format!(
             "{} holds {length} bytes, the checkpoint says {}: the log is shorter than the checkpoint claims",
             path.display(),
             last.length
-        )));
+        ))));
     }
     Ok(Ok(file))
 }
@@ -589,11 +596,13 @@ fn check_covered(
     stream: u64,
     bases: &[u64],
     checkpoint: &Checkpoint,
-) -> Result<Result<Covered, String>, LogError> {
+) -> Result<Result<Covered, FormatError>, LogError> {
     let table = &checkpoint.segments;
     let through = checkpoint.through;
     let Some(&first) = bases.first() else {
-        return Ok(Err("the log has no segment".into()));
+        return Ok(Err(FormatError::Inconsistent(
+            "the log has no segment".into(),
+        )));
     };
     // Retention deletes the oldest covered segments, so the files on disk
     // may start anywhere in the table, or right after it. The table and
@@ -602,9 +611,9 @@ fn check_covered(
         Ok(position) => position,
         Err(_) if first == through + 1 => table.len(),
         Err(_) => {
-            return Ok(Err(format!(
+            return Ok(Err(FormatError::Inconsistent(format!(
                 "the log starts at version {first}, which the checkpoint through {through} does not reach"
-            )))
+            ))))
         }
     };
     let mut covered = Covered {
@@ -618,10 +627,10 @@ fn check_covered(
         .position(|(entry, &base)| entry.base != base)
         .or_else(|| (bases.len() < entries.len()).then_some(bases.len()))
     {
-        return Ok(Err(format!(
+        return Ok(Err(FormatError::Inconsistent(format!(
             "segment {} of the checkpoint is missing",
             segment::segment_name(entries[position].base)
-        )));
+        ))));
     }
     let Some((last, whole)) = entries.split_last() else {
         return Ok(Ok(covered));
@@ -720,7 +729,8 @@ pub(crate) fn check_unchecked(
             CheckError::Io(error)
         }
     })?;
-    segment::check_header(&header, stream, base).map_err(|reason| damaged(0, reason))?;
+    segment::check_header(&header, stream, base)
+        .map_err(|reason| damaged(0, reason.to_string()))?;
     let mut index: Vec<(u64, u64)> = Vec::new();
     let mut expected = base;
     let mut offset = SEGMENT_HEADER_LEN as u64;
@@ -872,28 +882,8 @@ pub(crate) fn create_segment(
     base: u64,
 ) -> Result<Segment, LogError> {
     let mut segment = Segment::new(base);
-    segment.file = Some(create_segment_file(storage, folder, stream, base)?);
+    segment.file = Some(segment::create_segment_file(storage, folder, stream, base)?);
     Ok(segment)
-}
-
-/// Creates the file of a segment with its header; returns it once the file
-/// and its folder entry are durable.
-pub(crate) fn create_segment_file(
-    storage: &dyn Storage,
-    folder: &Path,
-    stream: u64,
-    base: u64,
-) -> Result<Arc<dyn StorageFile>, LogError> {
-    let path = segment::segment_path(folder, base);
-    let file = storage.open(&path, true).map_err(io_error(&path))?;
-    file.set_len(0).map_err(io_error(&path))?;
-    file.write_at(&segment::encode_header(stream, base), 0)
-        .map_err(io_error(&path))?;
-    file.sync_data().map_err(io_error(&path))?;
-    // The new file's folder entry must be durable too, or a crash could
-    // lose the whole segment after its records were acknowledged.
-    storage.sync_dir(folder).map_err(io_error(folder))?;
-    Ok(file)
 }
 
 /// Where the scan of one segment starts.
@@ -951,7 +941,7 @@ fn scan_segment(
             return Err(LogError::Corrupt {
                 path,
                 offset: 0,
-                reason,
+                reason: reason.to_string(),
             });
         }
     } else {
@@ -1032,15 +1022,6 @@ fn has_record_after(bytes: &[u8], from: usize, stream: u64, min_version: u64) ->
     false
 }
 
-/// Removes a segment file; one already gone is no error (a segment a
-/// checkpoint covers is not looked for at open, so it may be missing).
-pub(crate) fn remove_segment_file(storage: &dyn Storage, path: &Path) -> std::io::Result<()> {
-    match storage.remove_file(path) {
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        other => other,
-    }
-}
-
 /// See [`crate::truncate_after`].
 pub(crate) fn truncate_after(
     storage: &dyn Storage,
@@ -1090,7 +1071,7 @@ pub(crate) fn truncate_after(
             // Wholly past the cut (the first segment stays, as a log's
             // first segment always exists).
             drop(segment.file.clone());
-            remove_segment_file(storage, &path).map_err(io_error(&path))?;
+            segment::remove_segment_file(storage, &path).map_err(io_error(&path))?;
             storage.sync_dir(folder).map_err(io_error(folder))?;
             continue;
         }

@@ -12,6 +12,11 @@
 //! with the extension `.seg`, so names sort in version order.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::error::{io_error, LogError};
+use crate::storage::{Storage, StorageFile};
+use crate::FormatError;
 
 pub const SEGMENT_MAGIC: [u8; 8] = *b"STLGSEG\0";
 pub const SEGMENT_FORMAT_VERSION: u32 = 1;
@@ -56,39 +61,76 @@ pub fn encode_header(stream: u64, base_version: u64) -> [u8; SEGMENT_HEADER_LEN]
 
 /// Checks a header; returns a reason when it is not the header of
 /// `stream`'s segment based at `base_version`.
-pub fn check_header(bytes: &[u8], stream: u64, base_version: u64) -> Result<(), String> {
+pub fn check_header(bytes: &[u8], stream: u64, base_version: u64) -> Result<(), FormatError> {
     if bytes.len() < SEGMENT_HEADER_LEN {
-        return Err(format!("segment header cut at {} bytes", bytes.len()));
+        return Err(FormatError::Cut {
+            what: "segment header",
+            length: bytes.len(),
+        });
     }
     if bytes[..MAGIC_SIZE] != SEGMENT_MAGIC {
-        return Err("not a stamplog segment (bad magic)".into());
+        return Err(FormatError::BadMagic { what: "segment" });
     }
     let read_u32 = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
     let read_u64 = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
     let format = read_u32(FORMAT_OFFSET);
     if format != SEGMENT_FORMAT_VERSION {
-        return Err(format!("unsupported segment format version {format}"));
+        return Err(FormatError::UnsupportedVersion {
+            what: "segment",
+            version: format,
+        });
     }
     let stored = read_u32(CHECKSUM_OFFSET);
     let computed = crc32c::crc32c(&bytes[STREAM_OFFSET..SEGMENT_HEADER_LEN]);
     if stored != computed {
-        return Err(format!(
-            "segment header checksum mismatch: stored {stored:#010x}, computed {computed:#010x}"
-        ));
+        return Err(FormatError::Checksum {
+            what: "segment header",
+            stored,
+            computed,
+        });
     }
     let found_stream = read_u64(STREAM_OFFSET);
     if found_stream != stream {
-        return Err(format!(
+        return Err(FormatError::Inconsistent(format!(
             "segment belongs to stream {found_stream}, not {stream}"
-        ));
+        )));
     }
     let found_base = read_u64(BASE_OFFSET);
     if found_base != base_version {
-        return Err(format!(
+        return Err(FormatError::Inconsistent(format!(
             "segment header says base version {found_base}, its name says {base_version}"
-        ));
+        )));
     }
     Ok(())
+}
+
+/// Creates the file of a segment with its header; returns it once the file
+/// and its folder entry are durable.
+pub(crate) fn create_segment_file(
+    storage: &dyn Storage,
+    folder: &Path,
+    stream: u64,
+    base: u64,
+) -> Result<Arc<dyn StorageFile>, LogError> {
+    let path = segment_path(folder, base);
+    let file = storage.open(&path, true).map_err(io_error(&path))?;
+    file.set_len(0).map_err(io_error(&path))?;
+    file.write_at(&encode_header(stream, base), 0)
+        .map_err(io_error(&path))?;
+    file.sync_data().map_err(io_error(&path))?;
+    // The new file's folder entry must be durable too, or a crash could
+    // lose the whole segment after its records were acknowledged.
+    storage.sync_dir(folder).map_err(io_error(folder))?;
+    Ok(file)
+}
+
+/// Removes a segment file; one already gone is no error (a segment a
+/// checkpoint covers is not looked for at open, so it may be missing).
+pub(crate) fn remove_segment_file(storage: &dyn Storage, path: &Path) -> std::io::Result<()> {
+    match storage.remove_file(path) {
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        other => other,
+    }
 }
 
 #[cfg(test)]

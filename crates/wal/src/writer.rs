@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::config::Durability;
-use crate::log::{LogError, Shared};
-use crate::recovery;
+use crate::error::LogError;
+use crate::log::Shared;
 use crate::storage::{StorageFile, BLOCK_BYTES};
 
 /// Spare buffers a `Sync` log keeps for reuse between batches.
@@ -274,7 +274,7 @@ impl Shared {
                     // manifest says.
                     let manifest = self.manifest.lock().expect("manifest lock poisoned");
                     self.write_manifest(chunk.segment_base)?;
-                    let file = recovery::create_segment_file(
+                    let file = crate::segment::create_segment_file(
                         self.storage.as_ref(),
                         &self.folder,
                         self.stream,

@@ -2,6 +2,9 @@
 //! and checks the flags parse as documented. The replication experiments
 //! (`patterns`, `duplication`) run against the real `stamplog` binary.
 
+// A test stops at the first thing that is not as it expects.
+#![allow(clippy::unwrap_used)]
+
 mod commit_interval;
 mod duplication;
 mod failover;

@@ -2,11 +2,15 @@
 //! injected alone and counted exactly, the histories that must stay clean,
 //! and a seeded randomized test over single faults.
 
+// A test stops at the first thing that is not as it expects.
+#![allow(clippy::unwrap_used)]
+
 mod reads;
 
 use std::time::Instant;
 
 use checker::{check, digest, Acked, ClientHistory, EventId, Logged, ReplicaLog, Report, Sent};
+use proto::Rng;
 
 /// The violation counts of a report, compared as one value so a test shows
 /// every count when it fails.
@@ -626,38 +630,16 @@ fn the_report_prints_every_count_as_a_table_and_as_json() {
     assert!(clean.to_string().contains("clean"));
 }
 
-/// splitmix64: a tiny seeded generator so failures reproduce by seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `low..=high`.
-    fn range(&mut self, low: u64, high: u64) -> u64 {
-        low + self.next() % (high - low + 1)
-    }
-
-    fn replica(&mut self) -> usize {
-        self.range(0, 2) as usize
-    }
-}
-
 /// Injects one random fault into `history` and returns the counts it must
 /// produce and a description.
 fn inject(history: &mut History, rng: &mut Rng) -> (Counts, String) {
     let n = history.n;
-    let kind = rng.range(0, 8);
+    let kind = rng.between(0, 8);
     let mut expected = Counts::default();
     let description;
     match kind {
         0 => {
-            let (r, v) = (rng.replica(), rng.range(2, n - 1));
+            let (r, v) = (replica(rng), rng.between(2, n - 1));
             history.drop_record(r, v);
             expected.gaps = 1;
             expected.divergent = 1;
@@ -665,7 +647,7 @@ fn inject(history: &mut History, rng: &mut Rng) -> (Counts, String) {
             description = format!("drop version {v} from replica {r}");
         }
         1 => {
-            let v = rng.range(2, n);
+            let v = rng.between(2, n);
             for r in 0..3 {
                 history.drop_record(r, v);
             }
@@ -674,10 +656,10 @@ fn inject(history: &mut History, rng: &mut Rng) -> (Counts, String) {
             description = format!("drop version {v} everywhere");
         }
         2 => {
-            let v = rng.range(1, n);
+            let v = rng.between(1, n);
             let copy = history.message(v);
-            let everywhere = rng.range(0, 1) == 1;
-            let only = rng.replica();
+            let everywhere = rng.between(0, 1) == 1;
+            let only = replica(rng);
             for (r, replica) in history.replicas.iter_mut().enumerate() {
                 if everywhere || r == only {
                     replica.records.push(Logged {
@@ -690,7 +672,7 @@ fn inject(history: &mut History, rng: &mut Rng) -> (Counts, String) {
             description = format!("log version {v} again at {}", n + 1);
         }
         3 => {
-            let (r, v) = (rng.replica(), rng.range(1, n));
+            let (r, v) = (replica(rng), rng.between(1, n));
             let other = history.fresh_sent(v);
             history.replace(r, v, other);
             expected.conflicting_versions = 1;
@@ -700,15 +682,15 @@ fn inject(history: &mut History, rng: &mut Rng) -> (Counts, String) {
             description = format!("another message at version {v} on replica {r}");
         }
         4 => {
-            let (r, p) = (rng.replica(), rng.range(0, n - 2) as usize);
+            let (r, p) = (replica(rng), rng.between(0, n - 2) as usize);
             history.replicas[r].records.swap(p, p + 1);
             expected.reordered = 1;
             description = format!("swap positions {p} and {} on replica {r}", p + 1);
         }
         5 => {
-            let (r, v) = (rng.replica(), rng.range(1, n));
+            let (r, v) = (replica(rng), rng.between(1, n));
             let mut record = history.message(v);
-            record.digest ^= 1 << rng.range(0, 63);
+            record.digest ^= 1 << rng.between(0, 63);
             history.replace(r, v, record);
             expected.conflicting_versions = 1;
             expected.divergent = 1;
@@ -717,13 +699,13 @@ fn inject(history: &mut History, rng: &mut Rng) -> (Counts, String) {
             description = format!("change the digest of version {v} on replica {r}");
         }
         6 => {
-            let mut v = rng.range(1, n);
+            let mut v = rng.between(1, n);
             while !is_acked(v) {
-                v = rng.range(1, n);
+                v = rng.between(1, n);
             }
-            let mut w = rng.range(1, n + 5);
+            let mut w = rng.between(1, n + 5);
             while w == v {
-                w = rng.range(1, n + 5);
+                w = rng.between(1, n + 5);
             }
             history.ack_mut(v).version = w;
             expected.misplaced_acks = 1;
@@ -731,7 +713,7 @@ fn inject(history: &mut History, rng: &mut Rng) -> (Counts, String) {
         }
         7 => {
             let stranger = history.fresh_unsent(n + 1);
-            let skip = rng.range(0, 3) as usize;
+            let skip = rng.between(0, 3) as usize;
             for (r, replica) in history.replicas.iter_mut().enumerate() {
                 if r != skip {
                     replica.records.push(stranger);
@@ -751,10 +733,10 @@ fn inject(history: &mut History, rng: &mut Rng) -> (Counts, String) {
 fn randomized_single_faults_are_counted_exactly() {
     let mut seen = [0u32; 9];
     for seed in 0..2_000u64 {
-        let mut rng = Rng(seed);
-        let mut history = History::clean(rng.range(10, 60));
+        let mut rng = Rng::new(seed);
+        let mut history = History::clean(rng.between(10, 60));
         let (expected, description) = inject(&mut history, &mut rng);
-        let committed = match rng.range(0, 2) {
+        let committed = match rng.between(0, 2) {
             0 => None,
             1 => Some(history.n + 10),
             _ => Some(u64::MAX),
@@ -825,4 +807,9 @@ fn a_million_messages_on_three_replicas_check_in_seconds() {
     assert_eq!(report.acknowledged, n);
     // Generous: the point is "not quadratic", not a benchmark.
     assert!(took.as_secs() < 60, "took {took:?}");
+}
+
+/// One of the three replicas.
+fn replica(rng: &mut Rng) -> usize {
+    rng.below(3) as usize
 }

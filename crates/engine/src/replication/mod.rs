@@ -12,5 +12,5 @@ mod replica;
 
 pub use message::{Binding, Bytes, Content, Entry, Msg, Node, Refusal, ServerId, ACK_RUN_MAX};
 pub use producer::{Acknowledged, Completion, Producer, ProducerSettings};
-pub use protocol::{AckRule, Flow, HybridMode, Protocol};
+pub use protocol::{AckRule, Flow, HybridMode, Protocol, UnknownProtocol};
 pub use replica::{ClusterView, Effect, Placement, Replica, ReplicaMetrics, ReplicaSettings};

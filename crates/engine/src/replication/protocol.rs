@@ -229,20 +229,23 @@ impl fmt::Display for Protocol {
     }
 }
 
+/// A protocol name that is none of [`Protocol::ALL`].
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown protocol {name:?}; expected one of {}", Protocol::ALL.map(Protocol::name).join(", "))]
+pub struct UnknownProtocol {
+    pub name: String,
+}
+
 impl FromStr for Protocol {
-    type Err = String;
+    type Err = UnknownProtocol;
 
     fn from_str(text: &str) -> Result<Self, Self::Err> {
         Protocol::ALL
             .iter()
             .copied()
             .find(|p| p.name() == text)
-            .ok_or_else(|| {
-                let names: Vec<&str> = Protocol::ALL.iter().map(|p| p.name()).collect();
-                format!(
-                    "unknown protocol {text:?}; expected one of {}",
-                    names.join(", ")
-                )
+            .ok_or_else(|| UnknownProtocol {
+                name: text.to_string(),
             })
     }
 }

@@ -1,6 +1,9 @@
 //! The engine's behaviour through its public API: events go in, effects
 //! come out.
 
+// A test stops at the first thing that is not as it expects.
+#![allow(clippy::unwrap_used)]
+
 mod ack_runs;
 mod commit_interval;
 mod producer;

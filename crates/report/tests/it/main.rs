@@ -1,5 +1,8 @@
 //! Integration tests: charts render to PNG files that decode back with the expected size.
 
+// A test stops at the first thing that is not as it expects.
+#![allow(clippy::unwrap_used)]
+
 use std::fs::File;
 use std::path::PathBuf;
 

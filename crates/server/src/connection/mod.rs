@@ -207,7 +207,7 @@ async fn serve_peer(
                     }
                 }
                 Ok(Some(_)) | Err(_) => {
-                    eprintln!("stamplog: closing the link from server {from}: unexpected frame");
+                    tracing::warn!("closing the link from server {from}: unexpected frame");
                     return;
                 }
                 Ok(None) => break,

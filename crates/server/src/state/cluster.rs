@@ -4,12 +4,13 @@
 //! retiring a server.
 
 use super::*;
+use crate::error::PlaceError;
 
 impl ServerState {
     /// Chooses a stream's replica set: `replicas` consecutive servers of
     /// the sorted id list, starting at a position given by the name's hash,
     /// so streams spread over the cluster; the first is the primary.
-    pub fn place(&self, name: &str, replicas: usize) -> Result<Placement, String> {
+    pub fn place(&self, name: &str, replicas: usize) -> Result<Placement, PlaceError> {
         let ids = self.config.cluster.server_ids();
         let count = if replicas == 0 {
             DEFAULT_REPLICAS.min(ids.len())
@@ -17,10 +18,10 @@ impl ServerState {
             replicas
         };
         if count > ids.len() {
-            return Err(format!(
-                "a stream of {count} replicas needs {count} servers; the cluster has {}",
-                ids.len()
-            ));
+            return Err(PlaceError {
+                wanted: count,
+                servers: ids.len(),
+            });
         }
         let start = (name_hash(name.as_bytes()) % ids.len() as u64) as usize;
         let chosen: Vec<ServerId> = (0..count).map(|i| ids[(start + i) % ids.len()]).collect();
@@ -71,7 +72,7 @@ impl ServerState {
         }
         let placement = self
             .place(name, replicas)
-            .map_err(|problem| StreamError::new(ErrorCode::InvalidArgument, problem))?;
+            .map_err(|problem| StreamError::new(ErrorCode::InvalidArgument, problem.to_string()))?;
         let id = loop {
             let candidate = proto::random_u128() as u64;
             if candidate != 0 && self.stream_by_id(candidate).is_none() {
@@ -184,10 +185,11 @@ impl ServerState {
                     self.config.handshake_timeout,
                 )
                 .await
+                .map_err(|e| e.to_string())
             };
             if let Err(problem) = created {
-                eprintln!(
-                    "stamplog: replica of {name:?} on server {} not created yet ({problem}); it will be when the server sees the placement",
+                tracing::warn!(
+                    "replica of {name:?} on server {} not created yet ({problem}); it will be when the server sees the placement",
                     replica.id
                 );
             }

@@ -15,25 +15,12 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{watch, Semaphore};
 
 use crate::config::ServerConfig;
+use crate::error::{OpenError, RemoteCreateError};
 use crate::replication::Router;
 use crate::stream::{stream_name_error, Stream, StreamMeta, META_FILE};
 
 /// Replicas of a stream when the creator does not say.
 pub const DEFAULT_REPLICAS: usize = 3;
-
-#[derive(Debug, thiserror::Error)]
-pub enum OpenError {
-    #[error("cannot use data folder {path}: {source}")]
-    DataDir {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("stream in {path} cannot be opened: {reason}")]
-    Stream { path: PathBuf, reason: String },
-    #[error("bad cluster configuration: {0}")]
-    Cluster(String),
-}
 
 /// Why a stream operation failed, with the protocol's error code.
 #[derive(Debug)]
@@ -137,7 +124,7 @@ impl ServerState {
             }
             let stream = Arc::new(
                 Stream::open(&meta, &folder, &config, Arc::clone(&router), None)
-                    .map_err(stream_error)?,
+                    .map_err(|e| stream_error(e.to_string()))?,
             );
             stream.recover_senders();
             if registry.by_id.contains_key(&stream.id) {
@@ -498,7 +485,7 @@ impl ServerState {
         let stream = Stream::open(meta, &folder, &self.config, Arc::clone(&self.router), None)
             .map_err(|reason| {
                 let _ = storage.remove_dir_all(&folder);
-                StreamError::new(ErrorCode::InvalidArgument, reason)
+                StreamError::new(ErrorCode::InvalidArgument, reason.to_string())
             })?;
         storage.sync_dir(&folder).map_err(internal)?;
         // The meta file is written last and atomically: a crash before it
@@ -613,11 +600,9 @@ async fn remote_create(
     info: &StreamInfo,
     retention: proto::RetentionConfig,
     timeout: std::time::Duration,
-) -> Result<(), String> {
+) -> Result<(), RemoteCreateError> {
     let work = async {
-        let mut socket = tokio::net::TcpStream::connect(address)
-            .await
-            .map_err(|e| e.to_string())?;
+        let mut socket = tokio::net::TcpStream::connect(address).await?;
         let mut out = Vec::new();
         Frame::Hello {
             version: proto::PROTOCOL_VERSION,
@@ -631,26 +616,28 @@ async fn remote_create(
             retention,
         }
         .encode(&mut out);
-        socket.write_all(&out).await.map_err(|e| e.to_string())?;
+        socket.write_all(&out).await?;
         let mut buffer = proto::FrameBuffer::new();
         let mut scratch = vec![0u8; 64 * 1024];
         loop {
             match buffer.next_frame(64 * 1024 * 1024) {
                 Ok(Some(Frame::HelloOk { .. })) => continue,
                 Ok(Some(Frame::StreamInfo { .. })) => return Ok(()),
-                Ok(Some(Frame::Error { message, .. })) => return Err(message),
-                Ok(Some(other)) => return Err(format!("unexpected answer {other:?}")),
+                Ok(Some(Frame::Error { code, message, .. })) => {
+                    return Err(RemoteCreateError::Refused { code, message })
+                }
+                Ok(Some(other)) => return Err(RemoteCreateError::Unexpected(format!("{other:?}"))),
                 Ok(None) => {}
-                Err(error) => return Err(error.to_string()),
+                Err(error) => return Err(error.into()),
             }
-            let count = socket.read(&mut scratch).await.map_err(|e| e.to_string())?;
+            let count = socket.read(&mut scratch).await?;
             if count == 0 {
-                return Err("the server closed the connection".into());
+                return Err(RemoteCreateError::Closed);
             }
             buffer.extend(&scratch[..count]);
         }
     };
     tokio::time::timeout(timeout, work)
         .await
-        .map_err(|_| format!("no answer within {timeout:?}"))?
+        .map_err(|_| RemoteCreateError::Timeout(timeout))?
 }

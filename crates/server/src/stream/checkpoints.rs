@@ -62,7 +62,7 @@ impl Stream {
         self: &Arc<Self>,
         retention: Retention,
         wait: Duration,
-    ) -> Result<Option<u64>, String> {
+    ) -> Result<Option<u64>, CheckpointError> {
         match self.checkpoint_ready(wait).await {
             Some((through, state)) => self.write_checkpoint(through, state, retention).await,
             None => Ok(None),
@@ -100,7 +100,7 @@ impl Stream {
         through: u64,
         state: Vec<u8>,
         retention: Retention,
-    ) -> Result<Option<u64>, String> {
+    ) -> Result<Option<u64>, CheckpointError> {
         let stream = Arc::clone(self);
         let retained = tokio::task::spawn_blocking(move || {
             let now = wall_clock_ms();
@@ -109,8 +109,7 @@ impl Stream {
             stream.log.retain(retention, now)
         })
         .await
-        .map_err(|error| format!("the checkpoint task failed: {error}"))?
-        .map_err(|error| error.to_string())?;
+        .map_err(|error| CheckpointError::Task("checkpoint", error))??;
         self.announce_checkpoint(through);
         self.report_retention(&retained);
         Ok(Some(through))
@@ -120,21 +119,20 @@ impl Stream {
     pub(super) async fn apply_retention(
         self: &Arc<Self>,
         retention: Retention,
-    ) -> Result<Option<u64>, String> {
+    ) -> Result<Option<u64>, CheckpointError> {
         let stream = Arc::clone(self);
         let retained =
             tokio::task::spawn_blocking(move || stream.log.retain(retention, wall_clock_ms()))
                 .await
-                .map_err(|error| format!("the retention task failed: {error}"))?
-                .map_err(|error| error.to_string())?;
+                .map_err(|error| CheckpointError::Task("retention", error))??;
         self.report_retention(&retained);
         Ok(None)
     }
 
     pub(super) fn report_retention(&self, retained: &wal::Retained) {
         if retained.segments_deleted > 0 {
-            eprintln!(
-                "stamplog: stream {:?}: retention deleted {} segments ({} bytes); the log now starts at version {}",
+            tracing::info!(
+                "stream {:?}: retention deleted {} segments ({} bytes); the log now starts at version {}",
                 self.name, retained.segments_deleted, retained.bytes_deleted, retained.first_version
             );
         }
@@ -237,10 +235,7 @@ pub(super) async fn run_checkpoints(
             None => continue,
         };
         if let Err(error) = written {
-            eprintln!(
-                "stamplog: stream {:?}: checkpoint failed: {error}",
-                stream.name
-            );
+            tracing::warn!("stream {:?}: checkpoint failed: {error}", stream.name);
         }
     }
 }

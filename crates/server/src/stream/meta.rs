@@ -86,7 +86,7 @@ impl StreamMeta {
         }
     }
 
-    pub fn protocol(&self) -> Result<Protocol, String> {
+    pub fn protocol(&self) -> Result<Protocol, engine::replication::UnknownProtocol> {
         self.protocol.parse()
     }
 
@@ -107,7 +107,7 @@ impl StreamMeta {
         }
     }
 
-    pub fn durability(&self) -> Result<DurabilityConfig, String> {
+    pub fn durability(&self) -> Result<DurabilityConfig, proto::UnknownDurability> {
         DurabilityConfig::from_parts(&self.durability, self.pages, self.page_size)
     }
 }

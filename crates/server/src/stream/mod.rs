@@ -18,9 +18,10 @@ use engine::replication::{
 use proto::DurabilityConfig;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{watch, Notify};
-use wal::{AppendError, Durability, Log, LogConfig, LogError, ReadError, Retention};
+use wal::{AppendError, Durability, Log, LogConfig, ReadError, Retention};
 
 use crate::config::ServerConfig;
+use crate::error::{CheckpointError, StreamOpenError};
 use crate::replication::{ControlEvent, Router};
 
 pub(crate) use checkpoints::CheckpointSchedule;
@@ -181,15 +182,15 @@ impl Stream {
         config: &ServerConfig,
         router: Arc<Router>,
         placement: Option<Placement>,
-    ) -> Result<Stream, String> {
+    ) -> Result<Stream, StreamOpenError> {
         let durability = meta.durability()?;
         let protocol = meta.protocol()?;
         let placement = placement.unwrap_or_else(|| meta.placement(config.cluster.me));
         if !placement.replicas.contains(&config.cluster.me) {
-            return Err(format!(
-                "this server ({}) is not in the stream's replica set {:?}",
-                config.cluster.me, placement.replicas
-            ));
+            return Err(StreamOpenError::NotAReplica {
+                me: config.cluster.me,
+                replicas: placement.replicas,
+            });
         }
         let log_config = log_config(durability, config);
         let record_max = config.message_bytes_max + proto::RECORD_HEADER_LEN;
@@ -201,11 +202,11 @@ impl Stream {
                 DurabilityConfig::Sync => "raise the server's pending_bytes_max",
                 DurabilityConfig::Memory => "raise the server's memory_retain_bytes",
             };
-            return Err(format!(
-                "this durability holds records of at most {} bytes, less than a message of {} bytes needs; {setting}",
-                log_config.record_bytes_max(),
-                record_max
-            ));
+            return Err(StreamOpenError::RecordTooLarge {
+                limit: log_config.record_bytes_max(),
+                needed: record_max,
+                setting,
+            });
         }
         let mut settings = config.replication;
         settings.dedupe = engine::DedupeLimits::default();
@@ -225,21 +226,17 @@ impl Stream {
                     .borrow_mut()
                     .restore(state)
                     .map(|_| ())
-                    .map_err(|error| error.to_string())
+                    .map_err(wal::RestoreError::from)
             },
             &mut |record| replica.borrow_mut().recovered(&record.header),
-        )
-        .map_err(|error: LogError| error.to_string())?;
+        )?;
         let replica = replica.into_inner();
         for skipped in &report.ignored {
-            eprintln!(
-                "stamplog: stream {:?}: checkpoint not used: {skipped}",
-                meta.name
-            );
+            tracing::warn!("stream {:?}: checkpoint not used: {skipped}", meta.name);
         }
         if let Some(through) = report.checkpoint {
-            eprintln!(
-                "stamplog: stream {:?} recovered from its checkpoint at version {through}, replaying {} records after it",
+            tracing::info!(
+                "stream {:?} recovered from its checkpoint at version {through}, replaying {} records after it",
                 meta.name, report.records_visited
             );
         }
@@ -305,8 +302,8 @@ impl Stream {
             return;
         }
         let metrics = core.replica.metrics();
-        eprintln!(
-            "stamplog: stream {:?}: sender recovery done: {} messages put back at the versions their clients held, {} versions voided in all, log at version {}",
+        tracing::info!(
+            "stream {:?}: sender recovery done: {} messages put back at the versions their clients held, {} versions voided in all, log at version {}",
             self.name,
             metrics.resent_placed,
             metrics.voided,
@@ -334,13 +331,18 @@ impl Stream {
         self.drive(|replica, now, out| replica.follow(view, now, out));
     }
 
+    /// The control plane recorded an epoch: see `Replica::follow_record`.
+    pub fn follow_record(&self, view: &ClusterView) {
+        self.drive(|replica, now, out| replica.follow_record(view, now, out));
+    }
+
     /// The control plane's word on whether the stream takes writes (its
     /// requirement, and the loss action while it is not met).
     pub fn set_availability(&self, availability: &control::Availability) {
         let mut gate = self.gate.lock().expect("gate lock");
         if &gate.availability != availability {
-            eprintln!(
-                "stamplog: stream {:?} is now {}",
+            tracing::info!(
+                "stream {:?} is now {}",
                 self.name,
                 control::state::describe(availability)
             );
@@ -659,8 +661,8 @@ impl Stream {
                 Ok(()) => return true,
                 Err(AppendError::Full) => {}
                 Err(AppendError::TooLarge { length, limit }) => {
-                    eprintln!(
-                        "stamplog: stream {}: record of {length} bytes exceeds the log's limit of {limit}; the log stops here",
+                    tracing::warn!(
+                        "stream {}: record of {length} bytes exceeds the log's limit of {limit}; the log stops here",
                         self.name
                     );
                     return false;

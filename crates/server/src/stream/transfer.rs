@@ -59,8 +59,8 @@ impl Stream {
             .filter(|(through, _)| through + 1 >= oldest);
         let Some((through, state)) = found else {
             if self.retained_asked.swap(from, Ordering::Relaxed) != from {
-                eprintln!(
-                    "stamplog: stream {:?}: server {to} asks for version {from}, but this log keeps versions from {oldest} only and has no checkpoint to send in their place; that replica cannot catch up yet",
+                tracing::warn!(
+                    "stream {:?}: server {to} asks for version {from}, but this log keeps versions from {oldest} only and has no checkpoint to send in their place; that replica cannot catch up yet",
                     self.name
                 );
             }
@@ -69,8 +69,8 @@ impl Stream {
         let limit = self.peer_frame_bytes_max - TRANSFER_FRAME_OVERHEAD;
         if state.len() > limit {
             if self.retained_asked.swap(from, Ordering::Relaxed) != from {
-                eprintln!(
-                    "stamplog: stream {:?}: server {to} asks for version {from}, but this log keeps versions from {oldest} only, and the state of the checkpoint at version {through} ({} bytes) is larger than a peer frame may carry ({limit} bytes); that replica cannot catch up",
+                tracing::warn!(
+                    "stream {:?}: server {to} asks for version {from}, but this log keeps versions from {oldest} only, and the state of the checkpoint at version {through} ({} bytes) is larger than a peer frame may carry ({limit} bytes); that replica cannot catch up",
                     self.name,
                     state.len()
                 );
@@ -80,8 +80,8 @@ impl Stream {
         let before = transfers.insert(to, (through, Instant::now()));
         drop(transfers);
         if before.is_none_or(|(sent, _)| sent != through) {
-            eprintln!(
-                "stamplog: stream {:?}: server {to} asks for version {from}, but this log keeps versions from {oldest} only; sending it the checkpoint at version {through} ({} bytes) instead",
+            tracing::warn!(
+                "stream {:?}: server {to} asks for version {from}, but this log keeps versions from {oldest} only; sending it the checkpoint at version {through} ({} bytes) instead",
                 self.name,
                 state.len()
             );
@@ -110,8 +110,8 @@ impl Stream {
         let machine = match core.replica.decode_install(&state) {
             Ok(machine) => machine,
             Err(error) => {
-                eprintln!(
-                    "stamplog: stream {:?}: the primary's checkpoint at version {through} was refused: {error}",
+                tracing::warn!(
+                    "stream {:?}: the primary's checkpoint at version {through} was refused: {error}",
                     self.name
                 );
                 return;
@@ -122,15 +122,15 @@ impl Stream {
         core.backlog_bytes = 0;
         let held = self.log.last_version();
         if let Err(error) = blocking(|| self.log.reset(through, &state, wall_clock_ms())) {
-            eprintln!(
-                "stamplog: stream {:?}: could not install the primary's checkpoint at version {through}: {error}",
+            tracing::warn!(
+                "stream {:?}: could not install the primary's checkpoint at version {through}: {error}",
                 self.name
             );
             return;
         }
         self.checkpointed.fetch_max(through, Ordering::AcqRel);
-        eprintln!(
-            "stamplog: stream {:?}: installed the primary's checkpoint at version {through} ({} bytes) in place of the versions up to it (this log held up to {held}); it now starts at version {}",
+        tracing::info!(
+            "stream {:?}: installed the primary's checkpoint at version {through} ({} bytes) in place of the versions up to it (this log held up to {held}); it now starts at version {}",
             self.name,
             state.len(),
             self.log.first_version()

@@ -13,7 +13,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use crate::harness::{
-    panics_where, quick_client_config, raw_hello, read_frames, record_panics, TestRng, TestServer,
+    panics_where, quick_client_config, raw_hello, read_frames, record_panics, TestServer,
 };
 
 /// A proper client can still create a stream, append and read back.
@@ -77,7 +77,7 @@ async fn garbage_instead_of_a_hello_gets_an_error_or_a_close_and_the_server_goes
         ("a status frame first", status),
         ("a hello with a bad magic", bad_magic),
         ("a few bytes, then silence", b"hi".to_vec()),
-        ("random bytes", TestRng::new(7).bytes(4096)),
+        ("random bytes", proto::Rng::new(7).bytes(4096)),
     ];
     for (what, bytes) in garbage {
         let mut socket = TcpStream::connect(server.address).await.unwrap();
@@ -325,7 +325,7 @@ async fn a_server_with_a_small_message_limit_still_serves_reads_of_many_records(
 
 /// Valid frames for one fuzzed connection: a hello, then a random mix of
 /// requests against the stream `stream` and streams of its own.
-fn valid_frames(rng: &mut TestRng, connection: u64, stream: u64) -> Vec<u8> {
+fn valid_frames(rng: &mut proto::Rng, connection: u64, stream: u64) -> Vec<u8> {
     let mut bytes = Frame::Hello {
         version: PROTOCOL_VERSION,
         client: u128::from(connection) + 1,
@@ -333,8 +333,8 @@ fn valid_frames(rng: &mut TestRng, connection: u64, stream: u64) -> Vec<u8> {
     }
     .to_bytes();
     let own = format!("fuzz-{connection}");
-    for request in 1..rng.range(2, 10) {
-        let frame = match rng.range(0, 11) {
+    for request in 1..rng.between(2, 10 - 1) {
+        let frame = match rng.below(11) {
             0 => Frame::CreateStream {
                 request,
                 name: own.clone(),
@@ -354,15 +354,15 @@ fn valid_frames(rng: &mut TestRng, connection: u64, stream: u64) -> Vec<u8> {
                 name: "main".into(),
             },
             4..=6 => {
-                let key_length = rng.range(0, 8) as usize;
-                let payload_length = rng.range(0, 300) as usize;
+                let key_length = rng.below(8) as usize;
+                let payload_length = rng.below(300) as usize;
                 Frame::Append {
                     request,
                     stream,
-                    flags: rng.range(0, 2) as u8,
-                    session: rng.range(1, 4),
-                    sequence: rng.range(1, 50),
-                    low_water: rng.range(0, 50),
+                    flags: rng.below(2) as u8,
+                    session: rng.between(1, 4 - 1),
+                    sequence: rng.between(1, 50 - 1),
+                    low_water: rng.below(50),
                     key: rng.bytes(key_length),
                     payload: rng.bytes(payload_length),
                 }
@@ -370,18 +370,18 @@ fn valid_frames(rng: &mut TestRng, connection: u64, stream: u64) -> Vec<u8> {
             7 => Frame::Fetch {
                 request,
                 stream,
-                from: rng.range(0, 100),
-                max_records: rng.range(0, 100) as u32,
-                max_bytes: rng.range(0, 100_000) as u32,
+                from: rng.below(100),
+                max_records: rng.below(100) as u32,
+                max_bytes: rng.below(100_000) as u32,
             },
             8 => Frame::Subscribe {
                 subscription: request,
                 stream,
-                from: rng.range(0, 100),
-                credit: rng.range(0, 1000) as u32,
+                from: rng.below(100),
+                credit: rng.below(1000) as u32,
             },
             9 => Frame::Credit {
-                subscription: rng.range(0, 10),
+                subscription: rng.below(10),
                 credit: rng.next_u64() as u32,
             },
             _ => Frame::Status { request },
@@ -393,22 +393,22 @@ fn valid_frames(rng: &mut TestRng, connection: u64, stream: u64) -> Vec<u8> {
 
 /// Damages `bytes` a few times: flips bits, overwrites, cuts, extends,
 /// inserts, or writes a random length over a frame header.
-fn mutate(rng: &mut TestRng, bytes: &mut Vec<u8>) {
-    for _ in 0..rng.range(1, 4) {
+fn mutate(rng: &mut proto::Rng, bytes: &mut Vec<u8>) {
+    for _ in 0..rng.between(1, 4 - 1) {
         if bytes.is_empty() {
             bytes.push(rng.next_u64() as u8);
         }
-        let at = rng.range(0, bytes.len() as u64) as usize;
-        match rng.range(0, 7) {
-            0 => bytes[at] ^= 1 << rng.range(0, 8),
+        let at = rng.below(bytes.len() as u64) as usize;
+        match rng.below(7) {
+            0 => bytes[at] ^= 1 << rng.below(8),
             1 => bytes[at] = rng.next_u64() as u8,
             2 => bytes.truncate(at),
             3 => {
-                let count = rng.range(1, 64) as usize;
+                let count = rng.between(1, 64 - 1) as usize;
                 bytes.extend(rng.bytes(count));
             }
             4 => {
-                let count = rng.range(1, 16) as usize;
+                let count = rng.between(1, 16 - 1) as usize;
                 let inserted = rng.bytes(count);
                 bytes.splice(at..at, inserted);
             }
@@ -418,7 +418,7 @@ fn mutate(rng: &mut TestRng, bytes: &mut Vec<u8>) {
                 bytes[at..end].copy_from_slice(&length[..end - at]);
             }
             _ => {
-                let end = (at + rng.range(1, 32) as usize).min(bytes.len());
+                let end = (at + rng.between(1, 32 - 1) as usize).min(bytes.len());
                 let copy = bytes[at..end].to_vec();
                 bytes.splice(at..at, copy);
             }
@@ -453,7 +453,7 @@ async fn fuzzed_frames_never_crash_the_server_nor_damage_a_stream() {
         mine.push((ack.version, number));
     }
 
-    let mut rng = TestRng::new(0xF022);
+    let mut rng = proto::Rng::new(0xF022);
     for connection in 0..CONNECTIONS {
         let mut bytes = valid_frames(&mut rng, connection, stream.id);
         mutate(&mut rng, &mut bytes);
@@ -500,4 +500,39 @@ async fn fuzzed_frames_never_crash_the_server_nor_damage_a_stream() {
     a_good_client_is_served(server.address, "after-fuzz").await;
     drop(client);
     server.stop().await;
+}
+
+/// Shunning: a server that left the view and joined again is a new
+/// member; a peer link that names its former incarnation is refused, so a
+/// process of the past (paused, partitioned, or an impostor replaying its
+/// hello) cannot feed records to a replica.
+#[tokio::test]
+async fn a_peer_link_from_a_departed_incarnation_is_refused() {
+    let data = tempfile::tempdir().unwrap();
+    let mut cluster = server::LocalCluster::start(3, data.path(), |config| {
+        config.cluster.heartbeat_interval = Duration::from_millis(50);
+        config.cluster.suspect_timeout = Duration::from_millis(400);
+    })
+    .await
+    .unwrap();
+    cluster.stop_server(2).await;
+    cluster.start_server(2).await.unwrap();
+    // Server 2 first joined in one of the views 1 to 3 and now in a later
+    // one: incarnation 1 is a departed member, 0 never was one.
+    for incarnation in [1, 0] {
+        let mut socket = TcpStream::connect(cluster.address(1)).await.unwrap();
+        let hello = Frame::PeerHello {
+            version: PROTOCOL_VERSION,
+            from: 2,
+            incarnation,
+        };
+        socket.write_all(&hello.to_bytes()).await.unwrap();
+        let (code, message) = single_error(&answer_and_close(&mut socket).await);
+        assert_eq!(code, ErrorCode::BadFrame, "{message}");
+        assert!(
+            message.contains("is no longer a member"),
+            "incarnation {incarnation}: {message}"
+        );
+    }
+    cluster.stop().await;
 }

@@ -57,37 +57,6 @@ impl TestServer {
 // ---------------------------------------------------------------------
 // Helpers for restart, bad_input, faults and property tests.
 
-/// A small seeded random number generator (SplitMix64), so tests are
-/// reproducible from a printed seed without extra dependencies.
-pub struct TestRng(u64);
-
-impl TestRng {
-    pub fn new(seed: u64) -> Self {
-        TestRng(seed ^ 0x5DEE_CE66_D1CE_4E5B)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// A number in `low..high` (`high > low`).
-    pub fn range(&mut self, low: u64, high: u64) -> u64 {
-        low + self.next_u64() % (high - low)
-    }
-
-    pub fn chance(&mut self, numerator: u64, denominator: u64) -> bool {
-        self.range(0, denominator) < numerator
-    }
-
-    pub fn bytes(&mut self, count: usize) -> Vec<u8> {
-        (0..count).map(|_| self.next_u64() as u8).collect()
-    }
-}
-
 /// A server configuration whose storage is `storage` (an in-memory
 /// fault-injecting file system), with its data under `/stamplog`.
 pub fn fault_config(storage: &wal::fault::FaultStorage) -> ServerConfig {

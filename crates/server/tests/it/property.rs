@@ -12,7 +12,7 @@ use std::time::Duration;
 use client::{Client, DurabilityConfig};
 use wal::fault::{CrashMode, FaultStorage};
 
-use crate::harness::{fault_config, quick_client_config, read_log, TestRng, TestServer};
+use crate::harness::{fault_config, quick_client_config, read_log, TestServer};
 
 const SEEDS: u64 = 30;
 
@@ -21,7 +21,7 @@ const SEEDS: u64 = 30;
 fn payload(seed: u64, producer: u32, sequence: u64, length: usize) -> Vec<u8> {
     let mut bytes = producer.to_le_bytes().to_vec();
     bytes.extend_from_slice(&sequence.to_le_bytes());
-    let mut rng = TestRng::new(seed ^ (u64::from(producer) << 40) ^ sequence);
+    let mut rng = proto::Rng::new(seed ^ (u64::from(producer) << 40) ^ sequence);
     bytes.extend(rng.bytes(length));
     bytes
 }
@@ -57,12 +57,12 @@ fn crash_once(shared: &Mutex<Shared>, storage: &FaultStorage, mode: CrashMode, s
 }
 
 async fn run_seed(seed: u64) -> Result<String, String> {
-    let mut rng = TestRng::new(seed);
+    let mut rng = proto::Rng::new(seed);
     let storage = FaultStorage::new();
     let mut config = fault_config(&storage);
     config.message_bytes_max = 40_000;
-    config.segment_bytes_max = rng.range(4096, 200_000);
-    config.pending_bytes_max = rng.range(48_000, 400_000) as usize;
+    config.segment_bytes_max = rng.between(4096, 200_000 - 1);
+    config.pending_bytes_max = rng.between(48_000, 400_000 - 1) as usize;
     let server = TestServer::start(config).await;
     let admin = Client::connect(quick_client_config(server.address))
         .await
@@ -72,28 +72,28 @@ async fn run_seed(seed: u64) -> Result<String, String> {
         .await
         .map_err(|e| e.to_string())?;
 
-    let producers = rng.range(1, 4) as u32;
+    let producers = rng.between(1, 4 - 1) as u32;
     let mut plans = Vec::new();
     let mut total = 0u64;
     for producer in 0..producers {
-        let count = rng.range(1, 250);
+        let count = rng.between(1, 250 - 1);
         total += count;
-        let window = rng.range(1, 65) as usize;
+        let window = rng.between(1, 65 - 1) as usize;
         let mut messages = Vec::new();
         for sequence in 1..=count {
-            let length = match rng.range(0, 20) {
-                0 => rng.range(4_000, 39_000),
+            let length = match rng.below(20) {
+                0 => rng.between(4_000, 39_000 - 1),
                 1..=3 => 0,
-                _ => rng.range(1, 600),
+                _ => rng.between(1, 600 - 1),
             } as usize;
-            let key_length = rng.range(0, 24) as usize;
+            let key_length = rng.below(24) as usize;
             let key = rng.bytes(key_length);
             messages.push((key, payload(seed, producer, sequence, length)));
         }
         plans.push((window, messages));
     }
-    let crash_after = rng.range(0, total + 10) as usize;
-    let mode = if rng.chance(1, 2) {
+    let crash_after = rng.below(total + 10) as usize;
+    let mode = if rng.coin() {
         CrashMode::DurableOnly
     } else {
         CrashMode::TornTail

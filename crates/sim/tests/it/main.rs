@@ -2,6 +2,9 @@
 //! failover, replay of one seed, and the tests that prove the harness can
 //! fail.
 
+// A test stops at the first thing that is not as it expects.
+#![allow(clippy::unwrap_used)]
+
 mod failover;
 mod seeds;
 

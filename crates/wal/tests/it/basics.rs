@@ -350,3 +350,13 @@ fn records_read_between_batches_stay_whole_while_their_last_block_is_rewritten()
         }
     }
 }
+
+#[test]
+#[should_panic(
+    expected = "a record is logged only in the stream and at the version its header names"
+)]
+fn a_record_whose_header_names_another_version_is_never_logged() {
+    let folder = tempfile::tempdir().unwrap();
+    let (log, _) = open(Arc::new(FileStorage), folder.path(), LogConfig::default());
+    let _ = log.append(1, &encode(7, 2, b"misplaced"));
+}

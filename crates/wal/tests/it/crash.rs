@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use proto::Record;
+use proto::{Record, Rng};
 use wal::fault::{CrashMode, FaultStorage};
 use wal::segment::{encode_header, parse_segment_name, segment_path, SEGMENT_HEADER_LEN};
 use wal::{AppendError, Durability, Log, LogConfig, LogError};
@@ -990,28 +990,6 @@ fn a_torn_write_latches_the_log_and_keeps_every_durable_record() {
     }
 }
 
-/// SplitMix64, for the property test.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `low..=high`.
-    fn range(&mut self, low: u64, high: u64) -> u64 {
-        low + self.next() % (high - low + 1)
-    }
-
-    fn chance(&mut self, one_in: u64) -> bool {
-        self.range(1, one_in) == 1
-    }
-}
-
 fn check_image(
     image: &FaultStorage,
     config: &LogConfig,
@@ -1025,15 +1003,15 @@ fn check_image(
     let last = seen.len() as u64;
     assert_eq!(log.last_version(), last, "{context}: last_version");
     assert_eq!(log.durable_version(), last, "{context}: durable_version");
-    let max_records = rng.range(1, 50) as usize;
-    let max_bytes = rng.range(1, 20_000) as usize;
+    let max_records = rng.between(1, 50) as usize;
+    let max_bytes = rng.between(1, 20_000) as usize;
     let read = read_back(&log, 1, max_records, max_bytes);
     assert!(
         read == seen,
         "{context}: read({max_records}, {max_bytes}) differs from recovery"
     );
     if last > 0 {
-        let from = rng.range(1, last);
+        let from = rng.between(1, last);
         let tail = read_back(&log, from, max_records, max_bytes);
         assert!(
             tail[..] == seen[from as usize - 1..],
@@ -1055,23 +1033,23 @@ fn check_image(
 #[test]
 fn property_acknowledged_records_survive_any_crash_in_any_durability_mode() {
     for seed in 0..100u64 {
-        let mut rng = Rng(seed.wrapping_mul(0xA076_1D64_78BD_642F) ^ 0x5EED);
-        let durability = if rng.chance(2) {
+        let mut rng = Rng::new(seed.wrapping_mul(0xA076_1D64_78BD_642F) ^ 0x5EED);
+        let durability = if rng.one_in(2) {
             Durability::Sync
         } else {
             Durability::Paged {
-                pages: rng.range(1, 3) as usize,
-                page_size: rng.range(4096, 65536) as usize,
+                pages: rng.between(1, 3) as usize,
+                page_size: rng.between(4096, 65536) as usize,
             }
         };
         let config = LogConfig {
             durability,
             // Now and then segments large enough for the sparse index to
             // hold several entries (one per 64 KiB).
-            segment_bytes_max: if rng.chance(4) {
-                rng.range(200_000, 1_000_000)
+            segment_bytes_max: if rng.one_in(4) {
+                rng.between(200_000, 1_000_000)
             } else {
-                rng.range(4096, 40_000)
+                rng.between(4096, 40_000)
             },
             page_flush_interval: Duration::from_millis(1),
             ..LogConfig::default()
@@ -1088,23 +1066,23 @@ fn property_acknowledged_records_survive_any_crash_in_any_durability_mode() {
         let storage = FaultStorage::new();
         let (log, seen) = open_ok(&storage, config.clone(), &setup);
         assert!(seen.is_empty(), "{setup}");
-        let total = rng.range(10, 80);
+        let total = rng.between(10, 80);
         let mut payloads: Vec<Vec<u8>> = Vec::new();
         let mut highest_durable = 0;
         for version in 1..=total {
-            let size = if rng.chance(8) {
-                rng.range(1000, largest_payload)
+            let size = if rng.one_in(8) {
+                rng.between(1000, largest_payload)
             } else {
-                rng.range(0, 400)
+                rng.between(0, 400)
             } as usize;
             let bytes = payload(version, size);
             append(&log, version, &encode(STREAM, version, &bytes))
                 .unwrap_or_else(|e| panic!("{setup}: append {version}: {e}"));
             payloads.push(bytes);
-            if rng.chance(6) {
+            if rng.one_in(6) {
                 wait_durable(&log, version, &setup);
             }
-            if rng.chance(5) {
+            if rng.one_in(5) {
                 let acknowledged = log.durable_version();
                 assert!(
                     acknowledged >= highest_durable,
@@ -1115,12 +1093,12 @@ fn property_acknowledged_records_survive_any_crash_in_any_durability_mode() {
                     "{setup}: durable {acknowledged} past the last append {version}"
                 );
                 highest_durable = acknowledged;
-                let mode = if rng.chance(2) {
+                let mode = if rng.one_in(2) {
                     CrashMode::TornTail
                 } else {
                     CrashMode::DurableOnly
                 };
-                let crash_seed = rng.next();
+                let crash_seed = rng.next_u64();
                 let context = format!("{setup}: crash {mode:?} seed {crash_seed} after version {version}, acknowledged {acknowledged}");
                 check_image(
                     &storage.crash(mode, crash_seed),

@@ -306,6 +306,41 @@ impl Replica {
             self.visible = visible;
             out.push(Effect::Visible(visible));
         }
+        self.check_invariants();
+    }
+
+    /// What holds at the end of every step, checked in release builds too:
+    /// a broken one stops the process with its name rather than letting a
+    /// replica acknowledge or expose what it must not.
+    fn check_invariants(&self) {
+        let last = self.machine.last_version();
+        assert!(
+            self.logged <= last,
+            "stream {}: logged {} is past the log's last version {last}",
+            self.stream,
+            self.logged
+        );
+        assert!(
+            self.visible <= self.logged,
+            "stream {}: visible {} is past logged {}",
+            self.stream,
+            self.visible,
+            self.logged
+        );
+        if self.is_primary() {
+            assert!(
+                self.committed <= last,
+                "stream {}: the primary's commit point {} is past its last version {last}",
+                self.stream,
+                self.committed
+            );
+            assert!(
+                self.is_rejoining() || self.next_version > last,
+                "stream {}: the next version {} was handed out already (last {last})",
+                self.stream,
+                self.next_version
+            );
+        }
     }
 }
 

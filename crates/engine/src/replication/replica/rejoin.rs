@@ -127,7 +127,13 @@ impl Replica {
     /// placement, in-sync set or set of tails to take goes to
     /// [`Replica::reconfigure`], and a primary waiting for its epoch's
     /// record gets [`Replica::epoch_recorded`] once the record is there.
+    ///
+    /// A view of an older epoch than the one followed changes nothing: two
+    /// callers may race to hand over the states they saw.
     pub fn follow(&mut self, view: &ClusterView, now: u64, out: &mut Vec<Effect>) {
+        if view.placement.epoch < self.placement.epoch {
+            return;
+        }
         let changed = self.followed.as_ref().is_none_or(|followed| {
             followed.placement != view.placement
                 || followed.in_sync != view.in_sync
@@ -143,6 +149,13 @@ impl Replica {
             );
         }
         self.followed = Some(view.clone());
+        self.follow_record(view, now, out);
+    }
+
+    /// Only the epoch record of `view`: a primary waiting for it starts
+    /// stamping. For a caller that saw the record land but does not follow
+    /// the placement itself.
+    pub fn follow_record(&mut self, view: &ClusterView, now: u64, out: &mut Vec<Effect>) {
         if view.epoch_recorded && view.placement.primary == self.me && self.is_rejoining() {
             self.epoch_recorded(view.placement.epoch, now, out);
         }
@@ -165,6 +178,13 @@ impl Replica {
         now: u64,
         out: &mut Vec<Effect>,
     ) {
+        assert!(
+            placement.epoch >= self.placement.epoch,
+            "stream {}: epochs never go down (placement of epoch {} after {})",
+            self.stream,
+            placement.epoch,
+            self.placement.epoch
+        );
         let passed = self.boundary(now, out);
         let new_epoch = placement.epoch != self.placement.epoch;
         self.placement = placement;
@@ -194,38 +214,7 @@ impl Replica {
         let counting = &self.counting;
         self.peer_logged.retain(|id, _| counting.contains(id));
         if new_epoch {
-            // What the former primary committed may be past the tail the
-            // new one keeps (under the rules that commit on fewer than
-            // every log); readers keep what they have seen, no more.
-            self.committed = self.visible;
-            // The versions past it came from an earlier epoch, whose rule
-            // for each this replica may not know (a hybrid's mode): they
-            // commit on every log that counts.
-            self.quorum = BTreeMap::from([(self.committed + 1, AckRule::EveryReplica)]);
-            self.held.clear();
-            self.bindings.clear();
-            self.unbound.clear();
-            self.reservations.clear();
-            self.reserved.clear();
-            self.waiting_since = None;
-            self.need_sent_at = None;
-            self.need_to = None;
-            self.primary_last = self.machine.last_version();
-            self.after_log = Waiters::default();
-            self.after_all = Waiters::default();
-            self.rejoining = None;
-            self.unrecorded = None;
-            self.progress_sent_at = None;
-            self.commit_sent_at = None;
-            if let Some(sender) = &mut self.sender {
-                // Versions past the fully logged point were never forwarded
-                // and may be cut; their clients resend to the new primary.
-                sender.awaiting.clear();
-                sender.resent.clear();
-                sender.queued.clear();
-                sender.recovering_until = None;
-                self.out_entries.clear();
-            }
+            self.forget_former_epoch();
             if self.is_primary() && !self.standalone() {
                 self.rejoining = Some(BTreeMap::new());
                 self.probe(out);
@@ -241,6 +230,44 @@ impl Replica {
             self.update_commit(now, out);
         }
         self.finish(out);
+    }
+
+    /// A new epoch: every replica forgets what the former primary had sent
+    /// past its log and the acknowledgements it has not given yet (the
+    /// clients resend; the dedupe table answers).
+    fn forget_former_epoch(&mut self) {
+        // What the former primary committed may be past the tail the
+        // new one keeps (under the rules that commit on fewer than
+        // every log); readers keep what they have seen, no more.
+        self.committed = self.visible;
+        // The versions past it came from an earlier epoch, whose rule
+        // for each this replica may not know (a hybrid's mode): they
+        // commit on every log that counts.
+        self.quorum = BTreeMap::from([(self.committed + 1, AckRule::EveryReplica)]);
+        self.held.clear();
+        self.bindings.clear();
+        self.unbound.clear();
+        self.reservations.clear();
+        self.reserved.clear();
+        self.waiting_since = None;
+        self.need_sent_at = None;
+        self.need_to = None;
+        self.primary_last = self.machine.last_version();
+        self.after_log = Waiters::default();
+        self.after_all = Waiters::default();
+        self.rejoining = None;
+        self.unrecorded = None;
+        self.progress_sent_at = None;
+        self.commit_sent_at = None;
+        if let Some(sender) = &mut self.sender {
+            // Versions past the fully logged point were never forwarded
+            // and may be cut; their clients resend to the new primary.
+            sender.awaiting.clear();
+            sender.resent.clear();
+            sender.queued.clear();
+            sender.recovering_until = None;
+            self.out_entries.clear();
+        }
     }
 
     /// The cluster has recorded the epoch this primary announced with

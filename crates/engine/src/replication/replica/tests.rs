@@ -471,3 +471,47 @@ fn a_replica_out_of_sync_does_not_hold_acks_until_it_catches_up() {
     assert!(out.contains(&Effect::InSync(3)));
     assert_eq!(primary.counting().collect::<Vec<_>>(), vec![2, 3]);
 }
+
+fn backup_in_epoch_two() -> Replica {
+    let placement = Placement {
+        replicas: vec![1, 2, 3],
+        primary: 1,
+        epoch: 2,
+    };
+    let settings = ReplicaSettings::default();
+    let mut replica = Replica::new(9, 2, placement, Protocol::OneHopAckClient, settings);
+    replica.start(0, &mut Vec::new());
+    replica
+}
+
+#[test]
+fn a_view_of_an_older_epoch_changes_nothing() {
+    let mut replica = backup_in_epoch_two();
+    let older = ClusterView {
+        placement: Placement {
+            replicas: vec![1, 2, 3],
+            primary: 2,
+            epoch: 1,
+        },
+        in_sync: vec![1, 2, 3],
+        consider: vec![1, 3],
+        epoch_recorded: true,
+    };
+    let mut out = Vec::new();
+    replica.follow(&older, 1, &mut out);
+    assert_eq!(replica.epoch(), 2);
+    assert!(!replica.is_primary());
+    assert!(out.is_empty(), "{out:?}");
+}
+
+#[test]
+#[should_panic(expected = "epochs never go down")]
+fn a_placement_of_an_older_epoch_stops_the_replica() {
+    let mut replica = backup_in_epoch_two();
+    let older = Placement {
+        replicas: vec![1, 2, 3],
+        primary: 1,
+        epoch: 1,
+    };
+    replica.reconfigure(older, &[1, 2, 3], &[2, 3], 1, &mut Vec::new());
+}
