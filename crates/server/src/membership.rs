@@ -26,76 +26,17 @@ const EVENT_RETRY_FOR: Duration = Duration::from_secs(30);
 
 /// Runs the membership of `server` until `stop` fires.
 pub(crate) async fn run(server: Arc<ServerState>, mut stop: watch::Receiver<bool>) {
-    let cluster = &server.config.cluster;
-    let me = cluster.me;
-    let mut voters = BTreeMap::new();
-    voters.insert(me, server.address());
-    for peer in &cluster.peers {
-        voters.insert(peer.id, peer.address.clone());
-    }
-    let mut config =
-        ControlConfig::new(me, server.address(), server.config.data_dir.join("control"));
-    config.heartbeat_interval = cluster.heartbeat_interval;
-    config.suspect_timeout = cluster.suspect_timeout;
-    let control = match Control::start(config, voters).await {
-        Ok(control) => control,
-        Err(error) => {
-            tracing::warn!("the control plane did not start: {error}");
-            return;
-        }
+    let Some(control) = start_control(&server).await else {
+        return;
     };
     let _ = server.control.set(control.clone());
-    // A server the others were not configured with becomes a voter first
-    // (through the servers it was given as peers); for one that already
-    // is, this is a no-op once a leader answers.
-    loop {
-        let added = tokio::select! {
-            added = control.add_voter(me, server.address()) => Some(added),
-            _ = stop.wait_for(|s| *s) => None,
-        };
-        let Some(added) = added else {
-            control.shutdown().await;
-            return;
-        };
-        match added {
-            Ok(()) => break,
-            Err(error @ control::ControlError::Refused { .. }) => {
-                // Listed under another spelling of its address: it is a
-                // voter already, or an operator has to look.
-                tracing::warn!("{error}; joining as configured");
-                break;
-            }
-            Err(control::ControlError::Stopped { .. }) => return,
-            Err(error) => {
-                tracing::warn!("joining the control plane: {error}; retrying");
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        }
-    }
-    let join = Command::Join {
-        id: me,
-        address: server.address(),
-        roles: cluster.roles.clone(),
-        admin_only: cluster.admin_only,
-        nonce: proto::random_u128() | 1,
+    let joined = match become_voter(&server, &control, &mut stop).await {
+        true => join(&server, &control, &mut stop).await,
+        false => None,
     };
-    let view = loop {
-        let attempt = tokio::select! {
-            attempt = control.propose(join.clone()) => Some(attempt),
-            _ = stop.wait_for(|s| *s) => None,
-        };
-        let Some(attempt) = attempt else {
-            control.shutdown().await;
-            return;
-        };
-        match attempt {
-            Ok(Response::Joined { view }) => break view,
-            Ok(other) => {
-                tracing::warn!("joining the cluster was refused: {other:?}; retrying");
-                tokio::time::sleep(Duration::from_secs(1)).await;
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-        }
+    let Some(view) = joined else {
+        control.shutdown().await;
+        return;
     };
     server.router.set_incarnation(view);
     server.router.start_links(stop.clone());
@@ -109,7 +50,8 @@ pub(crate) async fn run(server: Arc<ServerState>, mut stop: watch::Receiver<bool
     follow(&server, &state, &mut applied).await;
     server.ready.send_replace(true);
     tracing::info!(
-        "server {me} joined the cluster in view {view} ({} members)",
+        "server {} joined the cluster in view {view} ({} members)",
+        server.config.cluster.me,
         state.members.len()
     );
     let mut events = server.router.take_events().expect("membership runs once");
@@ -130,6 +72,92 @@ pub(crate) async fn run(server: Arc<ServerState>, mut stop: watch::Receiver<bool
         follow(&server, &state, &mut applied).await;
     }
     control.shutdown().await;
+}
+
+/// Starts this server's control plane, with the configured servers as
+/// the voters it knows.
+async fn start_control(server: &ServerState) -> Option<Control> {
+    let cluster = &server.config.cluster;
+    let me = cluster.me;
+    let mut voters = BTreeMap::new();
+    voters.insert(me, server.address());
+    for peer in &cluster.peers {
+        voters.insert(peer.id, peer.address.clone());
+    }
+    let mut config =
+        ControlConfig::new(me, server.address(), server.config.data_dir.join("control"));
+    config.heartbeat_interval = cluster.heartbeat_interval;
+    config.suspect_timeout = cluster.suspect_timeout;
+    match Control::start(config, voters).await {
+        Ok(control) => Some(control),
+        Err(error) => {
+            tracing::warn!("the control plane did not start: {error}");
+            None
+        }
+    }
+}
+
+/// Makes this server a voter: a server the others were not configured
+/// with becomes one through the servers it was given as peers; for one
+/// that already is, this is a no-op once a leader answers. `false` when
+/// the server stops first.
+async fn become_voter(
+    server: &ServerState,
+    control: &Control,
+    stop: &mut watch::Receiver<bool>,
+) -> bool {
+    let me = server.config.cluster.me;
+    loop {
+        let added = tokio::select! {
+            added = control.add_voter(me, server.address()) => added,
+            _ = stop.wait_for(|s| *s) => return false,
+        };
+        match added {
+            Ok(()) => return true,
+            Err(error @ control::ControlError::Refused { .. }) => {
+                // Listed under another spelling of its address: it is a
+                // voter already, or an operator has to look.
+                tracing::warn!("{error}; joining as configured");
+                return true;
+            }
+            Err(control::ControlError::Stopped { .. }) => return false,
+            Err(error) => {
+                tracing::warn!("joining the control plane: {error}; retrying");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+}
+
+/// Joins the view as a new member (a new incarnation); returns the view
+/// it joined in, or `None` when the server stops first.
+async fn join(
+    server: &ServerState,
+    control: &Control,
+    stop: &mut watch::Receiver<bool>,
+) -> Option<u64> {
+    let cluster = &server.config.cluster;
+    let join = Command::Join {
+        id: cluster.me,
+        address: server.address(),
+        roles: cluster.roles.clone(),
+        admin_only: cluster.admin_only,
+        nonce: proto::random_u128() | 1,
+    };
+    loop {
+        let attempt = tokio::select! {
+            attempt = control.propose(join.clone()) => attempt,
+            _ = stop.wait_for(|s| *s) => return None,
+        };
+        match attempt {
+            Ok(Response::Joined { view }) => return Some(view),
+            Ok(other) => {
+                tracing::warn!("joining the cluster was refused: {other:?}; retrying");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
 }
 
 /// Opens the streams found on disk, each cut back to what the cluster

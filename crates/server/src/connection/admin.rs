@@ -11,6 +11,47 @@ use super::Connection;
 use crate::state::StreamError;
 
 impl Connection {
+    /// An administrative request.
+    pub(super) async fn handle_admin(&mut self, frame: Frame) -> bool {
+        match frame {
+            Frame::CreateStream {
+                request,
+                name,
+                durability,
+                protocol,
+                replicas,
+                commit_interval_ms,
+                retention,
+            } => {
+                let options = (commit_interval_ms, retention);
+                self.create_stream(request, name, durability, protocol, replicas, options)
+                    .await
+            }
+            Frame::CreateReplica {
+                request,
+                info,
+                retention,
+            } => self.create_replica(request, info, retention).await,
+            Frame::DeleteStream { request, name } => self.delete_stream(request, name).await,
+            Frame::SetRequirement {
+                request,
+                name,
+                min_in_sync,
+                action,
+                block_ms,
+                roles,
+            } => {
+                self.set_requirement(request, name, (min_in_sync, action, block_ms), roles)
+                    .await
+            }
+            Frame::RetireServer { request, server } => self.retire_server(request, server).await,
+            Frame::OpenStream { request, name } => self.open_stream(request, name).await,
+            Frame::ListStreams { request } => self.list_streams(request).await,
+            Frame::Status { request } => self.status(request).await,
+            other => self.not_a_request(&other).await,
+        }
+    }
+
     pub(super) async fn create_stream(
         &mut self,
         request: u64,

@@ -57,15 +57,11 @@ pub(crate) async fn serve(
     let _ = socket.set_nodelay(true);
     let (mut reader, mut writer) = socket.into_split();
     let Ok(_slot) = Arc::clone(&server.connection_slots).try_acquire_owned() else {
-        let frame = Frame::Error {
-            request: 0,
-            code: ErrorCode::Busy,
-            message: format!(
-                "the server serves at most {} connections",
-                server.config.connections_max
-            ),
-        };
-        let _ = writer.write_all(&frame.to_bytes()).await;
+        let message = format!(
+            "the server serves at most {} connections",
+            server.config.connections_max
+        );
+        refuse(&mut writer, ErrorCode::Busy, message).await;
         return;
     };
     let mut buffer = FrameBuffer::new();
@@ -73,8 +69,10 @@ pub(crate) async fn serve(
         shaken = handshake(&mut reader, &mut writer, &mut buffer, &server) => shaken,
         _ = stop.wait_for(|stopping| *stopping) => return,
     };
-    let client = match shaken {
-        Ok(Opener::Client(client)) => client,
+    match shaken {
+        Ok(Opener::Client(client)) => {
+            serve_client(client, (reader, writer, buffer), server, stop).await
+        }
         Ok(Opener::Control) => {
             let Some(control) = server.control.get().cloned() else {
                 return;
@@ -87,7 +85,6 @@ pub(crate) async fn serve(
                 _ = control.serve_with(socket, rest) => {}
                 _ = stop.wait_for(|stopping| *stopping) => {}
             }
-            return;
         }
         Ok(Opener::Peer(from)) => {
             drop(writer);
@@ -95,18 +92,29 @@ pub(crate) async fn serve(
                 _ = serve_peer(from, reader, buffer, &server) => {}
                 _ = stop.wait_for(|stopping| *stopping) => {}
             }
-            return;
         }
-        Err((code, message)) => {
-            let frame = Frame::Error {
-                request: 0,
-                code,
-                message,
-            };
-            let _ = writer.write_all(&frame.to_bytes()).await;
-            return;
-        }
+        Err((code, message)) => refuse(&mut writer, code, message).await,
+    }
+}
+
+/// Answers a connection that is not served with one error frame.
+async fn refuse(writer: &mut OwnedWriteHalf, code: ErrorCode, message: String) {
+    let frame = Frame::Error {
+        request: 0,
+        code,
+        message,
     };
+    let _ = writer.write_all(&frame.to_bytes()).await;
+}
+
+/// Serves a client after its handshake, until it closes or the server
+/// stops; every task of the connection is gone when it returns.
+async fn serve_client(
+    client: u128,
+    (reader, writer, buffer): (OwnedReadHalf, OwnedWriteHalf, FrameBuffer),
+    server: Arc<ServerState>,
+    mut stop: watch::Receiver<bool>,
+) {
     let writer = Arc::new(SharedWriter::new(writer, server.config.outgoing_frames_max));
     let outgoing = Arc::new(Outgoing {
         writer: Arc::clone(&writer),
@@ -143,31 +151,7 @@ pub(crate) async fn serve(
         _ = connection.read_loop(reader, buffer) => false,
         _ = stop.wait_for(|stopping| *stopping) => true,
     };
-    // Every task of the connection is gone before `serve` returns: they
-    // hold the streams, and the server's shutdown closes the logs only once
-    // nothing holds them.
-    let subscriptions: Vec<JoinHandle<()>> = connection
-        .subscriptions
-        .drain()
-        .map(|(_, (task, _))| task)
-        .collect();
-    let legacy_slots = Arc::clone(&connection.legacy_slots);
-    drop(connection);
-    for task in &subscriptions {
-        task.abort();
-    }
-    for task in subscriptions {
-        let _ = task.await;
-    }
-    if !stopped_by_server {
-        // Let the answers to appends already taken arrive (bounded wait):
-        // a client that closes after its last append still gets its ack.
-        let _ = tokio::time::timeout(
-            std::time::Duration::from_secs(5),
-            legacy_slots.acquire_many(in_flight as u32),
-        )
-        .await;
-    }
+    connection.close(stopped_by_server).await;
     server.router.unregister(client, registration);
     // What is queued is written, then the flusher ends; the socket's write
     // side shuts once the last holder of the writer lets go.
@@ -241,24 +225,10 @@ async fn handshake(
     server: &ServerState,
 ) -> Result<Opener, (ErrorCode, String)> {
     let bad = |message: String| (ErrorCode::BadFrame, message);
-    let mut scratch = vec![0u8; 1024];
-    let first = tokio::time::timeout(server.config.handshake_timeout, async {
-        loop {
-            match buffer.next_frame(1024) {
-                Ok(Some(frame)) => return Ok(frame),
-                Ok(None) => {}
-                Err(error) => return Err(format!("bad handshake: {error}")),
-            }
-            match read_some(reader, &mut scratch, buffer).await {
-                Ok(0) => return Err("connection closed during the handshake".to_string()),
-                Ok(_) => {}
-                Err(error) => return Err(error.to_string()),
-            }
-        }
-    })
-    .await
-    .map_err(|_| bad("no hello within the handshake timeout".to_string()))?
-    .map_err(bad)?;
+    let first = tokio::time::timeout(server.config.handshake_timeout, first_frame(reader, buffer))
+        .await
+        .map_err(|_| bad("no hello within the handshake timeout".to_string()))?
+        .map_err(|e| bad(e.to_string()))?;
     let (version, opener) = match first {
         Frame::Hello { client: 0, .. } => {
             return Err((
@@ -274,32 +244,7 @@ async fn handshake(
             from,
             incarnation,
         } => {
-            // A configured peer, or a server that joined since (the
-            // control plane's members).
-            let known = server
-                .config
-                .cluster
-                .peers
-                .iter()
-                .any(|peer| peer.id == from)
-                || server.router.knows_peer(from)
-                || server
-                    .control_state()
-                    .is_some_and(|state| state.members.contains_key(&from));
-            if !known {
-                return Err(bad(format!("server {from} is not in this cluster")));
-            }
-            // Shunning: a process that has left the view (its server has
-            // joined again since, as a newer member) is not heard.
-            if let Some(state) = server.control_state() {
-                let current = state.members.get(&from).map(|m| m.join_view);
-                if incarnation == 0 || current.is_some_and(|view| incarnation < view) {
-                    return Err(bad(format!(
-                        "server {from} joined in view {incarnation} is no longer a member"
-                    )));
-                }
-            }
-            server.router.note_peer_incarnation(from, incarnation);
+            admit_peer(server, from, incarnation).map_err(|e| bad(e.to_string()))?;
             (version, Opener::Peer(from))
         }
         Frame::ControlHello { version, from } => {
@@ -336,6 +281,74 @@ async fn handshake(
     Ok(opener)
 }
 
+/// Why a connection's first frame was not taken; answered with one
+/// `BadFrame` error.
+#[derive(Debug, thiserror::Error)]
+enum HandshakeError {
+    #[error("bad handshake: {0}")]
+    Frame(#[from] proto::FrameError),
+    #[error("connection closed during the handshake")]
+    Closed,
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("server {0} is not in this cluster")]
+    UnknownPeer(ServerId),
+    #[error("server {from} joined in view {incarnation} is no longer a member")]
+    Departed { from: ServerId, incarnation: u64 },
+}
+
+/// The connection's first frame, read within the handshake's bounds.
+async fn first_frame(
+    reader: &mut OwnedReadHalf,
+    buffer: &mut FrameBuffer,
+) -> Result<Frame, HandshakeError> {
+    let mut scratch = vec![0u8; 1024];
+    loop {
+        match buffer.next_frame(1024) {
+            Ok(Some(frame)) => return Ok(frame),
+            Ok(None) => {}
+            Err(error) => return Err(HandshakeError::Frame(error)),
+        }
+        match read_some(reader, &mut scratch, buffer).await {
+            Ok(0) => return Err(HandshakeError::Closed),
+            Ok(_) => {}
+            Err(error) => return Err(HandshakeError::Io(error)),
+        }
+    }
+}
+
+/// Whether `from` may open a peer link as `incarnation`: a configured
+/// peer, or a server that joined since (the control plane's members),
+/// and not a process that has left the view (shunning: its server has
+/// joined again since, as a newer member, and is not heard as the old).
+fn admit_peer(
+    server: &ServerState,
+    from: ServerId,
+    incarnation: u64,
+) -> Result<(), HandshakeError> {
+    let known = server
+        .config
+        .cluster
+        .peers
+        .iter()
+        .any(|peer| peer.id == from)
+        || server.router.knows_peer(from)
+        || server
+            .control_state()
+            .is_some_and(|state| state.members.contains_key(&from));
+    if !known {
+        return Err(HandshakeError::UnknownPeer(from));
+    }
+    if let Some(state) = server.control_state() {
+        let current = state.members.get(&from).map(|m| m.join_view);
+        if incarnation == 0 || current.is_some_and(|view| incarnation < view) {
+            return Err(HandshakeError::Departed { from, incarnation });
+        }
+    }
+    server.router.note_peer_incarnation(from, incarnation);
+    Ok(())
+}
+
 /// Aborts tasks when dropped.
 struct AbortOnDrop(Vec<AbortHandle>);
 
@@ -370,6 +383,34 @@ struct Connection {
 }
 
 impl Connection {
+    /// Ends every task of the connection (they hold the streams, and the
+    /// server's shutdown closes the logs only once nothing holds them); a
+    /// client that closed first still gets the answers to the appends
+    /// already taken (a bounded wait).
+    async fn close(mut self, stopped_by_server: bool) {
+        let subscriptions: Vec<JoinHandle<()>> = self
+            .subscriptions
+            .drain()
+            .map(|(_, (task, _))| task)
+            .collect();
+        let legacy_slots = Arc::clone(&self.legacy_slots);
+        let in_flight = self.server.config.in_flight_per_connection_max;
+        drop(self);
+        for task in &subscriptions {
+            task.abort();
+        }
+        for task in subscriptions {
+            let _ = task.await;
+        }
+        if !stopped_by_server {
+            let _ = tokio::time::timeout(
+                std::time::Duration::from_secs(5),
+                legacy_slots.acquire_many(in_flight as u32),
+            )
+            .await;
+        }
+    }
+
     async fn read_loop(&mut self, mut reader: OwnedReadHalf, mut buffer: FrameBuffer) {
         let max_frame = self.server.config.frame_bytes_max();
         let mut scratch = vec![0u8; READ_BYTES];
@@ -431,105 +472,28 @@ impl Connection {
     /// stream and cluster administration in `admin.rs`.
     async fn handle(&mut self, frame: Frame) -> bool {
         match frame {
-            Frame::Append {
-                request,
-                stream,
-                flags,
-                session,
-                sequence,
-                low_water,
-                key,
-                payload,
-            } => {
-                let event = EventId {
-                    client: self.client,
-                    session,
-                    sequence,
-                };
-                let echo = flags & proto::frame::APPEND_FLAG_ECHO != 0;
-                self.append(request, stream, event, low_water, key, payload, echo)
-                    .await
-            }
-            Frame::Submit {
-                stream,
-                kind,
-                version,
-                epoch,
-                session,
-                sequence,
-                low_water,
-                key,
-                payload,
-            } => {
-                self.submit(
-                    stream, kind, version, epoch, session, sequence, low_water, key, payload,
-                )
-                .await
-            }
-            Frame::CreateStream {
-                request,
-                name,
-                durability,
-                protocol,
-                replicas,
-                commit_interval_ms,
-                retention,
-            } => {
-                let options = (commit_interval_ms, retention);
-                self.create_stream(request, name, durability, protocol, replicas, options)
-                    .await
-            }
-            Frame::CreateReplica {
-                request,
-                info,
-                retention,
-            } => self.create_replica(request, info, retention).await,
-            Frame::DeleteStream { request, name } => self.delete_stream(request, name).await,
-            Frame::SetRequirement {
-                request,
-                name,
-                min_in_sync,
-                action,
-                block_ms,
-                roles,
-            } => {
-                self.set_requirement(request, name, (min_in_sync, action, block_ms), roles)
-                    .await
-            }
-            Frame::RetireServer { request, server } => self.retire_server(request, server).await,
-            Frame::OpenStream { request, name } => self.open_stream(request, name).await,
-            Frame::ListStreams { request } => self.list_streams(request).await,
-            Frame::Status { request } => self.status(request).await,
-            Frame::Fetch {
-                request,
-                stream,
-                from,
-                max_records,
-                max_bytes,
-            } => {
-                self.fetch(request, stream, from, max_records, max_bytes)
-                    .await
-            }
-            Frame::Subscribe {
-                subscription,
-                stream,
-                from,
-                credit,
-            } => self.subscribe(subscription, stream, from, credit).await,
-            Frame::Credit {
-                subscription,
-                credit,
-            } => {
-                self.credit(subscription, credit);
-                true
-            }
-            Frame::Unsubscribe { subscription } => self.unsubscribe(subscription).await,
-            other => {
-                let message = format!("a client may not send {}", frame_name(&other));
-                self.outgoing.error(0, ErrorCode::BadFrame, message).await;
-                false
-            }
+            Frame::Append { .. } | Frame::Submit { .. } => self.handle_write(frame).await,
+            Frame::Fetch { .. }
+            | Frame::Subscribe { .. }
+            | Frame::Credit { .. }
+            | Frame::Unsubscribe { .. } => self.handle_read(frame).await,
+            Frame::CreateStream { .. }
+            | Frame::CreateReplica { .. }
+            | Frame::DeleteStream { .. }
+            | Frame::SetRequirement { .. }
+            | Frame::RetireServer { .. }
+            | Frame::OpenStream { .. }
+            | Frame::ListStreams { .. }
+            | Frame::Status { .. } => self.handle_admin(frame).await,
+            other => self.not_a_request(&other).await,
         }
+    }
+
+    /// Answers a frame that a client may not send, and closes.
+    async fn not_a_request(&mut self, frame: &Frame) -> bool {
+        let message = format!("a client may not send {}", frame_name(frame));
+        self.outgoing.error(0, ErrorCode::BadFrame, message).await;
+        false
     }
 }
 

@@ -4,6 +4,37 @@
 use super::*;
 
 impl Connection {
+    /// A read request: `Fetch`, `Subscribe`, `Credit`, `Unsubscribe`.
+    pub(super) async fn handle_read(&mut self, frame: Frame) -> bool {
+        match frame {
+            Frame::Fetch {
+                request,
+                stream,
+                from,
+                max_records,
+                max_bytes,
+            } => {
+                self.fetch(request, stream, from, max_records, max_bytes)
+                    .await
+            }
+            Frame::Subscribe {
+                subscription,
+                stream,
+                from,
+                credit,
+            } => self.subscribe(subscription, stream, from, credit).await,
+            Frame::Credit {
+                subscription,
+                credit,
+            } => {
+                self.credit(subscription, credit);
+                true
+            }
+            Frame::Unsubscribe { subscription } => self.unsubscribe(subscription).await,
+            other => self.not_a_request(&other).await,
+        }
+    }
+
     pub(super) async fn fetch(
         &mut self,
         request: u64,

@@ -5,6 +5,48 @@
 use super::*;
 
 impl Connection {
+    /// A write request: `Append` or `Submit`.
+    pub(super) async fn handle_write(&mut self, frame: Frame) -> bool {
+        match frame {
+            Frame::Append {
+                request,
+                stream,
+                flags,
+                session,
+                sequence,
+                low_water,
+                key,
+                payload,
+            } => {
+                let event = EventId {
+                    client: self.client,
+                    session,
+                    sequence,
+                };
+                let echo = flags & proto::frame::APPEND_FLAG_ECHO != 0;
+                self.append(request, stream, event, low_water, key, payload, echo)
+                    .await
+            }
+            Frame::Submit {
+                stream,
+                kind,
+                version,
+                epoch,
+                session,
+                sequence,
+                low_water,
+                key,
+                payload,
+            } => {
+                self.submit(
+                    stream, kind, version, epoch, session, sequence, low_water, key, payload,
+                )
+                .await
+            }
+            other => self.not_a_request(&other).await,
+        }
+    }
+
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn append(
         &mut self,

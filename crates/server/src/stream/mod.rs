@@ -172,6 +172,68 @@ pub fn log_config(durability: DurabilityConfig, config: &ServerConfig) -> LogCon
     }
 }
 
+/// The log settings of a stream of `durability`, refused when they cannot
+/// hold a record of the largest message the server takes.
+fn checked_log_config(
+    durability: DurabilityConfig,
+    config: &ServerConfig,
+) -> Result<LogConfig, StreamOpenError> {
+    let log_config = log_config(durability, config);
+    let record_max = config.message_bytes_max + proto::RECORD_HEADER_LEN;
+    if log_config.record_bytes_max() < record_max {
+        let setting = match durability {
+            DurabilityConfig::Paged { .. } | DurabilityConfig::Sender { .. } => {
+                "raise the stream's page_size"
+            }
+            DurabilityConfig::Sync => "raise the server's pending_bytes_max",
+            DurabilityConfig::Memory => "raise the server's memory_retain_bytes",
+        };
+        return Err(StreamOpenError::RecordTooLarge {
+            limit: log_config.record_bytes_max(),
+            needed: record_max,
+            setting,
+        });
+    }
+    Ok(log_config)
+}
+
+/// Opens a stream's log into `replica`: from the newest usable
+/// checkpoint's state, replaying only the records after it.
+fn recover(
+    replica: Replica,
+    meta: &StreamMeta,
+    folder: &Path,
+    config: &ServerConfig,
+    log_config: LogConfig,
+) -> Result<(Replica, Log, wal::RecoveryReport), StreamOpenError> {
+    let replica = std::cell::RefCell::new(replica);
+    let (log, report) = Log::open_checkpointed(
+        config.storage.clone(),
+        &folder.join("log"),
+        meta.id,
+        log_config,
+        &mut |state| {
+            replica
+                .borrow_mut()
+                .restore(state)
+                .map(|_| ())
+                .map_err(wal::RestoreError::from)
+        },
+        &mut |record| replica.borrow_mut().recovered(&record.header),
+    )?;
+    for skipped in &report.ignored {
+        tracing::warn!("stream {:?}: checkpoint not used: {skipped}", meta.name);
+    }
+    if let Some(through) = report.checkpoint {
+        tracing::info!(
+            "stream {:?} recovered from its checkpoint at version {through}, replaying {} records after it",
+            meta.name,
+            report.records_visited
+        );
+    }
+    Ok((replica.into_inner(), log, report))
+}
+
 impl Stream {
     /// Opens (and recovers) the stream described by `meta` in `folder`,
     /// placed as `placement` says (the control plane's word) or else as
@@ -192,54 +254,13 @@ impl Stream {
                 replicas: placement.replicas,
             });
         }
-        let log_config = log_config(durability, config);
-        let record_max = config.message_bytes_max + proto::RECORD_HEADER_LEN;
-        if log_config.record_bytes_max() < record_max {
-            let setting = match durability {
-                DurabilityConfig::Paged { .. } | DurabilityConfig::Sender { .. } => {
-                    "raise the stream's page_size"
-                }
-                DurabilityConfig::Sync => "raise the server's pending_bytes_max",
-                DurabilityConfig::Memory => "raise the server's memory_retain_bytes",
-            };
-            return Err(StreamOpenError::RecordTooLarge {
-                limit: log_config.record_bytes_max(),
-                needed: record_max,
-                setting,
-            });
-        }
+        let log_config = checked_log_config(durability, config)?;
         let mut settings = config.replication;
         settings.dedupe = engine::DedupeLimits::default();
         settings.commit_interval_ms = u64::from(meta.commit_interval_ms);
         settings.sender_logging = matches!(durability, DurabilityConfig::Sender { .. });
         let replica = Replica::new(meta.id, config.cluster.me, placement, protocol, settings);
-        // Recovery starts from the newest usable checkpoint's state and
-        // replays only the records after it.
-        let replica = std::cell::RefCell::new(replica);
-        let (log, report) = Log::open_checkpointed(
-            config.storage.clone(),
-            &folder.join("log"),
-            meta.id,
-            log_config,
-            &mut |state| {
-                replica
-                    .borrow_mut()
-                    .restore(state)
-                    .map(|_| ())
-                    .map_err(wal::RestoreError::from)
-            },
-            &mut |record| replica.borrow_mut().recovered(&record.header),
-        )?;
-        let replica = replica.into_inner();
-        for skipped in &report.ignored {
-            tracing::warn!("stream {:?}: checkpoint not used: {skipped}", meta.name);
-        }
-        if let Some(through) = report.checkpoint {
-            tracing::info!(
-                "stream {:?} recovered from its checkpoint at version {through}, replaying {} records after it",
-                meta.name, report.records_visited
-            );
-        }
+        let (replica, log, report) = recover(replica, meta, folder, config, log_config)?;
         let stream = Stream {
             deleted: AtomicBool::new(false),
             logged_driven: AtomicU64::new(0),

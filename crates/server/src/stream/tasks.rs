@@ -60,90 +60,109 @@ impl Stream {
                 }
             });
         }
-        let weak = Arc::downgrade(self);
-        let mut progress = self.log.progress();
-        let mut stopping = stop.clone();
-        let progress_task = tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    changed = progress.changed() => if changed.is_err() { return },
-                    _ = stopping.wait_for(|s| *s) => return,
-                }
-                let current = progress.borrow_and_update().clone();
-                let Some(stream) = weak.upgrade() else {
-                    return;
-                };
-                if let Some(failure) = current.failed {
-                    stream.router.broadcast_failure(stream.id, failure);
-                    return;
-                }
-                match stream.durability {
-                    // The durable hook drove it already, unless the log was
-                    // busy (the hook leaves it to this task then) or the
-                    // version moved another way (a checkpoint transfer's
-                    // reset).
-                    DurabilityConfig::Sync
-                        if current.durable > stream.logged_driven.load(Ordering::Acquire) =>
-                    {
-                        stream.drive(|replica, now, out| {
-                            replica.on_logged(current.durable, now, out)
-                        });
-                        stream
-                            .logged_driven
-                            .fetch_max(current.durable, Ordering::AcqRel);
-                    }
-                    DurabilityConfig::Sender { .. } => stream
-                        .drive(|replica, now, out| replica.on_synced(current.durable, now, out)),
-                    _ => {}
-                }
-            }
-        });
-        let weak: Weak<Stream> = Arc::downgrade(self);
-        let mut stopping = stop;
-        let timer = Arc::clone(&self.boundary_timer);
-        let clock_task = tokio::spawn(async move {
-            let mut interval = tokio::time::interval(tick);
-            interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                // The next output commit boundary, if a version waits for
-                // one; a step that needs an earlier one wakes this task
-                // (none is missed while it reads: `scheduled` says none).
-                timer.scheduled.store(u64::MAX, Ordering::Release);
-                let wake_at = match weak.upgrade() {
-                    Some(stream) => stream.lock().replica.wake_at(),
-                    None => return,
-                };
-                timer
-                    .scheduled
-                    .store(wake_at.unwrap_or(u64::MAX), Ordering::Release);
-                let boundary = async {
-                    match wake_at {
-                        Some(at) => {
-                            let wait = at.saturating_sub(now_ms());
-                            tokio::time::sleep(Duration::from_millis(wait)).await
-                        }
-                        None => std::future::pending().await,
-                    }
-                };
-                tokio::select! {
-                    _ = interval.tick() => {}
-                    _ = boundary => {}
-                    _ = timer.wake.notified() => continue,
-                    _ = stopping.wait_for(|s| *s) => return,
-                }
-                let Some(stream) = weak.upgrade() else {
-                    return;
-                };
-                stream.drain_backlog();
-                let recovering = stream.lock().replica.sender_recovering();
-                stream.drive(|replica, now, out| replica.on_tick(now, out));
-                if recovering {
-                    stream.report_sender_recovery();
-                }
-            }
-        });
+        let progress_task = tokio::spawn(follow_progress(
+            Arc::downgrade(self),
+            self.log.progress(),
+            stop.clone(),
+        ));
+        let clock_task = tokio::spawn(run_clock(
+            Arc::downgrade(self),
+            tick,
+            Arc::clone(&self.boundary_timer),
+            stop,
+        ));
         let mut tasks = self.tasks.lock().expect("task lock");
         tasks.retain(|task| !task.is_finished());
         tasks.extend([progress_task, clock_task]);
+    }
+}
+
+/// Drives the replica with the log's progress (a `sync` log's durable
+/// version when its hook left it, a `sender` log's synced one) and tells
+/// the clients when the log fails.
+async fn follow_progress(
+    weak: Weak<Stream>,
+    mut progress: watch::Receiver<wal::Progress>,
+    mut stopping: watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            changed = progress.changed() => if changed.is_err() { return },
+            _ = stopping.wait_for(|s| *s) => return,
+        }
+        let current = progress.borrow_and_update().clone();
+        let Some(stream) = weak.upgrade() else {
+            return;
+        };
+        if let Some(failure) = current.failed {
+            stream.router.broadcast_failure(stream.id, failure);
+            return;
+        }
+        match stream.durability {
+            // The durable hook drove it already, unless the log was busy
+            // (the hook leaves it to this task then) or the version moved
+            // another way (a checkpoint transfer's reset).
+            DurabilityConfig::Sync
+                if current.durable > stream.logged_driven.load(Ordering::Acquire) =>
+            {
+                stream.drive(|replica, now, out| replica.on_logged(current.durable, now, out));
+                stream
+                    .logged_driven
+                    .fetch_max(current.durable, Ordering::AcqRel);
+            }
+            DurabilityConfig::Sender { .. } => {
+                stream.drive(|replica, now, out| replica.on_synced(current.durable, now, out))
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Ticks the replica every `tick`, and at each output commit boundary a
+/// version waits for.
+async fn run_clock(
+    weak: Weak<Stream>,
+    tick: Duration,
+    timer: Arc<BoundaryTimer>,
+    mut stopping: watch::Receiver<bool>,
+) {
+    let mut interval = tokio::time::interval(tick);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        // The next output commit boundary, if a version waits for
+        // one; a step that needs an earlier one wakes this task
+        // (none is missed while it reads: `scheduled` says none).
+        timer.scheduled.store(u64::MAX, Ordering::Release);
+        let wake_at = match weak.upgrade() {
+            Some(stream) => stream.lock().replica.wake_at(),
+            None => return,
+        };
+        timer
+            .scheduled
+            .store(wake_at.unwrap_or(u64::MAX), Ordering::Release);
+        let boundary = async {
+            match wake_at {
+                Some(at) => {
+                    let wait = at.saturating_sub(now_ms());
+                    tokio::time::sleep(Duration::from_millis(wait)).await
+                }
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = interval.tick() => {}
+            _ = boundary => {}
+            _ = timer.wake.notified() => continue,
+            _ = stopping.wait_for(|s| *s) => return,
+        }
+        let Some(stream) = weak.upgrade() else {
+            return;
+        };
+        stream.drain_backlog();
+        let recovering = stream.lock().replica.sender_recovering();
+        stream.drive(|replica, now, out| replica.on_tick(now, out));
+        if recovering {
+            stream.report_sender_recovery();
+        }
     }
 }
