@@ -354,90 +354,15 @@ impl ControlState {
                 roles,
                 admin_only,
                 nonce,
-            } => {
-                if id == 0 {
-                    return Response::Refused("server ids start at 1".into());
-                }
-                if let Some(current) = self.members.get(&id) {
-                    if nonce != 0 && current.nonce == nonce {
-                        // The same process asking again.
-                        return Response::Joined {
-                            view: current.join_view,
-                        };
-                    }
-                }
-                if let Some(other) = self
-                    .members
-                    .values()
-                    .find(|m| m.address == address && m.id != id)
-                {
-                    return Response::Refused(format!(
-                        "address {address} belongs to member {} (server {})",
-                        member_name(other),
-                        other.id
-                    ));
-                }
-                self.view += 1;
-                let rejoin = self.members.contains_key(&id);
-                let member = Member {
-                    id,
-                    address,
-                    join_view: self.view,
-                    roles,
-                    admin_only,
-                    nonce,
-                };
-                let what = if rejoin {
-                    format!("{} joined again (a new member)", member_name(&member))
-                } else {
-                    format!("{} joined", member_name(&member))
-                };
-                self.members.insert(id, member);
-                self.record(what);
-                if rejoin {
-                    self.departed(id);
-                }
-                self.reconcile();
-                Response::Joined { view: self.view }
-            }
+            } => self.join(id, address, (roles, admin_only), nonce),
             Command::Remove {
                 id,
                 join_view,
                 reason,
-            } => {
-                if !self.is_member(id, join_view) {
-                    return Response::Ignored(format!(
-                        "server {id} joined in view {join_view} is not a member"
-                    ));
-                }
-                self.view += 1;
-                let member = self.members.remove(&id).expect("checked");
-                self.record(format!("{} left: {reason}", member_name(&member)));
-                self.departed(id);
-                self.reconcile();
-                Response::Done
-            }
+            } => self.remove(id, join_view, reason),
             Command::CreateStream { name, config } => self.create_stream(name, config),
             Command::SetRequirement { name, requirement } => {
-                if let Some(problem) = requirement.as_ref().and_then(requirement_problem) {
-                    return Response::Refused(problem);
-                }
-                let Some(stream) = self.streams.get_mut(&name) else {
-                    return Response::Refused(format!("no stream named {name:?}"));
-                };
-                let what = match &requirement {
-                    Some(r) => format!(
-                        "stream {name:?} requires {} in-sync replicas and roles {:?}; loss action {}",
-                        r.min_in_sync,
-                        r.roles,
-                        action_name(r.action)
-                    ),
-                    None => format!("stream {name:?} requires nothing"),
-                };
-                stream.config.requirement = requirement;
-                self.record(what);
-                self.reconcile();
-                Response::Done
+                self.set_requirement(name, requirement)
             }
             Command::DeleteStream { name } => match self.streams.remove(&name) {
                 Some(_) => {
@@ -451,64 +376,175 @@ impl ControlState {
                 epoch,
                 first_version,
                 members,
-            } => {
-                let Some(stream) = self.streams.get_mut(&name) else {
-                    return Response::Ignored(format!("no stream named {name:?}"));
-                };
-                if stream.epoch != epoch || stream.epochs.iter().any(|r| r.epoch == epoch) {
-                    return Response::Ignored(format!(
-                        "epoch {epoch} of {name:?} is not the current unstarted epoch"
-                    ));
-                }
-                stream.epochs.push(EpochRecord {
-                    epoch,
-                    first_version,
-                    members,
-                });
-                stream.epoch_members.clear();
-                let what = format!(
-                    "stream {name:?} epoch {epoch}: primary {} stamps from version {first_version}",
-                    stream.primary.unwrap_or(0)
-                );
-                self.record(what);
-                Response::Done
-            }
+            } => self.epoch_started(name, epoch, first_version, members),
             Command::InSync {
                 name,
                 epoch,
                 server,
                 join_view,
-            } => {
-                let live = self.members.get(&server).is_some_and(|member| {
-                    join_view.is_none_or(|reported| reported == member.join_view)
-                });
-                let Some(stream) = self.streams.get_mut(&name) else {
-                    return Response::Ignored(format!("no stream named {name:?}"));
+            } => self.in_sync(name, epoch, server, join_view),
+        }
+    }
+
+    /// A process joins: a new member, with the next view as its join view
+    /// (a server that was a member rejoins as a new one; the old leaves).
+    fn join(
+        &mut self,
+        id: ServerId,
+        address: String,
+        (roles, admin_only): (Vec<String>, bool),
+        nonce: u128,
+    ) -> Response {
+        if id == 0 {
+            return Response::Refused("server ids start at 1".into());
+        }
+        if let Some(current) = self.members.get(&id) {
+            if nonce != 0 && current.nonce == nonce {
+                // The same process asking again.
+                return Response::Joined {
+                    view: current.join_view,
                 };
-                if stream.epoch != epoch
-                    || !live
-                    || !stream.replicas.contains(&server)
-                    || stream.in_sync.contains(&server)
-                {
-                    return Response::Ignored(format!(
-                        "server {server} cannot join {name:?}'s in-sync set in epoch {epoch}"
-                    ));
-                }
-                stream.in_sync.push(server);
-                // Caught up from this epoch's primary: its log now agrees
-                // with this epoch's.
-                stream.fresh.retain(|&id| id != server);
-                if let Some(record) = stream.epochs.last_mut() {
-                    if record.epoch == epoch && !record.members.contains(&server) {
-                        record.members.push(server);
-                    }
-                }
-                let what = format!("stream {name:?}: server {server} is in sync");
-                self.record(what);
-                self.reconcile();
-                Response::Done
             }
         }
+        if let Some(other) = self
+            .members
+            .values()
+            .find(|m| m.address == address && m.id != id)
+        {
+            return Response::Refused(format!(
+                "address {address} belongs to member {} (server {})",
+                member_name(other),
+                other.id
+            ));
+        }
+        self.view += 1;
+        let rejoin = self.members.contains_key(&id);
+        let member = Member {
+            id,
+            address,
+            join_view: self.view,
+            roles,
+            admin_only,
+            nonce,
+        };
+        let what = if rejoin {
+            format!("{} joined again (a new member)", member_name(&member))
+        } else {
+            format!("{} joined", member_name(&member))
+        };
+        self.members.insert(id, member);
+        self.record(what);
+        if rejoin {
+            self.departed(id);
+        }
+        self.reconcile();
+        Response::Joined { view: self.view }
+    }
+
+    /// A member leaves the view (the detector, or an operator).
+    fn remove(&mut self, id: ServerId, join_view: u64, reason: String) -> Response {
+        if !self.is_member(id, join_view) {
+            return Response::Ignored(format!(
+                "server {id} joined in view {join_view} is not a member"
+            ));
+        }
+        self.view += 1;
+        let member = self.members.remove(&id).expect("checked");
+        self.record(format!("{} left: {reason}", member_name(&member)));
+        self.departed(id);
+        self.reconcile();
+        Response::Done
+    }
+
+    fn set_requirement(&mut self, name: String, requirement: Option<Requirement>) -> Response {
+        if let Some(problem) = requirement.as_ref().and_then(requirement_problem) {
+            return Response::Refused(problem);
+        }
+        let Some(stream) = self.streams.get_mut(&name) else {
+            return Response::Refused(format!("no stream named {name:?}"));
+        };
+        let what = match &requirement {
+            Some(r) => format!(
+                "stream {name:?} requires {} in-sync replicas and roles {:?}; loss action {}",
+                r.min_in_sync,
+                r.roles,
+                action_name(r.action)
+            ),
+            None => format!("stream {name:?} requires nothing"),
+        };
+        stream.config.requirement = requirement;
+        self.record(what);
+        self.reconcile();
+        Response::Done
+    }
+
+    /// A stream's new primary took its replicas' tails: the epoch's record.
+    fn epoch_started(
+        &mut self,
+        name: String,
+        epoch: u64,
+        first_version: u64,
+        members: Vec<ServerId>,
+    ) -> Response {
+        let Some(stream) = self.streams.get_mut(&name) else {
+            return Response::Ignored(format!("no stream named {name:?}"));
+        };
+        if stream.epoch != epoch || stream.epochs.iter().any(|r| r.epoch == epoch) {
+            return Response::Ignored(format!(
+                "epoch {epoch} of {name:?} is not the current unstarted epoch"
+            ));
+        }
+        stream.epochs.push(EpochRecord {
+            epoch,
+            first_version,
+            members,
+        });
+        stream.epoch_members.clear();
+        let what = format!(
+            "stream {name:?} epoch {epoch}: primary {} stamps from version {first_version}",
+            stream.primary.unwrap_or(0)
+        );
+        self.record(what);
+        Response::Done
+    }
+
+    /// A replica caught up with the epoch's primary (state flush done).
+    fn in_sync(
+        &mut self,
+        name: String,
+        epoch: u64,
+        server: ServerId,
+        join_view: Option<u64>,
+    ) -> Response {
+        let live = self
+            .members
+            .get(&server)
+            .is_some_and(|member| join_view.is_none_or(|reported| reported == member.join_view));
+        let Some(stream) = self.streams.get_mut(&name) else {
+            return Response::Ignored(format!("no stream named {name:?}"));
+        };
+        if stream.epoch != epoch
+            || !live
+            || !stream.replicas.contains(&server)
+            || stream.in_sync.contains(&server)
+        {
+            return Response::Ignored(format!(
+                "server {server} cannot join {name:?}'s in-sync set in epoch {epoch}"
+            ));
+        }
+        stream.in_sync.push(server);
+        // Caught up from this epoch's primary: its log now agrees
+        // with this epoch's.
+        stream.fresh.retain(|&id| id != server);
+        if let Some(record) = stream.epochs.last_mut() {
+            if record.epoch == epoch && !record.members.contains(&server) {
+                record.members.push(server);
+            }
+        }
+        let what = format!("stream {name:?}: server {server} is in sync");
+        self.record(what);
+        self.reconcile();
+        Response::Done
     }
 
     fn create_stream(&mut self, name: String, config: StreamConfig) -> Response {

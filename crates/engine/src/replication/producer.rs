@@ -310,98 +310,119 @@ impl Producer {
             self.on_acks(from, &msg, duplicate);
             return;
         }
-        let Some(pending) = self.pending.get_mut(&event.sequence) else {
-            return;
-        };
         match msg {
             Msg::Stamped {
                 version,
                 epoch,
                 duplicate,
                 ..
-            } if self.settings.sender_logging && pending.flow == Flow::Forward => {
-                // The receive sequence number: hold the message with it and
-                // confirm; the primary counts the message as logged now.
-                if from != self.placement.primary {
-                    return;
-                }
-                if pending.version != Some(version) {
-                    pending.version = Some(version);
-                    pending.stamped_in = (!duplicate).then_some(epoch);
-                }
-                pending.duplicate |= duplicate;
-                let confirm = Msg::Confirm {
-                    event,
-                    version,
-                    count: 1,
-                };
-                out.push((Node::Server(from), confirm));
-                if self.placement.replicas.len() == 1 {
-                    // One replica: the write is done once this client holds
-                    // the message with its version (the original protocol's
-                    // "fully logged"); a restart of the server takes it back
-                    // from the copy. With more, the protocol's acks decide.
-                    let pending = self.pending.remove(&event.sequence).expect("present");
-                    self.complete_held(event, version, pending, vec![(from, version)]);
-                }
+            } => self.on_stamped(from, event, (version, epoch, duplicate), now, out),
+            Msg::Refused { refusal, .. } => self.on_refused(event, refusal, now, out),
+            _ => {}
+        }
+    }
+
+    /// The primary's version for a message: with sender-based logging it is
+    /// the receive sequence number, held and confirmed; otherwise the
+    /// message goes on to the replicas its flow names.
+    fn on_stamped(
+        &mut self,
+        from: ServerId,
+        event: EventId,
+        (version, epoch, duplicate): (u64, u64, bool),
+        now: u64,
+        out: &mut Vec<(Node, Msg)>,
+    ) {
+        let sender_logging = self.settings.sender_logging;
+        let Some(pending) = self.pending.get_mut(&event.sequence) else {
+            return;
+        };
+        if sender_logging && pending.flow == Flow::Forward {
+            // The receive sequence number: hold the message with it and
+            // confirm; the primary counts the message as logged now.
+            if from != self.placement.primary {
+                return;
             }
-            Msg::Stamped {
-                version,
-                epoch,
-                duplicate,
-                ..
-            } => {
-                if pending.version.is_some() || from != self.placement.primary {
-                    return;
-                }
+            if pending.version != Some(version) {
                 pending.version = Some(version);
                 pending.stamped_in = (!duplicate).then_some(epoch);
-                pending.duplicate |= duplicate;
+            }
+            pending.duplicate |= duplicate;
+            let confirm = Msg::Confirm {
+                event,
+                version,
+                count: 1,
+            };
+            out.push((Node::Server(from), confirm));
+            if self.placement.replicas.len() == 1 {
+                // One replica: the write is done once this client holds
+                // the message with its version (the original protocol's
+                // "fully logged"); a restart of the server takes it back
+                // from the copy. With more, the protocol's acks decide.
+                let pending = self.pending.remove(&event.sequence).expect("present");
+                self.complete_held(event, version, pending, vec![(from, version)]);
+            }
+            return;
+        }
+        if pending.version.is_some() || from != self.placement.primary {
+            return;
+        }
+        pending.version = Some(version);
+        pending.stamped_in = (!duplicate).then_some(epoch);
+        pending.duplicate |= duplicate;
+        pending.due_at = now + self.settings.retry_ms;
+        pending.refusals = 0;
+        let pending = &self.pending[&event.sequence];
+        self.dispatch(pending, false, out);
+    }
+
+    /// A server refused a message: ask for a new version, wait for a new
+    /// placement, back off and send it again, or give up on it.
+    fn on_refused(
+        &mut self,
+        event: EventId,
+        refusal: Refusal,
+        now: u64,
+        out: &mut Vec<(Node, Msg)>,
+    ) {
+        let Some(pending) = self.pending.get_mut(&event.sequence) else {
+            return;
+        };
+        match refusal {
+            Refusal::VersionVoid => {
+                // The version was voided: ask for a new one.
+                pending.version = None;
+                pending.stamped_in = None;
+                pending.acks.clear();
                 pending.due_at = now + self.settings.retry_ms;
-                pending.refusals = 0;
                 let pending = &self.pending[&event.sequence];
                 self.dispatch(pending, false, out);
             }
-            Msg::Refused { refusal, .. } => match refusal {
-                Refusal::VersionVoid => {
-                    // The version was voided: ask for a new one.
-                    pending.version = None;
-                    pending.stamped_in = None;
-                    pending.acks.clear();
-                    pending.due_at = now + self.settings.retry_ms;
-                    let pending = &self.pending[&event.sequence];
-                    self.dispatch(pending, false, out);
-                }
-                // A new primary is announced by a placement, which sends
-                // everything again; else the retry timer does.
-                Refusal::NotPrimary => {}
-                // Passing conditions: sent again soon, backing off. A full
-                // log drains as the disk catches up; a full dedupe table
-                // empties as earlier messages complete and the low-water
-                // mark passes them.
-                Refusal::Busy | Refusal::Rejected(crate::Rejection::DedupeFull) => {
-                    let settings = self.settings;
-                    let wait = settings
-                        .busy_retry_ms
-                        .max(1)
-                        .saturating_mul(1 << pending.refusals.min(16))
-                        .min(settings.retry_ms);
-                    pending.refusals += 1;
-                    pending.due_at = pending.due_at.min(now + wait);
-                    self.resend_scan_at = self.resend_scan_at.min(pending.due_at);
-                }
-                Refusal::Rejected(_)
-                | Refusal::Invalid
-                | Refusal::LogFailed
-                | Refusal::ReadOnly => {
-                    self.pending.remove(&event.sequence);
-                    self.completed.push(Completion {
-                        event,
-                        outcome: Err(refusal),
-                    });
-                }
-            },
-            _ => {}
+            // A new primary is announced by a placement, which sends
+            // everything again; else the retry timer does.
+            Refusal::NotPrimary => {}
+            // Passing conditions: sent again soon, backing off. A full
+            // log drains as the disk catches up; a full dedupe table
+            // empties as earlier messages complete and the low-water
+            // mark passes them.
+            Refusal::Busy | Refusal::Rejected(crate::Rejection::DedupeFull) => {
+                let settings = self.settings;
+                let wait = settings
+                    .busy_retry_ms
+                    .max(1)
+                    .saturating_mul(1 << pending.refusals.min(16))
+                    .min(settings.retry_ms);
+                pending.refusals += 1;
+                pending.due_at = pending.due_at.min(now + wait);
+                self.resend_scan_at = self.resend_scan_at.min(pending.due_at);
+            }
+            Refusal::Rejected(_) | Refusal::Invalid | Refusal::LogFailed | Refusal::ReadOnly => {
+                self.pending.remove(&event.sequence);
+                self.completed.push(Completion {
+                    event,
+                    outcome: Err(refusal),
+                });
+            }
         }
     }
 
