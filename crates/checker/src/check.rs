@@ -308,48 +308,61 @@ fn sweep_versions(replicas: &[ReplicaLog], logs: &Logs, events: &mut Events, rep
                 });
             }
         }
-        if messages.len() > 1 {
-            report.conflicting_versions += 1;
-            report.example(|| {
-                let list: Vec<String> = messages
-                    .iter()
-                    .map(|(e, d)| format!("{} digest {d:#018x}", show(e)))
-                    .collect();
-                format!(
-                    "conflict: version {version} holds {} messages: {}",
-                    messages.len(),
-                    list.join("; ")
-                )
-            });
-        }
-        let (r0, e0, d0) = holdings[0];
-        let differing = holdings.iter().find(|h| (h.1, h.2) != (e0, d0));
-        let reaching = logs.reaching(version);
-        if let Some(&(r1, e1, d1)) = differing {
-            report.divergent += 1;
-            report.example(|| {
-                format!(
-                    "divergent: version {version} is event {} digest {d0:#018x} on replica {} but event {} digest {d1:#018x} on replica {}",
-                    show(&e0),
-                    replicas[r0].replica,
-                    show(&e1),
-                    replicas[r1].replica
-                )
-            });
-        } else if holdings.len() < reaching {
-            report.divergent += 1;
-            report.example(|| {
-                let missing: Vec<&str> = (0..replicas.len())
-                    .filter(|&r| logs.last[r] >= version && !holdings.iter().any(|h| h.0 == r))
-                    .map(|r| replicas[r].replica.as_str())
-                    .collect();
-                format!(
-                    "divergent: version {version} is on replica {} but missing from {} whose logs go past it",
-                    replicas[r0].replica,
-                    missing.join(", ")
-                )
-            });
-        }
+        judge_version(version, &messages, &holdings, (replicas, logs), report);
+    }
+}
+
+/// One version across the replicas: `conflict` when it holds more than one
+/// message, `divergent` when replicas hold different ones or one whose log
+/// goes past it lacks it.
+fn judge_version(
+    version: u64,
+    messages: &[(EventId, u64)],
+    holdings: &[(usize, EventId, u64)],
+    (replicas, logs): (&[ReplicaLog], &Logs),
+    report: &mut Report,
+) {
+    if messages.len() > 1 {
+        report.conflicting_versions += 1;
+        report.example(|| {
+            let list: Vec<String> = messages
+                .iter()
+                .map(|(e, d)| format!("{} digest {d:#018x}", show(e)))
+                .collect();
+            format!(
+                "conflict: version {version} holds {} messages: {}",
+                messages.len(),
+                list.join("; ")
+            )
+        });
+    }
+    let (r0, e0, d0) = holdings[0];
+    let differing = holdings.iter().find(|h| (h.1, h.2) != (e0, d0));
+    let reaching = logs.reaching(version);
+    if let Some(&(r1, e1, d1)) = differing {
+        report.divergent += 1;
+        report.example(|| {
+            format!(
+                "divergent: version {version} is event {} digest {d0:#018x} on replica {} but event {} digest {d1:#018x} on replica {}",
+                show(&e0),
+                replicas[r0].replica,
+                show(&e1),
+                replicas[r1].replica
+            )
+        });
+    } else if holdings.len() < reaching {
+        report.divergent += 1;
+        report.example(|| {
+            let missing: Vec<&str> = (0..replicas.len())
+                .filter(|&r| logs.last[r] >= version && !holdings.iter().any(|h| h.0 == r))
+                .map(|r| replicas[r].replica.as_str())
+                .collect();
+            format!(
+                "divergent: version {version} is on replica {} but missing from {} whose logs go past it",
+                replicas[r0].replica,
+                missing.join(", ")
+            )
+        });
     }
 }
 
