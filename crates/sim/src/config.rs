@@ -213,30 +213,8 @@ impl SimConfig {
         } else {
             rng.between(1, 50) as u32
         };
-        let mut crashes = Vec::new();
-        if rng.chance(400) {
-            for client in 0..clients {
-                if rng.chance(500) {
-                    crashes.push(ClientCrash {
-                        client,
-                        at_ms: rng.between(0, u64::from(messages_per_client) * 8),
-                        restart_after_ms: rng.chance(500).then(|| rng.between(0, 100)),
-                    });
-                }
-            }
-        }
-        let mut partitions = Vec::new();
-        if rng.chance(300) {
-            for _ in 0..rng.between(1, 3) {
-                let from_ms = rng.between(0, u64::from(messages_per_client) * 8);
-                partitions.push(Partition {
-                    server: rng.between(1, 3) as u32,
-                    peer: None,
-                    from_ms,
-                    to_ms: from_ms + rng.between(10, 1_000),
-                });
-            }
-        }
+        let crashes = client_crashes(&mut rng, clients, messages_per_client);
+        let partitions = partitions(&mut rng, messages_per_client);
         let window = rng.between(1, 16) as usize;
         let mut replica = SimConfig::replica_settings();
         replica.need_batch = [1, 4, 16, 64][rng.below(4) as usize];
@@ -283,18 +261,24 @@ impl SimConfig {
             sabotage: None,
             trace: false,
         };
+        config.draw_sender_logging(seed);
+        config
+    }
+
+    /// Sender-based logging in about half the runs of the protocols that
+    /// support it, drawn from `seed` apart from the other knobs.
+    fn draw_sender_logging(&mut self, seed: u64) {
         // Sender-based logging in about half the runs of the protocols
         // that support it, from a generator of its own so the other knobs
         // stay what they were (and seeds pinned before it keep their runs).
         let mut sender = Rng::new(seed ^ SENDER_SALT);
-        if sender.chance(500) && SimConfig::supports_sender_logging(protocol) {
-            config = config.with_sender_logging();
+        if sender.chance(500) && SimConfig::supports_sender_logging(self.protocol) {
+            *self = self.clone().with_sender_logging();
             // The page writer syncs in the background: sometimes soon,
             // sometimes long after the clients confirmed.
-            config.sync_delay_ms_max = [5, 50, 300][sender.below(3) as usize];
-            config.checkpoint_ms = [50, 200, 500][sender.below(3) as usize];
+            self.sync_delay_ms_max = [5, 50, 300][sender.below(3) as usize];
+            self.checkpoint_ms = [50, 200, 500][sender.below(3) as usize];
         }
-        config
     }
 
     /// The protocols with sender-based logging: the forward-flow ones
@@ -433,4 +417,38 @@ impl SimConfig {
             .max()
             .unwrap_or(0)
     }
+}
+
+/// Clients that crash (and maybe come back) in some runs.
+fn client_crashes(rng: &mut Rng, clients: usize, messages_per_client: u32) -> Vec<ClientCrash> {
+    let mut crashes = Vec::new();
+    if rng.chance(400) {
+        for client in 0..clients {
+            if rng.chance(500) {
+                crashes.push(ClientCrash {
+                    client,
+                    at_ms: rng.between(0, u64::from(messages_per_client) * 8),
+                    restart_after_ms: rng.chance(500).then(|| rng.between(0, 100)),
+                });
+            }
+        }
+    }
+    crashes
+}
+
+/// Servers cut off from everyone for a while, in some runs.
+fn partitions(rng: &mut Rng, messages_per_client: u32) -> Vec<Partition> {
+    let mut partitions = Vec::new();
+    if rng.chance(300) {
+        for _ in 0..rng.between(1, 3) {
+            let from_ms = rng.between(0, u64::from(messages_per_client) * 8);
+            partitions.push(Partition {
+                server: rng.between(1, 3) as u32,
+                peer: None,
+                from_ms,
+                to_ms: from_ms + rng.between(10, 1_000),
+            });
+        }
+    }
+    partitions
 }

@@ -679,24 +679,15 @@ pub(crate) type Checked = (Arc<dyn StorageFile>, Vec<(u64, u64)>);
 /// Bytes read at a time when a covered segment is checked.
 const CHECK_CHUNK_BYTES: usize = 1024 * 1024;
 
-/// Checks the part of segment `base` a checkpoint vouched for and that
-/// recovery did not read: opens the file when `file` is `None` (a segment
-/// the checkpoint covers whole, whose length must then be exactly the
-/// checkpoint's, as a sealed segment's is), checks its header, and reads
-/// its records from the header to `unchecked.end`: versions `base` to
-/// `unchecked.last_version`, back to back, each whole, of this stream and
-/// with a good checksum. Returns the open file and the sparse index of
-/// that part.
-pub(crate) fn check_unchecked(
+/// A covered segment's file, opened unless the caller has it, with the
+/// length its checkpoint names and a good header for `stream` at `base`.
+fn open_covered(
     storage: &dyn Storage,
     folder: &Path,
-    stream: u64,
-    base: u64,
+    (stream, base, end): (u64, u64, u64),
     file: Option<Arc<dyn StorageFile>>,
-    unchecked: Unchecked,
-) -> Result<Checked, CheckError> {
+) -> Result<Arc<dyn StorageFile>, CheckError> {
     let damaged = |offset: u64, reason: String| CheckError::Damaged { offset, reason };
-    let end = unchecked.end;
     let file = match file {
         Some(file) => file,
         None => {
@@ -731,6 +722,28 @@ pub(crate) fn check_unchecked(
     })?;
     segment::check_header(&header, stream, base)
         .map_err(|reason| damaged(0, reason.to_string()))?;
+    Ok(file)
+}
+
+/// Checks the part of segment `base` a checkpoint vouched for and that
+/// recovery did not read: opens the file when `file` is `None` (a segment
+/// the checkpoint covers whole, whose length must then be exactly the
+/// checkpoint's, as a sealed segment's is), checks its header, and reads
+/// its records from the header to `unchecked.end`: versions `base` to
+/// `unchecked.last_version`, back to back, each whole, of this stream and
+/// with a good checksum. Returns the open file and the sparse index of
+/// that part.
+pub(crate) fn check_unchecked(
+    storage: &dyn Storage,
+    folder: &Path,
+    stream: u64,
+    base: u64,
+    file: Option<Arc<dyn StorageFile>>,
+    unchecked: Unchecked,
+) -> Result<Checked, CheckError> {
+    let damaged = |offset: u64, reason: String| CheckError::Damaged { offset, reason };
+    let end = unchecked.end;
+    let file = open_covered(storage, folder, (stream, base, end), file)?;
     let mut index: Vec<(u64, u64)> = Vec::new();
     let mut expected = base;
     let mut offset = SEGMENT_HEADER_LEN as u64;
@@ -923,26 +936,18 @@ fn scan_segment(
         .map_err(io_error(&path))?;
     let mut offset = SEGMENT_HEADER_LEN;
     if from == 0 {
-        if let Err(reason) = segment::check_header(&bytes, stream, base) {
-            // A crash while a segment was being created leaves a last
-            // segment whose header is cut short (or still zeros) and
-            // nothing after it; it is made anew. A whole header that is
-            // wrong is no torn write (it may be another stream's file) and
-            // is refused.
-            let header_torn = bytes.len() < SEGMENT_HEADER_LEN
-                || bytes[..SEGMENT_HEADER_LEN].iter().all(|&byte| byte == 0);
-            if is_last && header_torn && !has_record_after(&bytes, 0, stream, base) {
-                if mode == Mode::ReadOnly {
-                    return Ok(Segment::new(base));
-                }
-                drop(file);
-                return create_segment(storage, folder, stream, base);
-            }
-            return Err(LogError::Corrupt {
-                path,
+        let torn =
+            torn_header(&bytes, (stream, base), is_last).map_err(|reason| LogError::Corrupt {
+                path: path.clone(),
                 offset: 0,
                 reason: reason.to_string(),
-            });
+            })?;
+        if torn {
+            if mode == Mode::ReadOnly {
+                return Ok(Segment::new(base));
+            }
+            drop(file);
+            return create_segment(storage, folder, stream, base);
         }
     } else {
         offset = 0;
@@ -997,6 +1002,26 @@ fn scan_segment(
     segment.length = from + offset as u64;
     segment.file = Some(file);
     Ok(segment)
+}
+
+/// Whether a segment's header is torn: a crash while a segment was being
+/// created leaves a last segment whose header is cut short (or still
+/// zeros) and nothing after it, which is made anew. A whole header that is
+/// wrong is no torn write (it may be another stream's file): an error.
+fn torn_header(
+    bytes: &[u8],
+    (stream, base): (u64, u64),
+    is_last: bool,
+) -> Result<bool, FormatError> {
+    let Err(reason) = segment::check_header(bytes, stream, base) else {
+        return Ok(false);
+    };
+    let header_torn = bytes.len() < SEGMENT_HEADER_LEN
+        || bytes[..SEGMENT_HEADER_LEN].iter().all(|&byte| byte == 0);
+    if is_last && header_torn && !has_record_after(bytes, 0, stream, base) {
+        return Ok(true);
+    }
+    Err(reason)
 }
 
 /// Whether a valid record of `stream` with a version of at least
