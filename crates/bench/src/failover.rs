@@ -326,79 +326,22 @@ async fn drive(
         submitted: started,
         completed: started,
     });
-    let (to_collector, mut answers) = tokio::sync::mpsc::channel(args.window * 2);
+    let (to_collector, answers) = tokio::sync::mpsc::channel(args.window * 2);
     let kills_done = Arc::new(std::sync::atomic::AtomicBool::new(args.kills == 0));
-    let writer = {
-        let publisher = Arc::clone(&publisher);
-        let kills_done = Arc::clone(&kills_done);
-        let (messages, payload, rate) = (args.messages, args.payload, args.rate);
-        tokio::spawn(async move {
-            let mut pace = (rate > 0).then(|| {
-                let mut interval =
-                    tokio::time::interval(Duration::from_secs_f64(1.0 / rate as f64));
-                interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                interval
-            });
-            for index in 0.. {
-                if index >= messages && kills_done.load(std::sync::atomic::Ordering::Acquire) {
-                    break;
-                }
-                if let Some(pace) = &mut pace {
-                    pace.tick().await;
-                }
-                let mut bytes = vec![(index % 251) as u8; payload];
-                bytes[..8].copy_from_slice(&index.to_le_bytes());
-                let digest = checker::digest(b"", &bytes);
-                let pending = publisher.submit(b"", &bytes).await?;
-                let sent = checker::Sent {
-                    event: pending.event,
-                    digest,
-                };
-                if to_collector
-                    .send((sent, Instant::now(), pending))
-                    .await
-                    .is_err()
-                {
-                    break;
-                }
-            }
-            anyhow::Ok(())
-        })
-    };
+    let writer = tokio::spawn(write_messages(
+        Arc::clone(&publisher),
+        Arc::clone(&kills_done),
+        (args.messages, args.payload, args.rate),
+        to_collector,
+    ));
     let history = Arc::new(Mutex::new(checker::ClientHistory::default()));
     let duplicates = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let collector = {
-        let history = Arc::clone(&history);
-        let duplicates = Arc::clone(&duplicates);
-        tokio::spawn(async move {
-            let mut acknowledged = 0;
-            while let Some((sent, submitted, pending)) = answers.recv().await {
-                history.lock().expect("history lock").sent.push(sent);
-                let published = pending
-                    .await
-                    .with_context(|| format!("message {}", sent.event.sequence))?;
-                acknowledged += 1;
-                if published.duplicate {
-                    duplicates.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                }
-                history
-                    .lock()
-                    .expect("history lock")
-                    .acked
-                    .push(checker::Acked {
-                        event: sent.event,
-                        version: published.version,
-                        duplicate: published.duplicate,
-                    });
-                completed_sender.send_replace(Completed {
-                    acknowledged,
-                    submitted,
-                    completed: Instant::now(),
-                });
-            }
-            anyhow::Ok(())
-        })
-    };
+    let collector = tokio::spawn(collect_answers(
+        answers,
+        Arc::clone(&history),
+        Arc::clone(&duplicates),
+        completed_sender,
+    ));
     let progress = progress::bar(u64::from(args.kills), "kills", args.output.quiet);
     let mut random = proto::Rng::new(args.seed);
     let mut kills = Vec::new();
@@ -524,6 +467,82 @@ async fn drive(
         report,
         reads,
     })
+}
+
+/// The writer: `messages` payloads of `payload` bytes at `rate` a second
+/// (0: as fast as the window allows), and on until the kills are done,
+/// each handed to the collector with its pending answer.
+async fn write_messages(
+    publisher: Arc<Publisher>,
+    kills_done: Arc<std::sync::atomic::AtomicBool>,
+    (messages, payload, rate): (u64, usize, u64),
+    to_collector: tokio::sync::mpsc::Sender<(checker::Sent, Instant, client::PendingPublish)>,
+) -> anyhow::Result<()> {
+    let mut pace = (rate > 0).then(|| {
+        let mut interval = tokio::time::interval(Duration::from_secs_f64(1.0 / rate as f64));
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        interval
+    });
+    for index in 0.. {
+        if index >= messages && kills_done.load(std::sync::atomic::Ordering::Acquire) {
+            break;
+        }
+        if let Some(pace) = &mut pace {
+            pace.tick().await;
+        }
+        let mut bytes = vec![(index % 251) as u8; payload];
+        bytes[..8].copy_from_slice(&index.to_le_bytes());
+        let digest = checker::digest(b"", &bytes);
+        let pending = publisher.submit(b"", &bytes).await?;
+        let sent = checker::Sent {
+            event: pending.event,
+            digest,
+        };
+        if to_collector
+            .send((sent, Instant::now(), pending))
+            .await
+            .is_err()
+        {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// The collector: records each message sent and its answer in the
+/// history, counts duplicates, and says how far the acks have come.
+async fn collect_answers(
+    mut answers: tokio::sync::mpsc::Receiver<(checker::Sent, Instant, client::PendingPublish)>,
+    history: Arc<Mutex<checker::ClientHistory>>,
+    duplicates: Arc<std::sync::atomic::AtomicU64>,
+    completed_sender: watch::Sender<Completed>,
+) -> anyhow::Result<()> {
+    let mut acknowledged = 0;
+    while let Some((sent, submitted, pending)) = answers.recv().await {
+        history.lock().expect("history lock").sent.push(sent);
+        let published = pending
+            .await
+            .with_context(|| format!("message {}", sent.event.sequence))?;
+        acknowledged += 1;
+        if published.duplicate {
+            duplicates.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        history
+            .lock()
+            .expect("history lock")
+            .acked
+            .push(checker::Acked {
+                event: sent.event,
+                version: published.version,
+                duplicate: published.duplicate,
+            });
+        completed_sender.send_replace(Completed {
+            acknowledged,
+            submitted,
+            completed: Instant::now(),
+        });
+    }
+    Ok(())
 }
 
 /// Creates the stream once the cluster has formed (its control plane
