@@ -167,6 +167,14 @@ enum ReadUntil {
 /// once the writing is over.
 const READ_DRAIN: Duration = Duration::from_secs(30);
 
+/// A live reader on one server: its id, the word that stops it, and the
+/// task that returns what it read.
+type LiveReader = (
+    u32,
+    watch::Sender<ReadUntil>,
+    tokio::task::JoinHandle<checker::ReaderHistory>,
+);
+
 /// One live reader on one server: subscribes from version 1 and reads for
 /// the whole run. A subscription that ends (the server was killed, holds
 /// no replica yet) is opened again after the last version delivered, so
@@ -300,26 +308,12 @@ async fn drive(
     let name = "failover";
     let replicas = args.servers.min(3) as u8;
     let stream = create_stream(&cluster, name, args, replicas).await?;
-    let publisher = Arc::new(
-        Publisher::connect(
-            &stream,
-            PublisherConfig {
-                window: args.window,
-                ..PublisherConfig::default()
-            },
-        )
-        .await?,
-    );
-    let readers: Vec<_> = cluster
-        .running()
-        .into_iter()
-        .map(|id| {
-            let address = cluster.address(id).to_string();
-            let (until, reading) = watch::channel(ReadUntil::Running);
-            let task = tokio::spawn(read_live(id, address, stream.id, reading));
-            (id, until, task)
-        })
-        .collect();
+    let config = PublisherConfig {
+        window: args.window,
+        ..PublisherConfig::default()
+    };
+    let publisher = Arc::new(Publisher::connect(&stream, config).await?);
+    let readers = start_readers(&cluster, stream.id);
     let started = Instant::now();
     let (completed_sender, mut completed) = watch::channel(Completed {
         acknowledged: 0,
@@ -360,57 +354,16 @@ async fn drive(
                 completed.borrow().acknowledged
             );
         }
-        let info = placement(&cluster, name).await?;
-        let others: Vec<u32> = cluster
-            .running()
-            .into_iter()
-            .filter(|id| *id != info.primary)
-            .collect();
-        let victim = match args.victims {
-            Victims::Primary => info.primary,
-            Victims::Random if others.is_empty() || random.coin() => info.primary,
-            Victims::Random => others[random.below(others.len() as u64) as usize],
-        };
-        let acknowledged_before = completed.borrow().acknowledged;
-        tokio::task::block_in_place(|| cluster.kill(victim))?;
-        let killed_at = Instant::now();
-        let alone = args.servers == 1;
-        if alone {
-            // No other server takes over: the one server comes back and
-            // recovers what its log lost from the publisher's copies.
-            tokio::task::block_in_place(|| cluster.start_server(victim))?;
-        }
-        let recovered = tokio::time::timeout(
-            RECOVERY_TIMEOUT,
-            completed.wait_for(|c| c.submitted > killed_at),
+        let kill = kill_one(
+            &mut cluster,
+            args,
+            (name, number),
+            &mut random,
+            &mut completed,
         )
-        .await;
-        let recovery_ms = match recovered {
-            Ok(Ok(c)) => Some(c.completed.duration_since(killed_at).as_secs_f64() * 1e3),
-            _ => None,
-        };
-        let after = placement(&cluster, name).await?;
-        progress.suspend(|| {
-            println!(
-                "kill {number}: server {victim}{} after {acknowledged_before} acks; writes acknowledged again after {}; primary now server {} (epoch {})",
-                if victim == info.primary { " (the primary)" } else { "" },
-                recovery_ms.map_or("never (timed out)".to_string(), |ms| format!("{ms:.0} ms")),
-                after.primary,
-                after.epoch
-            )
-        });
-        kills.push(Kill {
-            number,
-            victim,
-            was_primary: victim == info.primary,
-            acknowledged_before,
-            recovery_ms,
-            primary_after: after.primary,
-            epoch_after: after.epoch,
-        });
-        if !alone {
-            tokio::task::block_in_place(|| cluster.start_server(victim))?;
-        }
+        .await?;
+        progress.suspend(|| kill.print());
+        kills.push(kill);
         tokio::time::sleep(Duration::from_millis(args.settle_ms)).await;
         progress.inc(1);
     }
@@ -426,6 +379,59 @@ async fn drive(
         .iter()
         .map(|r| (r.id, r.address.clone()))
         .collect();
+    let (report, reads) = judge(readers, &addresses, &final_info, &history).await?;
+    let sent = history.sent.len() as u64;
+    drop(cluster);
+    Ok(FailoverFigures {
+        servers: args.servers,
+        protocol: args.protocol,
+        durability: args.durability,
+        rate: args.rate,
+        messages: sent,
+        acknowledged: history.acked.len() as u64,
+        duplicates: duplicates.load(std::sync::atomic::Ordering::Relaxed),
+        seconds,
+        recovery: recovery_summary(&kills, false),
+        primary_recovery: recovery_summary(&kills, true),
+        kills,
+        report,
+        reads,
+    })
+}
+
+/// A live reader on each running server, from the stream's start.
+fn start_readers(cluster: &ProcessCluster, stream: u64) -> Vec<LiveReader> {
+    cluster
+        .running()
+        .into_iter()
+        .map(|id| {
+            let address = cluster.address(id).to_string();
+            let (until, reading) = watch::channel(ReadUntil::Running);
+            let task = tokio::spawn(read_live(id, address, stream, reading));
+            (id, until, task)
+        })
+        .collect()
+}
+
+/// The times until writes were acknowledged again, over every kill or
+/// over the kills of the primary.
+fn recovery_summary(kills: &[Kill], primary_only: bool) -> Summary {
+    let times: Vec<f64> = kills
+        .iter()
+        .filter(|k| k.was_primary || !primary_only)
+        .filter_map(|k| k.recovery_ms)
+        .collect();
+    Summary::of(&times)
+}
+
+/// Stops the live readers at the newest acknowledged version, reads every
+/// replica's log, and judges the history and the reads against them.
+async fn judge(
+    readers: Vec<LiveReader>,
+    addresses: &[(u32, String)],
+    final_info: &StreamInfo,
+    history: &checker::ClientHistory,
+) -> anyhow::Result<(checker::Report, checker::ReadReport)> {
     let newest = history.acked.iter().map(|a| a.version).max().unwrap_or(0);
     let mut histories = Vec::new();
     for (id, until, task) in readers {
@@ -438,35 +444,85 @@ async fn drive(
         }
         histories.push(task);
     }
-    let (report, logs) = read_logs(&addresses, &final_info, std::slice::from_ref(&history)).await?;
+    let (report, logs) = read_logs(addresses, final_info, std::slice::from_ref(history)).await?;
     let mut read_histories = Vec::new();
     for task in histories {
         read_histories.push(task.await.context("a reader panicked")?);
     }
     let reads = checker::check_reads(&read_histories, &logs);
-    let sent = history.sent.len() as u64;
-    let recovered: Vec<f64> = kills.iter().filter_map(|k| k.recovery_ms).collect();
-    let primary: Vec<f64> = kills
-        .iter()
-        .filter(|k| k.was_primary)
-        .filter_map(|k| k.recovery_ms)
+    Ok((report, reads))
+}
+
+/// One kill: chooses the victim, kills it with SIGKILL, waits until a
+/// message submitted after the kill is acknowledged (or the timeout), and
+/// starts the server again.
+async fn kill_one(
+    cluster: &mut ProcessCluster,
+    args: &FailoverArgs,
+    (name, number): (&str, u32),
+    random: &mut proto::Rng,
+    completed: &mut watch::Receiver<Completed>,
+) -> anyhow::Result<Kill> {
+    let info = placement(cluster, name).await?;
+    let others: Vec<u32> = cluster
+        .running()
+        .into_iter()
+        .filter(|id| *id != info.primary)
         .collect();
-    drop(cluster);
-    Ok(FailoverFigures {
-        servers: args.servers,
-        protocol: args.protocol,
-        durability: args.durability,
-        rate: args.rate,
-        messages: sent,
-        acknowledged: history.acked.len() as u64,
-        duplicates: duplicates.load(std::sync::atomic::Ordering::Relaxed),
-        seconds,
-        kills,
-        recovery: Summary::of(&recovered),
-        primary_recovery: Summary::of(&primary),
-        report,
-        reads,
-    })
+    let victim = match args.victims {
+        Victims::Primary => info.primary,
+        Victims::Random if others.is_empty() || random.coin() => info.primary,
+        Victims::Random => others[random.below(others.len() as u64) as usize],
+    };
+    let acknowledged_before = completed.borrow().acknowledged;
+    tokio::task::block_in_place(|| cluster.kill(victim))?;
+    let killed_at = Instant::now();
+    let alone = args.servers == 1;
+    if alone {
+        // No other server takes over: the one server comes back and
+        // recovers what its log lost from the publisher's copies.
+        tokio::task::block_in_place(|| cluster.start_server(victim))?;
+    }
+    let recovered = tokio::time::timeout(
+        RECOVERY_TIMEOUT,
+        completed.wait_for(|c| c.submitted > killed_at),
+    )
+    .await;
+    let recovery_ms = match recovered {
+        Ok(Ok(c)) => Some(c.completed.duration_since(killed_at).as_secs_f64() * 1e3),
+        _ => None,
+    };
+    let after = placement(cluster, name).await?;
+    let kill = Kill {
+        number,
+        victim,
+        was_primary: victim == info.primary,
+        acknowledged_before,
+        recovery_ms,
+        primary_after: after.primary,
+        epoch_after: after.epoch,
+    };
+    if !alone {
+        tokio::task::block_in_place(|| cluster.start_server(victim))?;
+    }
+    Ok(kill)
+}
+
+impl Kill {
+    /// The kill's line on the terminal.
+    fn print(&self) {
+        println!(
+            "kill {}: server {}{} after {} acks; writes acknowledged again after {}; primary now server {} (epoch {})",
+            self.number,
+            self.victim,
+            if self.was_primary { " (the primary)" } else { "" },
+            self.acknowledged_before,
+            self.recovery_ms
+                .map_or("never (timed out)".to_string(), |ms| format!("{ms:.0} ms")),
+            self.primary_after,
+            self.epoch_after
+        );
+    }
 }
 
 /// The writer: `messages` payloads of `payload` bytes at `rate` a second
