@@ -14,6 +14,7 @@ use crate::config::{ClientConfig, LossAction, StreamOptions};
 use crate::driver;
 use crate::error::ClientError;
 use crate::inner::Inner;
+use crate::link;
 use crate::producer::Producer;
 use crate::subscription::Subscription;
 
@@ -28,7 +29,7 @@ impl Client {
     /// error at once) and starts the task that keeps the connection.
     pub async fn connect(config: ClientConfig) -> Result<Client, ClientError> {
         let client_id = config.client_id.unwrap_or_else(proto::random_u128);
-        let connection = driver::connect(&config, client_id).await?;
+        let connection = link::connect(&config, client_id).await?;
         let (commands, receiver) = mpsc::unbounded_channel();
         let inner = Arc::new(Inner {
             window: Arc::new(Semaphore::new(config.window.max(1))),

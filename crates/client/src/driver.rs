@@ -7,17 +7,16 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use proto::{Frame, FrameBuffer, PROTOCOL_VERSION};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::net::TcpStream;
+use proto::Frame;
+use tokio::io::AsyncWriteExt;
+use tokio::net::tcp::OwnedWriteHalf;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit};
 
 use crate::command::{Ack, Command, ReceivedRecord, SessionTracker, SubscriptionCounters};
 use crate::config::ClientConfig;
 use crate::error::ClientError;
+use crate::link::{self, read_some, Connection, Ended, Session, READ_BYTES};
 
-const READ_BYTES: usize = 64 * 1024;
 /// Frames from the server may exceed the limit the server sets for
 /// clients' frames (a status document of many streams); this bounds them.
 const SERVER_FRAME_BYTES_MAX: usize = 64 * 1024 * 1024;
@@ -47,73 +46,8 @@ struct SubscriptionState {
     counters: Arc<SubscriptionCounters>,
 }
 
-pub(crate) struct Connection {
-    pub(crate) reader: OwnedReadHalf,
-    pub(crate) writer: OwnedWriteHalf,
-    pub(crate) buffer: FrameBuffer,
-    pub(crate) max_frame: usize,
-}
-
-/// Connects and runs the handshake.
-pub(crate) async fn connect(
-    config: &ClientConfig,
-    client_id: u128,
-) -> Result<Connection, ClientError> {
-    let failure = |reason: String| ClientError::Connect {
-        address: config.address.clone(),
-        reason,
-    };
-    let attempt = async {
-        let socket = TcpStream::connect(&config.address)
-            .await
-            .map_err(|e| failure(e.to_string()))?;
-        let _ = socket.set_nodelay(true);
-        let (mut reader, mut writer) = socket.into_split();
-        let hello = Frame::Hello {
-            version: PROTOCOL_VERSION,
-            client: client_id,
-            token: String::new(),
-        };
-        writer
-            .write_all(&hello.to_bytes())
-            .await
-            .map_err(|e| failure(e.to_string()))?;
-        let mut buffer = FrameBuffer::new();
-        let mut scratch = vec![0u8; READ_BYTES];
-        loop {
-            match buffer
-                .next_frame(1 << 20)
-                .map_err(|e| failure(e.to_string()))?
-            {
-                Some(Frame::HelloOk { max_frame, .. }) => {
-                    return Ok(Connection {
-                        reader,
-                        writer,
-                        buffer,
-                        max_frame: max_frame as usize,
-                    })
-                }
-                Some(Frame::Error { message, .. }) => return Err(failure(message)),
-                Some(other) => {
-                    return Err(failure(format!("unexpected handshake answer {other:?}")))
-                }
-                None => {}
-            }
-            let count = read_some(&mut reader, &mut scratch, &mut buffer)
-                .await
-                .map_err(|e| failure(e.to_string()))?;
-            if count == 0 {
-                return Err(failure(
-                    "the server closed the connection during the handshake".into(),
-                ));
-            }
-        }
-    };
-    tokio::time::timeout(config.connect_timeout, attempt)
-        .await
-        .map_err(|_| failure(format!("no answer within {:?}", config.connect_timeout)))?
-}
-
+/// The client's control connection: its commands' state, kept across
+/// connections.
 pub(crate) struct Driver {
     config: ClientConfig,
     client_id: u128,
@@ -121,12 +55,6 @@ pub(crate) struct Driver {
     appends: BTreeMap<u64, PendingAppend>,
     requests: HashMap<u64, PendingRequest>,
     subscriptions: HashMap<u64, SubscriptionState>,
-}
-
-/// How a connection ended.
-enum Ended {
-    Broken,
-    ClientClosed,
 }
 
 impl Driver {
@@ -146,17 +74,8 @@ impl Driver {
     }
 
     pub(crate) async fn run(mut self, first: Connection) {
-        let mut connection = first;
-        loop {
-            if let Ended::ClientClosed = self.serve(connection).await {
-                return;
-            }
-            self.fail_sent_requests();
-            match self.reconnect().await {
-                Some(next) => connection = next,
-                None => return,
-            }
-        }
+        let config = self.config.clone();
+        link::keep_connected(&config, self.client_id, Some(first), &mut self).await;
     }
 
     /// Control requests sent on a broken connection get `Disconnected`:
@@ -173,29 +92,6 @@ impl Driver {
             if let Some(request) = self.requests.remove(&id) {
                 let _ = request.reply.send(Err(ClientError::Disconnected));
             }
-        }
-    }
-
-    /// Tries to connect again with doubling delays, taking commands
-    /// meanwhile; `None` once the client is dropped.
-    async fn reconnect(&mut self) -> Option<Connection> {
-        let mut delay = self.config.reconnect_delay_min;
-        loop {
-            let sleep = tokio::time::sleep(delay);
-            tokio::pin!(sleep);
-            loop {
-                tokio::select! {
-                    _ = &mut sleep => break,
-                    command = self.commands.recv() => match command {
-                        Some(command) => { self.register(command); }
-                        None => return None,
-                    },
-                }
-            }
-            if let Ok(connection) = connect(&self.config, self.client_id).await {
-                return Some(connection);
-            }
-            delay = (delay * 2).min(self.config.reconnect_delay_max);
         }
     }
 
@@ -318,7 +214,9 @@ impl Driver {
         bytes
     }
 
-    async fn serve(&mut self, connection: Connection) -> Ended {
+    /// Serves one connection: sends what was waiting, then commands as
+    /// they come, and routes the answers.
+    async fn serve_connection(&mut self, connection: Connection) -> Ended {
         let Connection {
             mut reader,
             writer,
@@ -349,7 +247,7 @@ impl Driver {
                     }
                     None => {
                         writer_task.abort();
-                        return Ended::ClientClosed;
+                        return Ended::Closed;
                     }
                 },
                 read = read_some(&mut reader, &mut scratch, &mut buffer) => {
@@ -450,15 +348,24 @@ impl Driver {
     }
 }
 
-pub(crate) async fn read_some(
-    reader: &mut OwnedReadHalf,
-    scratch: &mut [u8],
-    buffer: &mut FrameBuffer,
-) -> std::io::Result<usize> {
-    // Cancel-safe: bytes reach `buffer` only once the read has completed.
-    let count = reader.read(scratch).await?;
-    buffer.extend(&scratch[..count]);
-    Ok(count)
+impl Session for Driver {
+    async fn serve(&mut self, connection: Connection) -> Ended {
+        self.serve_connection(connection).await
+    }
+
+    async fn wait(&mut self) -> bool {
+        match self.commands.recv().await {
+            Some(command) => {
+                self.register(command);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn down(&mut self) {
+        self.fail_sent_requests();
+    }
 }
 
 async fn write_frames(mut writer: OwnedWriteHalf, mut queue: mpsc::UnboundedReceiver<Vec<u8>>) {

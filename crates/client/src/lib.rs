@@ -57,6 +57,7 @@ mod config;
 mod driver;
 mod error;
 mod inner;
+mod link;
 mod producer;
 mod publisher;
 mod subscription;

@@ -44,8 +44,8 @@ use tokio::sync::{mpsc, oneshot, watch, Notify, Semaphore};
 
 use crate::client::Client;
 use crate::config::ClientConfig;
-use crate::driver;
 use crate::error::ClientError;
+use crate::link::{self, read_some, Connection, Ended, Session};
 
 /// How often a publisher that suspects a failover asks for the placement.
 pub const REFRESH_INTERVAL: Duration = Duration::from_millis(100);
@@ -367,7 +367,7 @@ impl Publisher {
             link_config.connect_timeout = config.connect_timeout;
             // The first connection must succeed: a wrong address is an
             // error now, not an endless retry.
-            let connection = driver::connect(&link_config, client_id).await?;
+            let connection = link::connect(&link_config, client_id).await?;
             first_connections.push((replica.id, link_config, connection));
         }
         let producer = Producer::new(
@@ -1002,91 +1002,96 @@ async fn run_refresher(
     }
 }
 
-/// Keeps a connection to one server: writes its outbox and hands the
-/// answers it reads to the producer, reconnecting with backoff until the
-/// publisher's tasks stop.
+/// Keeps a connection to one server (the client's one connection loop,
+/// `link::keep_connected`): writes its outbox and hands the answers it
+/// reads to the producer, until the publisher's tasks stop.
 async fn run_link(
     server: ServerId,
     config: ClientConfig,
     shared: Arc<Shared>,
-    first: Option<driver::Connection>,
+    first: Option<Connection>,
     outbox: Arc<Outbox>,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
 ) {
-    let (client, stream) = (shared.client_id, shared.stream);
-    let mut connection = first;
-    let mut delay = config.reconnect_delay_min;
-    let set_up = |up: bool| {
-        shared
+    let client = shared.client_id;
+    let mut link = Link {
+        server,
+        shared,
+        outbox,
+        stop,
+        scratch: vec![0u8; ANSWER_READ_BYTES],
+        writing: Vec::new(),
+    };
+    link::keep_connected(&config, client, first, &mut link).await;
+}
+
+/// A publisher's link to one replica, as a session of the connection loop.
+struct Link {
+    server: ServerId,
+    shared: Arc<Shared>,
+    outbox: Arc<Outbox>,
+    stop: watch::Receiver<bool>,
+    scratch: Vec<u8>,
+    /// The buffer the link writes from, swapped with the outbox's.
+    writing: Vec<u8>,
+}
+
+impl Link {
+    fn set_up(&self, up: bool) {
+        self.shared
             .link_states
             .lock()
             .expect("link states lock")
-            .insert(server, up);
-    };
-    let mut scratch = vec![0u8; ANSWER_READ_BYTES];
-    // The buffer the link writes from, swapped with the outbox's.
-    let mut writing = Vec::new();
-    loop {
-        let current = match connection.take() {
-            Some(current) => current,
-            None => {
-                let connected = tokio::select! {
-                    connected = driver::connect(&config, client) => connected,
-                    _ = stop.changed() => return,
-                };
-                match connected {
-                    Ok(current) => {
-                        delay = config.reconnect_delay_min;
-                        current
-                    }
-                    Err(_) => {
-                        set_up(false);
-                        tokio::select! {
-                            _ = tokio::time::sleep(delay) => {}
-                            _ = stop.changed() => return,
-                        }
-                        delay = (delay * 2).min(config.reconnect_delay_max);
-                        continue;
-                    }
-                }
-            }
-        };
-        set_up(true);
-        let driver::Connection {
+            .insert(self.server, up);
+    }
+}
+
+impl Session for Link {
+    async fn serve(&mut self, connection: Connection) -> Ended {
+        self.set_up(true);
+        let Connection {
             mut reader,
             writer,
             mut buffer,
             ..
-        } = current;
+        } = connection;
         let writer =
             Arc::new(SharedWriter::new(writer, usize::MAX).with_queued_bytes_max(OUTBOX_BYTES_MAX));
-        outbox.up(&writer, &mut writing);
+        self.outbox.up(&writer, &mut self.writing);
         let flusher = writer.run();
         tokio::pin!(flusher);
+        let (client, stream) = (self.shared.client_id, self.shared.stream);
         loop {
             tokio::select! {
                 // It ends only when the socket fails: what was queued is
                 // lost with the connection, and the resend timer covers it.
-                _ = &mut flusher => break,
-                _ = outbox.ready.notified() => outbox.hand_over(&mut writing),
-                read = driver::read_some(&mut reader, &mut scratch, &mut buffer) => {
-                    match read {
-                        Ok(0) | Err(_) => break,
-                        Ok(_) => {}
+                _ = &mut flusher => return Ended::Broken,
+                _ = self.outbox.ready.notified() => self.outbox.hand_over(&mut self.writing),
+                read = read_some(&mut reader, &mut self.scratch, &mut buffer) => {
+                    if !matches!(read, Ok(count) if count > 0) {
+                        return Ended::Broken;
                     }
-                    let answers = decode_answers(&shared, server, client, stream, &mut buffer);
+                    let answers = decode_answers(&self.shared, self.server, client, stream, &mut buffer);
                     if !answers.is_empty() {
-                        shared.answers(answers).await;
+                        self.shared.answers(answers).await;
                     }
                 }
-                _ = stop.changed() => {
-                    outbox.down();
-                    return;
+                _ = self.stop.changed() => {
+                    self.outbox.down();
+                    return Ended::Closed;
                 }
             }
         }
-        outbox.down();
-        set_up(false);
+    }
+
+    async fn wait(&mut self) -> bool {
+        let _ = self.stop.changed().await;
+        false
+    }
+
+    fn down(&mut self) {
+        self.outbox.down();
+        self.set_up(false);
     }
 }
 

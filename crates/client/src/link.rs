@@ -1,0 +1,185 @@
+//! One server connection kept up: the handshake ([`connect`]) and the
+//! loop that serves a connection, and when it breaks connects again with
+//! doubling delays ([`keep_connected`]). The client's control connection
+//! (`driver.rs`) and each of a publisher's replica links
+//! (`publisher.rs`) are a [`Session`] over this one loop.
+
+use std::time::Duration;
+
+use proto::{Frame, FrameBuffer, PROTOCOL_VERSION};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+
+use crate::config::ClientConfig;
+use crate::error::ClientError;
+
+/// Bytes a connection reads at a time.
+pub(crate) const READ_BYTES: usize = 64 * 1024;
+/// The handshake's answer is a short frame; this bounds it.
+const HANDSHAKE_FRAME_BYTES_MAX: usize = 1 << 20;
+
+pub(crate) struct Connection {
+    pub(crate) reader: OwnedReadHalf,
+    pub(crate) writer: OwnedWriteHalf,
+    pub(crate) buffer: FrameBuffer,
+    pub(crate) max_frame: usize,
+}
+
+/// Connects and runs the handshake.
+pub(crate) async fn connect(
+    config: &ClientConfig,
+    client_id: u128,
+) -> Result<Connection, ClientError> {
+    let failure = |reason: String| ClientError::Connect {
+        address: config.address.clone(),
+        reason,
+    };
+    let attempt = async {
+        let socket = TcpStream::connect(&config.address)
+            .await
+            .map_err(|e| failure(e.to_string()))?;
+        let _ = socket.set_nodelay(true);
+        let (mut reader, mut writer) = socket.into_split();
+        let hello = Frame::Hello {
+            version: PROTOCOL_VERSION,
+            client: client_id,
+            token: String::new(),
+        };
+        writer
+            .write_all(&hello.to_bytes())
+            .await
+            .map_err(|e| failure(e.to_string()))?;
+        let mut buffer = FrameBuffer::new();
+        let mut scratch = vec![0u8; READ_BYTES];
+        loop {
+            match buffer
+                .next_frame(HANDSHAKE_FRAME_BYTES_MAX)
+                .map_err(|e| failure(e.to_string()))?
+            {
+                Some(Frame::HelloOk { max_frame, .. }) => {
+                    return Ok(Connection {
+                        reader,
+                        writer,
+                        buffer,
+                        max_frame: max_frame as usize,
+                    })
+                }
+                Some(Frame::Error { message, .. }) => return Err(failure(message)),
+                Some(other) => {
+                    return Err(failure(format!("unexpected handshake answer {other:?}")))
+                }
+                None => {}
+            }
+            let count = read_some(&mut reader, &mut scratch, &mut buffer)
+                .await
+                .map_err(|e| failure(e.to_string()))?;
+            if count == 0 {
+                return Err(failure(
+                    "the server closed the connection during the handshake".into(),
+                ));
+            }
+        }
+    };
+    tokio::time::timeout(config.connect_timeout, attempt)
+        .await
+        .map_err(|_| failure(format!("no answer within {:?}", config.connect_timeout)))?
+}
+
+pub(crate) async fn read_some(
+    reader: &mut OwnedReadHalf,
+    scratch: &mut [u8],
+    buffer: &mut FrameBuffer,
+) -> std::io::Result<usize> {
+    // Cancel-safe: bytes reach `buffer` only once the read has completed.
+    let count = reader.read(scratch).await?;
+    buffer.extend(&scratch[..count]);
+    Ok(count)
+}
+
+/// How a served connection ended.
+pub(crate) enum Ended {
+    /// The connection broke: connect again.
+    Broken,
+    /// The owner is done with the link: stop.
+    Closed,
+}
+
+/// What runs over a kept connection.
+pub(crate) trait Session {
+    /// Serves `connection` until it breaks or the owner is done.
+    async fn serve(&mut self, connection: Connection) -> Ended;
+    /// While no connection is up: waits for the owner (taking what it asks
+    /// meanwhile); `false` once the owner is gone.
+    async fn wait(&mut self) -> bool;
+    /// A connection broke, or an attempt to connect failed: the link is
+    /// down.
+    fn down(&mut self);
+}
+
+/// Serves `first` (when given) and every connection after it, connecting
+/// again at once when one breaks and then with delays doubling from
+/// `reconnect_delay_min` to `reconnect_delay_max`, until the session's
+/// owner is gone.
+pub(crate) async fn keep_connected(
+    config: &ClientConfig,
+    client: u128,
+    first: Option<Connection>,
+    session: &mut impl Session,
+) {
+    let mut connection = first;
+    loop {
+        let current = match connection.take() {
+            Some(current) => current,
+            None => match reconnect(config, client, session).await {
+                Some(current) => current,
+                None => return,
+            },
+        };
+        if let Ended::Closed = session.serve(current).await {
+            return;
+        }
+        session.down();
+    }
+}
+
+/// Connects, with doubling delays between failed attempts; `None` once
+/// the session's owner is gone.
+async fn reconnect(
+    config: &ClientConfig,
+    client: u128,
+    session: &mut impl Session,
+) -> Option<Connection> {
+    let mut delay = config.reconnect_delay_min;
+    loop {
+        let attempt = connect(config, client);
+        tokio::pin!(attempt);
+        let connected = loop {
+            tokio::select! {
+                connected = &mut attempt => break connected,
+                alive = session.wait() => if !alive { return None },
+            }
+        };
+        if let Ok(connection) = connected {
+            return Some(connection);
+        }
+        session.down();
+        if !pause(delay, session).await {
+            return None;
+        }
+        delay = (delay * 2).min(config.reconnect_delay_max);
+    }
+}
+
+/// Sleeps for `delay` while the session waits; `false` once its owner is
+/// gone.
+async fn pause(delay: Duration, session: &mut impl Session) -> bool {
+    let sleep = tokio::time::sleep(delay);
+    tokio::pin!(sleep);
+    loop {
+        tokio::select! {
+            _ = &mut sleep => return true,
+            alive = session.wait() => if !alive { return false },
+        }
+    }
+}
