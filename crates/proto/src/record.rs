@@ -23,7 +23,7 @@
 //! | 72 | 8 | low-water mark of the session when sent |
 //! | 80 | .. | key, then payload |
 
-use crate::Reader;
+use crate::reader::Reader;
 
 const CHECKSUM_SIZE: usize = 4;
 const LENGTH_SIZE: usize = 4;

@@ -263,13 +263,8 @@ impl Router {
         let Some(link) = peers.get(&to) else {
             return;
         };
-        let frame = match msg {
-            // The records go straight into the frame: one copy.
-            Msg::Replicate { entries } => wire::replicate_frame(stream, &entries),
-            other => match wire::peer_message(other) {
-                Some(message) => Frame::Peer { stream, message }.to_bytes(),
-                None => return,
-            },
+        let Some(frame) = wire::peer_frame(stream, &msg) else {
+            return;
         };
         if link.send(frame) {
             self.metrics.peer_sent.fetch_add(1, Ordering::Relaxed);

@@ -5,147 +5,129 @@
 //! runs). No I/O: the router, the connections and the streams call it.
 
 use engine::replication::{Binding, Bytes, Content, Entry, HybridMode, Msg, ServerId, ACK_RUN_MAX};
-use proto::{EventId, Frame, PeerMessage, Record, WireBinding};
+use proto::layout::{Bytes32, Event, Layout, Reader, U64};
+use proto::{EventId, Frame, FrameError, Record, SubmitFields};
 
-/// A `Peer` frame carrying `Replicate` of `entries`, laid out as
-/// `Frame::encode` would lay it out.
-pub(crate) fn replicate_frame(stream: u64, entries: &[Entry]) -> Vec<u8> {
-    let records: usize = entries.iter().map(|e| e.bytes.len()).sum();
-    let mut frame = Vec::with_capacity(proto::FRAME_HEADER_LEN + 8 + 1 + 4 + records);
-    Frame::Peer {
-        stream,
-        message: PeerMessage::Replicate {
-            count: entries.len() as u32,
-            records: Vec::new(),
-        },
-    }
-    .encode(&mut frame);
-    for entry in entries {
-        frame.extend_from_slice(&entry.bytes);
-    }
-    let body = (frame.len() - proto::FRAME_HEADER_LEN) as u32;
-    frame[..4].copy_from_slice(&body.to_le_bytes());
-    frame
+// The replication messages between servers: a `Peer` frame's body is the
+// stream id, a sub-kind byte, and the sub-kind's fields as laid out here
+// (docs/wire-format.md, "Peer links").
+proto::layouts! {
+    Msg: put_peer, get_peer, PEER_KINDS;
+    Replicate = 1, "replicate" { entries: Entries }
+    Bind = 2, "bind" { bindings: Bindings }
+    Progress = 3, "progress" { logged: U64, last: U64 }
+    Commit = 4, "commit" { committed: U64, last: U64 }
+    Need = 5, "need" { from: U64, to: U64 }
+    Reack = 6, "reack" { event: Event, version: U64 }
+    Probe = 7, "probe" {}
+    Checkpoint = 8, "checkpoint" { through: U64, state: Bytes32 }
 }
 
-fn wire_binding(binding: &Binding) -> WireBinding {
-    WireBinding {
-        version: binding.version,
-        epoch: binding.epoch,
-        client: binding.event.client,
-        session: binding.event.session,
-        sequence: binding.event.sequence,
-        low_water: binding.low_water,
-        flags: binding.flags,
-        crc: binding.crc,
-    }
-}
+/// A u32 count, then that many records back to back to the body's end,
+/// each checked (length and checksum) when read and kept as a slice of the
+/// frame's bytes.
+struct Entries;
 
-/// A server-to-server `Msg` as a frame body; `None` for client messages.
-pub(crate) fn peer_message(msg: Msg) -> Option<PeerMessage> {
-    Some(match msg {
-        Msg::Replicate { entries } => {
-            let bytes: usize = entries.iter().map(|e| e.bytes.len()).sum();
-            let mut records = Vec::with_capacity(bytes);
-            for entry in &entries {
-                records.extend_from_slice(&entry.bytes);
-            }
-            PeerMessage::Replicate {
-                count: entries.len() as u32,
-                records,
-            }
+impl Layout<Vec<Entry>> for Entries {
+    fn put(entries: &Vec<Entry>, out: &mut Vec<u8>) {
+        out.extend_from_slice(&(entries.len() as u32).to_le_bytes());
+        for entry in entries {
+            out.extend_from_slice(&entry.bytes);
         }
-        Msg::Bind { bindings } => PeerMessage::Bind {
-            bindings: bindings.iter().map(wire_binding).collect(),
-        },
-        Msg::Progress { logged, last } => PeerMessage::Progress { logged, last },
-        Msg::Commit { committed, last } => PeerMessage::Commit { committed, last },
-        Msg::Need { from, to } => PeerMessage::Need { from, to },
-        Msg::Probe => PeerMessage::Probe,
-        Msg::Checkpoint { through, state } => PeerMessage::Checkpoint {
-            through,
-            state: state.to_vec(),
-        },
-        Msg::Reack { event, version } => PeerMessage::Reack {
-            client: event.client,
-            session: event.session,
-            sequence: event.sequence,
-            version,
-        },
-        _ => return None,
-    })
+    }
+    fn get(reader: &mut Reader<'_>) -> Option<Vec<Entry>> {
+        let count = reader.u32()? as usize;
+        let records = reader.rest_bytes();
+        let (entries, used) = decode_entries(records.clone());
+        (entries.len() == count && used == records.len()).then_some(entries)
+    }
 }
 
-/// A peer frame body as a `Msg` (records were checked when decoded).
-pub(crate) fn peer_msg(message: PeerMessage) -> Msg {
-    match message {
-        PeerMessage::Replicate { records, .. } => Msg::Replicate {
-            // The frame decoder verified every record's checksum.
-            entries: entries_of(Bytes::from(records), true),
-        },
-        PeerMessage::Bind { bindings } => Msg::Bind {
-            bindings: bindings
-                .into_iter()
-                .map(|b| Binding {
-                    version: b.version,
-                    epoch: b.epoch,
-                    event: EventId {
-                        client: b.client,
-                        session: b.session,
-                        sequence: b.sequence,
-                    },
-                    low_water: b.low_water,
-                    flags: b.flags,
-                    crc: b.crc,
-                })
-                .collect(),
-        },
-        PeerMessage::Progress { logged, last } => Msg::Progress { logged, last },
-        PeerMessage::Commit { committed, last } => Msg::Commit { committed, last },
-        PeerMessage::Need { from, to } => Msg::Need { from, to },
-        PeerMessage::Probe => Msg::Probe,
-        PeerMessage::Checkpoint { through, state } => Msg::Checkpoint {
-            through,
-            state: Bytes::from(state),
-        },
-        PeerMessage::Reack {
-            client,
-            session,
-            sequence,
-            version,
-        } => Msg::Reack {
-            event: EventId {
-                client,
-                session,
-                sequence,
-            },
-            version,
-        },
+/// A u32 count of bindings, each version u64, epoch u64, event id, low
+/// water u64, flags u16 and the record's crc u32.
+struct Bindings;
+
+/// Size of one encoded [`Binding`].
+const BINDING_LEN: usize = 8 + 8 + 16 + 8 + 8 + 8 + 2 + 4;
+
+impl Layout<Vec<Binding>> for Bindings {
+    fn put(bindings: &Vec<Binding>, out: &mut Vec<u8>) {
+        out.extend_from_slice(&(bindings.len() as u32).to_le_bytes());
+        for b in bindings {
+            U64::put(&b.version, out);
+            U64::put(&b.epoch, out);
+            Event::put(&b.event, out);
+            U64::put(&b.low_water, out);
+            out.extend_from_slice(&b.flags.to_le_bytes());
+            out.extend_from_slice(&b.crc.to_le_bytes());
+        }
     }
+    fn get(reader: &mut Reader<'_>) -> Option<Vec<Binding>> {
+        let count = reader.u32()? as usize;
+        if count > reader.remaining() / BINDING_LEN {
+            return None;
+        }
+        let mut bindings = Vec::with_capacity(count);
+        for _ in 0..count {
+            bindings.push(Binding {
+                version: reader.u64()?,
+                epoch: reader.u64()?,
+                event: Event::get(reader)?,
+                low_water: reader.u64()?,
+                flags: reader.u16()?,
+                crc: reader.u32()?,
+            });
+        }
+        Some(bindings)
+    }
+}
+
+/// A server-to-server `msg` as a whole `Peer` frame for `stream` (records
+/// go straight from the entries into the frame: one copy); `None` for a
+/// message that does not travel between servers.
+pub(crate) fn peer_frame(stream: u64, msg: &Msg) -> Option<Vec<u8>> {
+    let records = match msg {
+        Msg::Replicate { entries } => entries.iter().map(|e| e.bytes.len()).sum(),
+        _ => 0,
+    };
+    let mut frame = Vec::with_capacity(proto::FRAME_HEADER_LEN + 8 + 1 + 64 + records);
+    let mut sub_kind = None;
+    Frame::encode_peer(&mut frame, stream, |out| {
+        let at = out.len();
+        out.push(0);
+        sub_kind = put_peer(msg, out);
+        out[at] = sub_kind.unwrap_or_default();
+    });
+    sub_kind.map(|_| frame)
+}
+
+/// A `Peer` frame's message as a `Msg`; its records are checked and kept
+/// as slices of `message`.
+pub(crate) fn peer_msg(message: Vec<u8>) -> Result<Msg, FrameError> {
+    let message = Bytes::from(message);
+    let mut reader = Reader::shared(&message);
+    let sub_kind = reader.u8().ok_or(FrameError::Malformed("peer"))?;
+    get_peer(sub_kind, &mut reader).unwrap_or(Err(FrameError::Malformed("peer")))
 }
 
 /// The records laid end to end in `records`, each a slice of it, up to the
-/// first that does not decode. `checked`: their checksums were verified a
-/// moment ago (by the frame decoder), so decoding skips them.
-pub(crate) fn entries_of(records: Bytes, checked: bool) -> Vec<Entry> {
+/// first that does not decode (checksums included).
+pub(crate) fn entries_of(records: Bytes) -> Vec<Entry> {
+    decode_entries(records).0
+}
+
+/// [`entries_of`], with the bytes the entries take.
+fn decode_entries(records: Bytes) -> (Vec<Entry>, usize) {
     let mut entries = Vec::new();
     let mut offset = 0;
-    loop {
-        let decoded = if checked {
-            Record::decode_verified(&records[offset..])
-        } else {
-            Record::decode(&records[offset..])
-        };
-        let Ok((record, length)) = decoded else {
-            break;
-        };
+    while let Ok((record, length)) = Record::decode(&records[offset..]) {
         entries.push(Entry {
             header: record.header,
             bytes: records.slice(offset..offset + length),
         });
         offset += length;
     }
-    entries
+    (entries, offset)
 }
 
 /// The event a client message is about.
@@ -160,18 +142,21 @@ pub(crate) fn event_of(msg: &Msg) -> Option<EventId> {
 }
 
 /// A client's `Submit` as a `Msg`; `None` for an unknown kind.
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn submit_msg(
     client: u128,
-    kind: u8,
-    version: u64,
-    epoch: u64,
-    session: u64,
-    sequence: u64,
-    low_water: u64,
+    fields: SubmitFields,
     key: Vec<u8>,
     payload: Vec<u8>,
 ) -> Option<Msg> {
+    let SubmitFields {
+        kind,
+        version,
+        epoch,
+        session,
+        sequence,
+        low_water,
+        ..
+    } = fields;
     let event = EventId {
         client,
         session,
@@ -478,9 +463,8 @@ mod tests {
         assert_eq!(back, every);
     }
 
-    #[test]
-    fn a_replicate_frame_is_what_frame_encode_makes() {
-        let entries: Vec<Entry> = (1..=3u64)
+    fn entries() -> Vec<Entry> {
+        (1..=3u64)
             .map(|version| {
                 let header = RecordHeader {
                     flags: 0,
@@ -496,24 +480,125 @@ mod tests {
                 };
                 Entry::new(header, b"key", &[version as u8; 100])
             })
-            .collect();
+            .collect()
+    }
+
+    /// One message of every sub-kind the table holds.
+    fn peer_samples() -> Vec<Msg> {
+        let event = EventId {
+            client: 77,
+            session: 1,
+            sequence: 2,
+        };
+        vec![
+            Msg::Replicate { entries: entries() },
+            Msg::Bind {
+                bindings: vec![Binding {
+                    version: 4,
+                    epoch: 1,
+                    event,
+                    low_water: 1,
+                    flags: proto::FLAG_VOID,
+                    crc: 0xDEAD_BEEF,
+                }],
+            },
+            Msg::Progress { logged: 7, last: 8 },
+            Msg::Commit {
+                committed: 6,
+                last: 8,
+            },
+            Msg::Need { from: 3, to: 8 },
+            Msg::Reack { event, version: 2 },
+            Msg::Probe,
+            Msg::Checkpoint {
+                through: 30,
+                state: Bytes::from_static(b"state"),
+            },
+        ]
+    }
+
+    fn decoded_peer(frame: &[u8]) -> Result<Msg, FrameError> {
+        let (decoded, used) = Frame::decode(frame, 1 << 20).unwrap().unwrap();
+        assert_eq!(used, frame.len());
+        let Frame::Peer { stream: 9, message } = decoded else {
+            panic!("not a peer frame of stream 9: {decoded:?}");
+        };
+        peer_msg(message)
+    }
+
+    #[test]
+    fn every_peer_message_round_trips_and_every_sub_kind_has_a_sample() {
+        let mut seen = Vec::new();
+        for msg in peer_samples() {
+            let frame = peer_frame(9, &msg).expect("a peer message");
+            seen.push(frame[proto::FRAME_HEADER_LEN + 8]);
+            assert_eq!(decoded_peer(&frame), Ok(msg));
+        }
+        for (code, name) in PEER_KINDS {
+            assert!(seen.contains(code), "no sample of {name}");
+        }
+        let ack = Msg::Checkpointed {
+            through: 1,
+            resend: false,
+        };
+        assert_eq!(peer_frame(9, &ack), None, "a client message is no peer's");
+    }
+
+    /// `Replicate` is the documented layout: count u32, then the records
+    /// back to back.
+    #[test]
+    fn a_replicate_frame_carries_the_count_and_the_records_as_logged() {
+        let entries = entries();
+        let frame = peer_frame(
+            9,
+            &Msg::Replicate {
+                entries: entries.clone(),
+            },
+        )
+        .unwrap();
+        let body = &frame[proto::FRAME_HEADER_LEN..];
+        assert_eq!(&body[..8], &9u64.to_le_bytes());
+        assert_eq!(body[8], 1, "sub-kind replicate");
+        assert_eq!(&body[9..13], &3u32.to_le_bytes());
         let records: Vec<u8> = entries
             .iter()
             .flat_map(|e| e.bytes.iter().copied())
             .collect();
-        let expected = Frame::Peer {
-            stream: 9,
-            message: PeerMessage::Replicate { count: 3, records },
+        assert_eq!(&body[13..], &records[..]);
+    }
+
+    /// Every cut and every flipped byte of every sample is an error or a
+    /// message, never a panic; a record whose byte changed is refused by
+    /// its checksum; a count the records do not match is malformed.
+    #[test]
+    fn damaged_peer_messages_are_errors_never_panics() {
+        for msg in peer_samples() {
+            let frame = peer_frame(9, &msg).unwrap();
+            let body = &frame[proto::FRAME_HEADER_LEN + 8..];
+            for cut in 0..body.len() {
+                let _ = peer_msg(body[..cut].to_vec());
+            }
+            for at in 0..body.len() {
+                let mut damaged = body.to_vec();
+                damaged[at] ^= 0x41;
+                let _ = peer_msg(damaged);
+            }
         }
-        .to_bytes();
-        assert_eq!(replicate_frame(9, &entries), expected);
-        let (decoded, _) = Frame::decode(&expected, 1 << 20).unwrap().unwrap();
-        let Frame::Peer { message, .. } = decoded else {
-            panic!("not a peer frame");
-        };
-        let Msg::Replicate { entries: back } = peer_msg(message) else {
-            panic!("not replicate");
-        };
-        assert_eq!(back, entries);
+        let frame = peer_frame(9, &Msg::Replicate { entries: entries() }).unwrap();
+        let mut body = frame[proto::FRAME_HEADER_LEN + 8..].to_vec();
+        let last = body.len() - 1;
+        body[last] ^= 1;
+        assert_eq!(
+            peer_msg(body.clone()),
+            Err(FrameError::Malformed("replicate"))
+        );
+        body[last] ^= 1;
+        body[1] = 4;
+        assert_eq!(peer_msg(body), Err(FrameError::Malformed("replicate")));
+        assert_eq!(peer_msg(vec![99]), Err(FrameError::Malformed("peer")));
+        assert_eq!(
+            peer_msg(vec![3, 1, 2]),
+            Err(FrameError::Malformed("progress"))
+        );
     }
 }

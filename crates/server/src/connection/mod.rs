@@ -187,7 +187,13 @@ async fn serve_peer(
                         batch_stream = server.stream_by_id(stream);
                     }
                     if batch_stream.is_some() {
-                        batch.push(wire::peer_msg(message));
+                        match wire::peer_msg(message) {
+                            Ok(msg) => batch.push(msg),
+                            Err(error) => {
+                                tracing::warn!("closing the link from server {from}: {error}");
+                                return;
+                            }
+                        }
                     }
                 }
                 Ok(Some(_)) | Err(_) => {

@@ -3,6 +3,7 @@
 //! replica in batches.
 
 use super::*;
+use proto::SubmitFields;
 
 impl Connection {
     /// A write request: `Append` or `Submit`.
@@ -28,21 +29,10 @@ impl Connection {
                     .await
             }
             Frame::Submit {
-                stream,
-                kind,
-                version,
-                epoch,
-                session,
-                sequence,
-                low_water,
+                fields,
                 key,
                 payload,
-            } => {
-                self.submit(
-                    stream, kind, version, epoch, session, sequence, low_water, key, payload,
-                )
-                .await
-            }
+            } => self.submit(fields, key, payload).await,
             other => self.not_a_request(&other).await,
         }
     }
@@ -141,23 +131,17 @@ impl Connection {
     }
 
     /// A replication message (`Submit`).
-    #[allow(clippy::too_many_arguments)]
     pub(super) async fn submit(
         &mut self,
-        stream_id: u64,
-        kind: u8,
-        version: u64,
-        epoch: u64,
-        session: u64,
-        sequence: u64,
-        low_water: u64,
+        fields: SubmitFields,
         key: Vec<u8>,
         payload: Vec<u8>,
     ) -> bool {
+        let stream_id = fields.stream;
         let refuse = |code: ErrorCode, message: String| Frame::Refused {
             stream: stream_id,
-            session,
-            sequence,
+            session: fields.session,
+            sequence: fields.sequence,
             code,
             message,
         };
@@ -189,18 +173,8 @@ impl Connection {
             };
             return self.outgoing.send(&refuse(code, message)).await;
         };
-        let Some(msg) = wire::submit_msg(
-            self.client,
-            kind,
-            version,
-            epoch,
-            session,
-            sequence,
-            low_water,
-            key,
-            payload,
-        ) else {
-            let message = format!("unknown submit kind {kind}");
+        let Some(msg) = wire::submit_msg(self.client, fields, key, payload) else {
+            let message = format!("unknown submit kind {}", fields.kind);
             self.outgoing.error(0, ErrorCode::BadFrame, message).await;
             return false;
         };

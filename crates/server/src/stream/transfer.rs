@@ -30,7 +30,7 @@ impl Stream {
         if read == 0 {
             return;
         }
-        let entries = crate::wire::entries_of(Bytes::from(records), false);
+        let entries = crate::wire::entries_of(Bytes::from(records));
         self.router
             .send_peer(to, self.id, Msg::Replicate { entries });
     }
@@ -256,28 +256,21 @@ mod tests {
         let frames = router.take_queued(2);
         assert_eq!(frames.len(), 1);
         let (frame, _) = proto::Frame::decode(&frames[0], 1 << 26).unwrap().unwrap();
-        let proto::Frame::Peer {
-            stream: 5,
-            message: proto::PeerMessage::Checkpoint { through, state },
-        } = frame
-        else {
-            panic!("not a checkpoint transfer: {frame:?}");
+        let proto::Frame::Peer { stream: 5, message } = frame else {
+            panic!("not a peer frame: {frame:?}");
+        };
+        let Ok(Msg::Checkpoint { through, state }) = crate::wire::peer_msg(message) else {
+            panic!("not a checkpoint transfer");
         };
         assert_eq!(through, 30, "the newest checkpoint");
-        assert_eq!(Some((30, state.clone())), stream.log.newest_checkpoint());
+        assert_eq!(Some((30, state.to_vec())), stream.log.newest_checkpoint());
         stream.serve(2, oldest, oldest + 3);
         assert_eq!(sent(), 2, "what the log keeps is served");
 
         // The replica (server 2, holding nothing) installs it.
         let replica_storage = wal::fault::FaultStorage::new();
         let (replica, _replica_router) = open_stream(&replica_storage, 2, vec![1, 2]);
-        replica.on_peer_many(
-            1,
-            vec![Msg::Checkpoint {
-                through,
-                state: Bytes::from(state),
-            }],
-        );
+        replica.on_peer_many(1, vec![Msg::Checkpoint { through, state }]);
         assert_eq!(replica.machine_state().0, 30);
         assert_eq!(replica.log.first_version(), 31);
         assert_eq!(replica.log.durable_version(), 30);
@@ -294,7 +287,7 @@ mod tests {
         let mut records = Vec::new();
         let count = stream.log.read(31, 10, 1 << 20, &mut records).unwrap();
         assert_eq!(count, 10);
-        let entries = crate::wire::entries_of(Bytes::from(records), false);
+        let entries = crate::wire::entries_of(Bytes::from(records));
         replica.on_peer_many(1, vec![Msg::Replicate { entries }]);
         let deadline = Instant::now() + Duration::from_secs(5);
         while replica.log.durable_version() < 40 && Instant::now() < deadline {
