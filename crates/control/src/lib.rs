@@ -22,7 +22,7 @@ pub use error::ControlError;
 pub use node::Control;
 pub use state::{
     Availability, Command, ControlState, EpochRecord, LossAction, Member, Requirement, Response,
-    ServerId, StreamConfig, StreamPlacement, Transition,
+    ServerId, StreamConfig, StreamPlacement, Transition, WriteRefusal,
 };
 pub use wire::{read_hello, CONTROL_MESSAGE_MAX};
 

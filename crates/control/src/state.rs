@@ -796,6 +796,40 @@ pub fn action_name(action: LossAction) -> String {
     }
 }
 
+/// Why a stream refuses writes now (its loss action while its requirement
+/// is not met).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WriteRefusal {
+    /// `read-only`, or `block` past its timeout: refused until the
+    /// requirement is met again.
+    ReadOnly(String),
+    /// `block` within its timeout: the writer should wait and retry.
+    Blocked(String),
+    /// `reconnect`: the writer should reconnect later.
+    Reconnect(String),
+}
+
+impl Availability {
+    /// The stream's loss-action gate: whether a write is refused now, and
+    /// how, when the availability has held for `held_ms`. The server asks
+    /// it before each write; the decision is this one function.
+    pub fn write_refusal(&self, held_ms: u64) -> Option<WriteRefusal> {
+        let Availability::Degraded { action, why } = self else {
+            return None;
+        };
+        Some(match *action {
+            LossAction::ReadOnly => WriteRefusal::ReadOnly(why.clone()),
+            LossAction::Block { timeout_ms } if held_ms < timeout_ms => {
+                WriteRefusal::Blocked(why.clone())
+            }
+            LossAction::Block { timeout_ms } => {
+                WriteRefusal::ReadOnly(format!("{why}; blocked for more than {timeout_ms} ms"))
+            }
+            LossAction::Reconnect => WriteRefusal::Reconnect(why.clone()),
+        })
+    }
+}
+
 /// For people: what an availability means.
 pub fn describe(availability: &Availability) -> String {
     match availability {
@@ -1067,6 +1101,52 @@ mod tests {
         assert!(
             text.iter().any(|t| t.contains("block (up to 500 ms)")),
             "{text:?}"
+        );
+    }
+}
+
+#[cfg(test)]
+mod gate_tests {
+    use super::*;
+
+    fn degraded(action: LossAction) -> Availability {
+        Availability::Degraded {
+            action,
+            why: "1 in-sync replica of the 2 required".into(),
+        }
+    }
+
+    /// The loss-action gate: open while available (or without a primary,
+    /// where the replica refuses by itself), `read-only` refuses at once,
+    /// `block` asks writers to wait until its timeout and then refuses,
+    /// `reconnect` sends them away.
+    #[test]
+    fn the_gate_refuses_writes_as_the_loss_action_says() {
+        assert_eq!(Availability::Available.write_refusal(10_000), None);
+        assert_eq!(Availability::NoPrimary.write_refusal(10_000), None);
+        let why = "1 in-sync replica of the 2 required".to_string();
+        assert_eq!(
+            degraded(LossAction::ReadOnly).write_refusal(0),
+            Some(WriteRefusal::ReadOnly(why.clone()))
+        );
+        let block = degraded(LossAction::Block { timeout_ms: 500 });
+        assert_eq!(
+            block.write_refusal(0),
+            Some(WriteRefusal::Blocked(why.clone()))
+        );
+        assert_eq!(
+            block.write_refusal(499),
+            Some(WriteRefusal::Blocked(why.clone()))
+        );
+        assert_eq!(
+            block.write_refusal(500),
+            Some(WriteRefusal::ReadOnly(format!(
+                "{why}; blocked for more than 500 ms"
+            )))
+        );
+        assert_eq!(
+            degraded(LossAction::Reconnect).write_refusal(0),
+            Some(WriteRefusal::Reconnect(why))
         );
     }
 }

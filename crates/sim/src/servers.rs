@@ -378,9 +378,10 @@ impl World<'_> {
     /// Sender-based logging, on each tick of a primary: while it recovers
     /// its senders, it asks every client for its copies again now and then
     /// (a client that reconnects is told again; a lost ask or resend is a
-    /// broken connection); otherwise it announces its newest checkpoint
-    /// every `checkpoint_ms`: the synced prefix of its log, as far as it
-    /// is visible (committed), when that has grown.
+    /// broken connection); otherwise it takes a checkpoint every
+    /// `checkpoint_ms`: the synced prefix of its log, as far as it is
+    /// visible (committed), when that has grown, and the replica announces
+    /// it (`Replica::checkpoint_written`, as the server's does).
     fn sender_tick(&mut self, id: ServerId) {
         let now = self.now;
         let checkpoint_ms = self.config.checkpoint_ms;
@@ -414,17 +415,11 @@ impl World<'_> {
         self.checkpoint_times.push(now);
         self.counters.checkpoints += 1;
         self.note(|| format!("s{id} checkpoints through {through}"));
-        for client in 0..self.clients.len() {
-            let state = &self.clients[client];
-            if state.crashed || state.sent.is_empty() {
-                continue;
-            }
-            let note = Msg::Checkpointed {
-                through,
-                resend: false,
-            };
-            self.transmit(Node::Server(id), Node::Client(state.id), note);
+        let mut out = Vec::new();
+        if let Some(replica) = self.server(id).replica.as_mut() {
+            replica.checkpoint_written(through, &mut out);
         }
+        self.apply(id, out);
     }
 
     /// Sender-based logging: a restarted primary asks every live client

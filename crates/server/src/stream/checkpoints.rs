@@ -21,25 +21,12 @@ impl Stream {
             })
     }
 
-    /// Sender-based logging: tells the stream's clients that the newest
-    /// checkpoint covers `through`.
+    /// Sender-based logging: the newest checkpoint covers `through`; the
+    /// replica tells its clients when its role says so
+    /// (`Replica::checkpoint_written`).
     pub(super) fn announce_checkpoint(&self, through: u64) {
-        if !self.is_sender_logged() || !self.lock().replica.is_primary() {
-            return;
-        }
-        let senders: Vec<u128> = self
-            .senders
-            .lock()
-            .expect("senders lock")
-            .iter()
-            .copied()
-            .collect();
-        for client in senders {
-            let note = Msg::Checkpointed {
-                through,
-                resend: false,
-            };
-            self.router.send_client(client, self.id, vec![note]);
+        if self.is_sender_logged() {
+            self.drive(|replica, _, out| replica.checkpoint_written(through, out));
         }
     }
 

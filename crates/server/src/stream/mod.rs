@@ -6,7 +6,7 @@ mod meta;
 mod tasks;
 mod transfer;
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
@@ -127,15 +127,7 @@ pub struct Stream {
     /// folder being removed.
     deleting: Arc<Notify>,
     boundary_timer: Arc<BoundaryTimer>,
-    /// Sender-based logging: the clients that sent messages here, told of
-    /// each checkpoint so they drop the copies it covers (bounded; a
-    /// client past the bound keeps its copies until a restart of this
-    /// server asks for them, or the stream's next placement).
-    senders: Mutex<HashSet<u128>>,
 }
-
-/// Clients a sender-based stream tells of its checkpoints, at most.
-const SENDERS_MAX: usize = 65_536;
 
 /// Work a state machine step asks for that runs once the stream's lock is
 /// released (a log read), or that takes the lock itself (a reset).
@@ -294,7 +286,6 @@ impl Stream {
                 wake: Notify::new(),
                 scheduled: AtomicU64::new(u64::MAX),
             }),
-            senders: Mutex::new(HashSet::new()),
         };
         stream.drive(|replica, now, out| replica.start(now, out));
         Ok(stream)
@@ -372,24 +363,16 @@ impl Stream {
         }
     }
 
-    /// Why writes are refused now, if they are.
+    /// Why writes are refused now, if they are (the loss action's gate,
+    /// `Availability::write_refusal`).
     fn gate_failure(&self) -> Option<SubmitFailure> {
-        use control::{Availability, LossAction};
+        use control::WriteRefusal;
         let gate = self.gate.lock().expect("gate lock");
-        let Availability::Degraded { action, why } = &gate.availability else {
-            return None;
-        };
-        Some(match action {
-            LossAction::ReadOnly => SubmitFailure::ReadOnly(why.clone()),
-            LossAction::Block { timeout_ms } => {
-                let waited = gate.since.elapsed();
-                if waited < Duration::from_millis(*timeout_ms) {
-                    SubmitFailure::Blocked(why.clone())
-                } else {
-                    SubmitFailure::ReadOnly(format!("{why}; blocked for more than {timeout_ms} ms"))
-                }
-            }
-            LossAction::Reconnect => SubmitFailure::Reconnect(why.clone()),
+        let held_ms = gate.since.elapsed().as_millis() as u64;
+        Some(match gate.availability.write_refusal(held_ms)? {
+            WriteRefusal::ReadOnly(why) => SubmitFailure::ReadOnly(why),
+            WriteRefusal::Blocked(why) => SubmitFailure::Blocked(why),
+            WriteRefusal::Reconnect(why) => SubmitFailure::Reconnect(why),
         })
     }
 
@@ -506,12 +489,6 @@ impl Stream {
         }
         if self.lock().backlog_bytes > self.backlog_bytes_max {
             return Err((SubmitFailure::Busy, msgs));
-        }
-        if self.is_sender_logged() {
-            let mut senders = self.senders.lock().expect("senders lock");
-            if senders.len() < SENDERS_MAX {
-                senders.insert(client);
-            }
         }
         // Many messages in hand: the reader is busy, and its sends go to
         // the flushers rather than costing it a write each.

@@ -473,6 +473,7 @@ impl Replica {
         now: u64,
         out: &mut Vec<Effect>,
     ) {
+        self.note_sender(client);
         for msg in msgs {
             self.take_client(client, msg, now, out);
         }

@@ -34,7 +34,13 @@ pub(super) struct SenderLog {
     /// those clients once more, so no copy is voided for want of room.
     pub(super) overflow: Option<u64>,
     pub(super) overflow_clients: BTreeSet<u128>,
+    /// The clients that have sent this replica messages (at most
+    /// [`SENDERS_MAX`]): a primary's checkpoints are announced to them.
+    pub(super) clients: BTreeSet<u128>,
 }
+
+/// Clients a sender-based stream tells of its checkpoints, at most.
+pub const SENDERS_MAX: usize = 65_536;
 
 #[derive(Debug)]
 pub(super) struct Resent {
@@ -54,6 +60,37 @@ impl SenderLog {
 }
 
 impl Replica {
+    /// Sender-based logging: remembers `client` as one to tell of this
+    /// replica's checkpoints.
+    pub(super) fn note_sender(&mut self, client: u128) {
+        if let Some(sender) = self.sender.as_mut() {
+            if sender.clients.len() < SENDERS_MAX {
+                sender.clients.insert(client);
+            }
+        }
+    }
+
+    /// Sender-based logging: a checkpoint covering every version up to
+    /// `through` is durable. A primary that is neither rejoining nor
+    /// recovering its senders tells every client that has sent it messages
+    /// (`Checkpointed`), so they may drop the copies it covers; any other
+    /// replica, and a stream without sender-based logging, says nothing.
+    pub fn checkpoint_written(&mut self, through: u64, out: &mut Vec<Effect>) {
+        if !self.is_primary() || self.is_rejoining() || self.sender_recovering() {
+            return;
+        }
+        let Some(sender) = self.sender.as_ref() else {
+            return;
+        };
+        for &client in &sender.clients {
+            let note = Msg::Checkpointed {
+                through,
+                resend: false,
+            };
+            out.push(Effect::Send(Node::Client(client), note));
+        }
+    }
+
     /// Sender-based logging: this primary restarted, and its log may have
     /// lost messages its clients hold with versions. It takes their
     /// resends for `sender_recovery_ms` (from the end of its rejoin, at

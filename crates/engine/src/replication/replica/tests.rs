@@ -515,3 +515,59 @@ fn a_placement_of_an_older_epoch_stops_the_replica() {
     };
     replica.reconfigure(older, &[1, 2, 3], &[2, 3], 1, &mut Vec::new());
 }
+
+/// The clients told of a checkpoint by `checkpoint_written`.
+fn told_of_checkpoint(replica: &mut Replica, through: u64) -> Vec<u128> {
+    let mut out = Vec::new();
+    replica.checkpoint_written(through, &mut out);
+    out.iter()
+        .map(|effect| match effect {
+            Effect::Send(
+                Node::Client(client),
+                Msg::Checkpointed {
+                    through: told,
+                    resend: false,
+                },
+            ) if *told == through => *client,
+            other => panic!("not a checkpoint note: {other:?}"),
+        })
+        .collect()
+}
+
+/// Sender-based logging: a primary announces a checkpoint to every client
+/// that has sent it messages, and to no other; a backup, a primary still
+/// recovering its senders, and a stream without sender-based logging say
+/// nothing.
+#[test]
+fn a_checkpoint_is_announced_by_a_sender_logged_primary_to_its_senders() {
+    let sender = ReplicaSettings {
+        sender_logging: true,
+        ..ReplicaSettings::default()
+    };
+    let mut primary = started_primary(Protocol::OneHopAckClient, sender);
+    assert!(
+        told_of_checkpoint(&mut primary, 1).is_empty(),
+        "no sender yet"
+    );
+    let mut out = Vec::new();
+    primary.on_client(42, write(42, 1), 2, &mut out);
+    primary.on_client(43, write(43, 1), 2, &mut out);
+    primary.on_client(42, write(42, 2), 2, &mut out);
+    assert_eq!(told_of_checkpoint(&mut primary, 2), vec![42, 43]);
+
+    primary.recover_senders(3, 2);
+    assert!(primary.sender_recovering());
+    assert!(told_of_checkpoint(&mut primary, 3).is_empty(), "recovering");
+
+    let mut backup = Replica::new(7, 2, placement(), Protocol::OneHopAckClient, sender);
+    backup.start(0, &mut out);
+    backup.on_client(44, write(44, 1), 1, &mut out);
+    assert!(told_of_checkpoint(&mut backup, 1).is_empty(), "a backup");
+
+    let mut plain = started_primary(Protocol::OneHopAckClient, ReplicaSettings::default());
+    plain.on_client(42, write(42, 1), 2, &mut out);
+    assert!(
+        told_of_checkpoint(&mut plain, 1).is_empty(),
+        "no sender log"
+    );
+}
