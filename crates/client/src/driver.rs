@@ -15,7 +15,7 @@ use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit};
 use crate::command::{Ack, Command, ReceivedRecord, SessionTracker, SubscriptionCounters};
 use crate::config::ClientConfig;
 use crate::error::ClientError;
-use crate::link::{self, read_some, Connection, Ended, Session, READ_BYTES};
+use crate::link::{self, Connection, Ended, Session, READ_BYTES};
 
 /// Frames from the server may exceed the limit the server sets for
 /// clients' frames (a status document of many streams); this bounds them.
@@ -250,7 +250,7 @@ impl Driver {
                         return Ended::Closed;
                     }
                 },
-                read = read_some(&mut reader, &mut scratch, &mut buffer) => {
+                read = net::read_some(&mut reader, &mut scratch, |bytes| buffer.extend(bytes)) => {
                     if !matches!(read, Ok(count) if count > 0) {
                         writer_task.abort();
                         return Ended::Broken;

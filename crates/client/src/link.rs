@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use proto::{Frame, FrameBuffer, PROTOCOL_VERSION};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 
@@ -71,7 +71,7 @@ pub(crate) async fn connect(
                 }
                 None => {}
             }
-            let count = read_some(&mut reader, &mut scratch, &mut buffer)
+            let count = net::read_some(&mut reader, &mut scratch, |bytes| buffer.extend(bytes))
                 .await
                 .map_err(|e| failure(e.to_string()))?;
             if count == 0 {
@@ -84,17 +84,6 @@ pub(crate) async fn connect(
     tokio::time::timeout(config.connect_timeout, attempt)
         .await
         .map_err(|_| failure(format!("no answer within {:?}", config.connect_timeout)))?
-}
-
-pub(crate) async fn read_some(
-    reader: &mut OwnedReadHalf,
-    scratch: &mut [u8],
-    buffer: &mut FrameBuffer,
-) -> std::io::Result<usize> {
-    // Cancel-safe: bytes reach `buffer` only once the read has completed.
-    let count = reader.read(scratch).await?;
-    buffer.extend(&scratch[..count]);
-    Ok(count)
 }
 
 /// How a served connection ended.

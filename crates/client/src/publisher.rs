@@ -45,7 +45,7 @@ use tokio::sync::{mpsc, oneshot, watch, Notify, Semaphore};
 use crate::client::Client;
 use crate::config::ClientConfig;
 use crate::error::ClientError;
-use crate::link::{self, read_some, Connection, Ended, Session};
+use crate::link::{self, Connection, Ended, Session};
 
 /// How often a publisher that suspects a failover asks for the placement.
 pub const REFRESH_INTERVAL: Duration = Duration::from_millis(100);
@@ -1067,7 +1067,7 @@ impl Session for Link {
                 // lost with the connection, and the resend timer covers it.
                 _ = &mut flusher => return Ended::Broken,
                 _ = self.outbox.ready.notified() => self.outbox.hand_over(&mut self.writing),
-                read = read_some(&mut reader, &mut self.scratch, &mut buffer) => {
+                read = net::read_some(&mut reader, &mut self.scratch, |bytes| buffer.extend(bytes)) => {
                     if !matches!(read, Ok(count) if count > 0) {
                         return Ended::Broken;
                     }

@@ -22,7 +22,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use tokio::net::tcp::OwnedWriteHalf;
+use tokio::io::AsyncReadExt;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::Notify;
 
 /// How long a connection must have written nothing for a send to be
@@ -47,6 +48,19 @@ pub fn deferring<R>(defer: bool, work: impl FnOnce() -> R) -> R {
     let result = work();
     DEFERRING.set(outer);
     result
+}
+
+/// Reads what a connection has (at most `scratch.len()` bytes) and hands
+/// it to `keep`. Cancel-safe: `keep` sees bytes only once the read has
+/// completed, so a `select!` that drops the read loses nothing.
+pub async fn read_some(
+    reader: &mut OwnedReadHalf,
+    scratch: &mut [u8],
+    keep: impl FnOnce(&[u8]),
+) -> std::io::Result<usize> {
+    let count = reader.read(scratch).await?;
+    keep(&scratch[..count]);
+    Ok(count)
 }
 
 /// Bytes the flusher gathers into one write at most.

@@ -877,6 +877,18 @@ mod tests {
     use super::*;
     use crate::record::{EventId, RecordHeader};
 
+    fn sample_fields() -> SubmitFields {
+        SubmitFields {
+            stream: 5,
+            kind: SUBMIT_PLACED,
+            version: 12,
+            epoch: 2,
+            session: 1,
+            sequence: 44,
+            low_water: 40,
+        }
+    }
+
     fn samples() -> Vec<Frame> {
         let mut records = Vec::new();
         for version in 1..=3 {
@@ -930,15 +942,7 @@ mod tests {
                 retention: RetentionConfig::default(),
             },
             Frame::Submit {
-                fields: SubmitFields {
-                    stream: 5,
-                    kind: SUBMIT_PLACED,
-                    version: 12,
-                    epoch: 2,
-                    session: 1,
-                    sequence: 44,
-                    low_water: 40,
-                },
+                fields: sample_fields(),
                 key: b"k".to_vec(),
                 payload: b"payload".to_vec(),
             },
@@ -1180,15 +1184,7 @@ mod tests {
 
     #[test]
     fn submit_fields_encode_what_the_frame_encodes() {
-        let fields = SubmitFields {
-            stream: 5,
-            kind: SUBMIT_PLACED,
-            version: 12,
-            epoch: 2,
-            session: 1,
-            sequence: 44,
-            low_water: 40,
-        };
+        let fields = sample_fields();
         let mut direct = Vec::new();
         fields.encode(&mut direct, b"k", b"payload");
         let frame = Frame::Submit {

@@ -77,6 +77,16 @@ impl LocalServer {
 
 /// Server `id`'s configuration: data in `<folder>/server-<id>`, and every
 /// server of `addresses` but itself (the `id`-th) as a peer.
+/// A listener on a free loopback port.
+async fn bind_loopback() -> Result<TcpListener, LocalError> {
+    TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(|source| LocalError::Listen {
+            what: "binding a loopback port".to_string(),
+            source,
+        })
+}
+
 fn config_for(folder: &Path, id: u32, addresses: &[SocketAddr]) -> ServerConfig {
     let mut config = ServerConfig::new(folder.join(format!("server-{id}")));
     config.cluster = ClusterConfig {
@@ -114,14 +124,7 @@ impl LocalCluster {
     ) -> Result<LocalCluster, LocalError> {
         let mut listeners = Vec::with_capacity(count);
         for _ in 0..count {
-            let listener =
-                TcpListener::bind("127.0.0.1:0")
-                    .await
-                    .map_err(|source| LocalError::Listen {
-                        what: "binding a loopback port".to_string(),
-                        source,
-                    })?;
-            listeners.push(listener);
+            listeners.push(bind_loopback().await?);
         }
         let addresses: Vec<SocketAddr> = listeners
             .iter()
@@ -185,13 +188,7 @@ impl LocalCluster {
         folder: &Path,
         configure: impl Fn(&mut ServerConfig),
     ) -> Result<u32, LocalError> {
-        let listener =
-            TcpListener::bind("127.0.0.1:0")
-                .await
-                .map_err(|source| LocalError::Listen {
-                    what: "binding a loopback port".to_string(),
-                    source,
-                })?;
+        let listener = bind_loopback().await?;
         let address = listener.local_addr().expect("bound listener");
         let id = self.addresses.len() as u32 + 1;
         let mut config = config_for(folder, id, &self.addresses);

@@ -189,6 +189,15 @@ pub(crate) fn submit_msg(
     })
 }
 
+/// The flags of an answer that is, or is not, a duplicate.
+fn duplicate_flags(duplicate: bool) -> u8 {
+    if duplicate {
+        proto::frame::ACKED_FLAG_DUPLICATE
+    } else {
+        0
+    }
+}
+
 pub(crate) fn hint_code(hint: Option<HybridMode>) -> u8 {
     match hint {
         None => 0,
@@ -299,11 +308,7 @@ pub(crate) fn client_frame(me: ServerId, stream: u64, msg: Msg) -> Option<Frame>
             sequence: event.sequence,
             version,
             epoch,
-            flags: if duplicate {
-                proto::frame::ACKED_FLAG_DUPLICATE
-            } else {
-                0
-            },
+            flags: duplicate_flags(duplicate),
             hint: hint_code(hint),
             // A run is at most `ACK_RUN_MAX` messages, one frame's worth.
             more: count.clamp(1, ACK_RUN_MAX) as u32 - 1,
@@ -319,11 +324,7 @@ pub(crate) fn client_frame(me: ServerId, stream: u64, msg: Msg) -> Option<Frame>
             sequence: event.sequence,
             version,
             epoch,
-            flags: if duplicate {
-                proto::frame::ACKED_FLAG_DUPLICATE
-            } else {
-                0
-            },
+            flags: duplicate_flags(duplicate),
         },
         Msg::Checkpointed { through, resend } => Frame::Checkpointed {
             stream,

@@ -27,7 +27,7 @@ use std::sync::Arc;
 use engine::replication::{AckRule, Bytes, Content, HybridMode, Msg, Protocol, ServerId};
 use net::SharedWriter;
 use proto::{ErrorCode, EventId, Frame, FrameBuffer, PROTOCOL_VERSION};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::{watch, Semaphore};
@@ -206,22 +206,11 @@ async fn serve_peer(
         if let Some(done) = batch_stream.take() {
             done.on_peer_many(from, std::mem::take(&mut batch));
         }
-        match read_some(&mut reader, &mut scratch, &mut buffer).await {
+        match net::read_some(&mut reader, &mut scratch, |bytes| buffer.extend(bytes)).await {
             Ok(0) | Err(_) => return,
             Ok(_) => {}
         }
     }
-}
-
-async fn read_some(
-    reader: &mut OwnedReadHalf,
-    scratch: &mut [u8],
-    buffer: &mut FrameBuffer,
-) -> std::io::Result<usize> {
-    // Cancel-safe: bytes reach `buffer` only once the read has completed.
-    let count = reader.read(scratch).await?;
-    buffer.extend(&scratch[..count]);
-    Ok(count)
 }
 
 async fn handshake(
@@ -315,7 +304,7 @@ async fn first_frame(
             Ok(None) => {}
             Err(error) => return Err(HandshakeError::Frame(error)),
         }
-        match read_some(reader, &mut scratch, buffer).await {
+        match net::read_some(reader, &mut scratch, |bytes| buffer.extend(bytes)).await {
             Ok(0) => return Err(HandshakeError::Closed),
             Ok(_) => {}
             Err(error) => return Err(HandshakeError::Io(error)),
@@ -450,7 +439,7 @@ impl Connection {
                     }
                 }
             }
-            match read_some(&mut reader, &mut scratch, &mut buffer).await {
+            match net::read_some(&mut reader, &mut scratch, |bytes| buffer.extend(bytes)).await {
                 Ok(0) | Err(_) => return,
                 Ok(_) => {}
             }

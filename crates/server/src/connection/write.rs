@@ -37,6 +37,14 @@ impl Connection {
         }
     }
 
+    /// Why a message is refused for its size, if it is.
+    fn too_large(&self, key: &[u8], payload: &[u8]) -> Option<String> {
+        let limit = self.server.config.message_bytes_max;
+        let size = key.len() + payload.len();
+        (size > limit)
+            .then(|| format!("message of {size} bytes exceeds the limit of {limit} bytes"))
+    }
+
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn append(
         &mut self,
@@ -52,12 +60,7 @@ impl Connection {
             Ok(stream) => stream,
             Err(open) => return open,
         };
-        let limit = self.server.config.message_bytes_max;
-        if key.len() + payload.len() > limit {
-            let message = format!(
-                "message of {} bytes exceeds the limit of {limit} bytes",
-                key.len() + payload.len()
-            );
+        if let Some(message) = self.too_large(&key, &payload) {
             return self
                 .outgoing
                 .error(request, ErrorCode::MessageTooLarge, message)
@@ -145,12 +148,7 @@ impl Connection {
             code,
             message,
         };
-        let limit = self.server.config.message_bytes_max;
-        if key.len() + payload.len() > limit {
-            let message = format!(
-                "message of {} bytes exceeds the limit of {limit} bytes",
-                key.len() + payload.len()
-            );
+        if let Some(message) = self.too_large(&key, &payload) {
             return self
                 .outgoing
                 .send(&refuse(ErrorCode::MessageTooLarge, message))

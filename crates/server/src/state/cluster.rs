@@ -82,32 +82,43 @@ impl ServerState {
         let mut info = self.new_stream_info(id, name, durability, protocol, &placement);
         info.commit_interval_ms = commit_interval_ms;
         for replica in &info.replicas {
-            if replica.id == self.config.cluster.me {
-                let server = Arc::clone(self);
-                let local = info.clone();
-                tokio::task::spawn_blocking(move || server.create_replica(&local, retention))
-                    .await
-                    .expect("create_replica does not panic")?;
-            } else {
-                remote_create(
-                    &replica.address,
-                    &info,
-                    retention,
-                    self.config.handshake_timeout,
-                )
-                .await
-                .map_err(|problem| {
-                    StreamError::new(
-                        ErrorCode::Internal,
-                        format!(
-                            "creating the replica of {name:?} on server {} at {}: {problem}",
-                            replica.id, replica.address
-                        ),
-                    )
-                })?;
-            }
+            self.create_one(replica, &info, retention).await?;
         }
         Ok(info)
+    }
+
+    /// Creates the replica of `info` on `replica`: here, or on another
+    /// server by its `CreateReplica` request.
+    async fn create_one(
+        self: &Arc<Self>,
+        replica: &proto::ReplicaAddress,
+        info: &StreamInfo,
+        retention: proto::RetentionConfig,
+    ) -> Result<(), StreamError> {
+        if replica.id == self.config.cluster.me {
+            let server = Arc::clone(self);
+            let local = info.clone();
+            tokio::task::spawn_blocking(move || server.create_replica(&local, retention))
+                .await
+                .expect("create_replica does not panic")?;
+            return Ok(());
+        }
+        remote_create(
+            &replica.address,
+            info,
+            retention,
+            self.config.handshake_timeout,
+        )
+        .await
+        .map_err(|problem| {
+            StreamError::new(
+                proto::ErrorCode::Internal,
+                format!(
+                    "creating the replica of {:?} on server {} at {}: {problem}",
+                    info.name, replica.id, replica.address
+                ),
+            )
+        })
     }
 
     /// A multi-server cluster: the control plane places the stream (an
@@ -169,27 +180,10 @@ impl ServerState {
         let mut info = self.new_stream_info(placed.id, name, durability, protocol, &placement);
         info.commit_interval_ms = placed.config.commit_interval_ms;
         for replica in &info.replicas {
-            let created = if replica.id == self.config.cluster.me {
-                let server = Arc::clone(self);
-                let local = info.clone();
-                tokio::task::spawn_blocking(move || server.create_replica(&local, retention))
-                    .await
-                    .expect("create_replica does not panic")
-                    .map(|_| ())
-                    .map_err(|e| e.message)
-            } else {
-                remote_create(
-                    &replica.address,
-                    &info,
-                    retention,
-                    self.config.handshake_timeout,
-                )
-                .await
-                .map_err(|e| e.to_string())
-            };
-            if let Err(problem) = created {
+            if let Err(problem) = self.create_one(replica, &info, retention).await {
                 tracing::warn!(
-                    "replica of {name:?} on server {} not created yet ({problem}); it will be when the server sees the placement",
+                    "{}; it will be created when server {} sees the placement",
+                    problem.message,
                     replica.id
                 );
             }

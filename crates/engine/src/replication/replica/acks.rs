@@ -14,6 +14,38 @@ pub(super) struct Waiter {
     pub(super) verify: bool,
 }
 
+impl Waiter {
+    /// The ack of a message this replica logs for the first time.
+    pub(super) fn new_message(client: u128, event: EventId) -> Self {
+        Waiter {
+            client,
+            event,
+            duplicate: false,
+            verify: false,
+        }
+    }
+
+    /// The answer `duplicate` to a client that sent `event` again.
+    pub(super) fn duplicate(client: u128, event: EventId) -> Self {
+        Waiter {
+            client,
+            event,
+            duplicate: true,
+            verify: false,
+        }
+    }
+
+    /// A `duplicate` answer that first checks the log holds `event`.
+    pub(super) fn verified_duplicate(client: u128, event: EventId) -> Self {
+        Waiter {
+            client,
+            event,
+            duplicate: true,
+            verify: true,
+        }
+    }
+}
+
 /// Acknowledgements waiting for a version. New messages arrive in version
 /// order and go to the back of a queue (no allocation per message); the
 /// rare waiter for an older version (a duplicate) goes to a map.
@@ -203,13 +235,7 @@ impl Replica {
 
     fn ack(&mut self, version: u64, waiter: Waiter, out: &mut Vec<Effect>) {
         let event = waiter.event;
-        if waiter.verify
-            && self
-                .machine
-                .dedupe()
-                .lookup(event.client, event.session, event.sequence)
-                != Lookup::Logged(version)
-        {
+        if waiter.verify && self.lookup(&event) != Lookup::Logged(version) {
             return;
         }
         let hint = (self.protocol == Protocol::Hybrid && self.is_primary()).then_some(self.mode);

@@ -21,19 +21,10 @@ impl Replica {
         out: &mut Vec<Effect>,
     ) {
         let event = content.event;
-        match self
-            .machine
-            .dedupe()
-            .lookup(event.client, event.session, event.sequence)
-        {
+        match self.lookup(&event) {
             Lookup::Logged(version) => {
                 self.metrics.duplicates += 1;
-                let waiter = Waiter {
-                    client,
-                    event,
-                    duplicate: true,
-                    verify: false,
-                };
+                let waiter = Waiter::duplicate(client, event);
                 return self.wait_log(version, waiter, out);
             }
             Lookup::Retired { low_water } => {
@@ -67,18 +58,9 @@ impl Replica {
         out: &mut Vec<Effect>,
     ) {
         let event = content.event;
-        if let Lookup::Logged(logged) =
-            self.machine
-                .dedupe()
-                .lookup(event.client, event.session, event.sequence)
-        {
+        if let Lookup::Logged(logged) = self.lookup(&event) {
             self.metrics.duplicates += 1;
-            let waiter = Waiter {
-                client,
-                event,
-                duplicate: true,
-                verify: false,
-            };
+            let waiter = Waiter::duplicate(client, event);
             return self.wait_log(logged, waiter, out);
         }
         if epoch == 0 && version != 0 {
@@ -86,12 +68,7 @@ impl Replica {
             // whose header names the epoch it was stamped in, comes by
             // gap repair, never rebuilt from the client's copy.
             self.primary_last = self.primary_last.max(version);
-            let waiter = Waiter {
-                client,
-                event,
-                duplicate: true,
-                verify: true,
-            };
+            let waiter = Waiter::verified_duplicate(client, event);
             return self.wait_log(version, waiter, out);
         }
         if epoch != self.epoch() || version == 0 {
@@ -260,11 +237,7 @@ impl Replica {
         let header = entry.header;
         if !entry.is_void() {
             let event = header.event;
-            if let Lookup::Logged(other) =
-                self.machine
-                    .dedupe()
-                    .lookup(event.client, event.session, event.sequence)
-            {
+            if let Lookup::Logged(other) = self.lookup(&event) {
                 if other != header.version {
                     self.metrics.conflicts += 1;
                 }
@@ -278,12 +251,7 @@ impl Replica {
             && !entry.is_void()
             && self.protocol.replicas_ack_client()
         {
-            let waiter = Waiter {
-                client: header.event.client,
-                event: header.event,
-                duplicate: false,
-                verify: false,
-            };
+            let waiter = Waiter::new_message(header.event.client, header.event);
             self.wait_log(header.version, waiter, out);
         }
         out.push(Effect::Append(entry));

@@ -442,6 +442,13 @@ impl Replica {
         self.machine.dedupe().entries()
     }
 
+    /// What the dedupe table knows of `event`.
+    fn lookup(&self, event: &EventId) -> Lookup {
+        self.machine
+            .dedupe()
+            .lookup(event.client, event.session, event.sequence)
+    }
+
     /// Messages held back (out-of-order records, unbound client content,
     /// reserved versions).
     pub fn held(&self) -> usize {
@@ -596,12 +603,7 @@ impl Replica {
             Msg::Reack { event, version } if from == self.placement.primary => {
                 self.wait_log(
                     version,
-                    Waiter {
-                        client: event.client,
-                        event,
-                        duplicate: true,
-                        verify: true,
-                    },
+                    Waiter::verified_duplicate(event.client, event),
                     out,
                 );
             }

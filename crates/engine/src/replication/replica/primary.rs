@@ -49,12 +49,7 @@ impl Replica {
                 if flow == Flow::Forward {
                     self.reack(event, version, out);
                 }
-                let waiter = Waiter {
-                    client,
-                    event,
-                    duplicate: true,
-                    verify: false,
-                };
+                let waiter = Waiter::duplicate(client, event);
                 return self.wait(rule, version, waiter, out);
             }
             Ok(Decision::Assign { .. }) => self.machine.last_version() + 1,
@@ -95,12 +90,7 @@ impl Replica {
                 out.push(stamped(client, event, version, self.epoch(), false));
             }
         }
-        let waiter = Waiter {
-            client,
-            event,
-            duplicate: false,
-            verify: false,
-        };
+        let waiter = Waiter::new_message(client, event);
         self.wait(rule, version, waiter, out);
     }
 
@@ -154,18 +144,9 @@ impl Replica {
     ) {
         let event = content.event;
         if version <= self.machine.last_version() {
-            return match self
-                .machine
-                .dedupe()
-                .lookup(event.client, event.session, event.sequence)
-            {
+            return match self.lookup(&event) {
                 Lookup::Logged(logged) if logged == version => {
-                    let waiter = Waiter {
-                        client,
-                        event,
-                        duplicate: true,
-                        verify: false,
-                    };
+                    let waiter = Waiter::duplicate(client, event);
                     self.wait_log(version, waiter, out)
                 }
                 _ => refuse(out, client, event, Refusal::VersionVoid),
@@ -206,12 +187,7 @@ impl Replica {
                     let binding = self.binding_of(&entry, &content);
                     self.accept(entry, true, out);
                     self.out_bindings.push(binding);
-                    let waiter = Waiter {
-                        client: reservation.client,
-                        event: reservation.event,
-                        duplicate: false,
-                        verify: false,
-                    };
+                    let waiter = Waiter::new_message(reservation.client, reservation.event);
                     self.wait(rule, next, waiter, out);
                 }
                 None => {

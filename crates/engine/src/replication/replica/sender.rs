@@ -131,10 +131,7 @@ impl Replica {
     }
 
     pub(super) fn note_confirmed(&mut self, event: EventId, version: u64) {
-        let logged = self
-            .machine
-            .dedupe()
-            .lookup(event.client, event.session, event.sequence);
+        let logged = self.lookup(&event);
         // Only the message's own client confirms its own version.
         if let Some(sender) = self.sender.as_mut() {
             if logged == Lookup::Logged(version) {
@@ -161,11 +158,7 @@ impl Replica {
         out: &mut Vec<Effect>,
     ) {
         let event = content.event;
-        match self
-            .machine
-            .dedupe()
-            .lookup(event.client, event.session, event.sequence)
-        {
+        match self.lookup(&event) {
             Lookup::Logged(logged) => {
                 self.confirm(event, logged, now, out);
                 self.answer_logged_copy(client, event, logged, out);
@@ -190,12 +183,7 @@ impl Replica {
     ) {
         self.metrics.duplicates += 1;
         self.reack(event, logged, out);
-        let waiter = Waiter {
-            client,
-            event,
-            duplicate: true,
-            verify: false,
-        };
+        let waiter = Waiter::duplicate(client, event);
         let rule = self.rule_for(Flow::Forward);
         self.wait(rule, logged, waiter, out);
     }
@@ -232,11 +220,7 @@ impl Replica {
             return;
         };
         let event = content.event;
-        match self
-            .machine
-            .dedupe()
-            .lookup(event.client, event.session, event.sequence)
-        {
+        match self.lookup(&event) {
             Lookup::Logged(logged) => self.answer_logged_copy(client, event, logged, out),
             Lookup::Retired { low_water } => refuse_retired(out, client, event, low_water),
             Lookup::New if version <= last || version == 0 => {
@@ -317,12 +301,7 @@ impl Replica {
                         event,
                         low_water: content.low_water.min(event.sequence),
                     };
-                    let waiter = Waiter {
-                        client: *client,
-                        event,
-                        duplicate: false,
-                        verify: false,
-                    };
+                    let waiter = Waiter::new_message(*client, event);
                     (
                         Entry::new(header, &content.key, &content.payload),
                         Some(waiter),
