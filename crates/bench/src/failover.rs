@@ -1,5 +1,5 @@
-//! `bench failover` (F7): how long writes stop when a server dies, and
-//! what the history checker says about every kill.
+//! `bench failover` (F7): how long writes stop when a server dies or
+//! pauses, and what the history checker says about every fault.
 //!
 //! A cluster of separate `stamplog server` processes on loopback holds one
 //! stream (R = 3, or every server when fewer). One publisher writes at a
@@ -11,7 +11,12 @@
 //! it (messages in flight at the kill complete first, so this is the time
 //! until new writes are acknowledged again). The killed server is started
 //! again on its port and data (it joins as a new member and catches up),
-//! and the next kill waits `--settle-ms` after that. Meanwhile one reader
+//! and the next kill waits `--settle-ms` after that. With `--fault pause`
+//! the victim is stopped with SIGSTOP for `--pause-ms` and let run again
+//! with SIGCONT instead, with no restart: removed from the view while it
+//! was stopped, it must come back by itself. After every fault the victim
+//! is timed until it serves the stream as a replica holding every version
+//! acknowledged by then. Meanwhile one reader
 //! per server subscribes there and keeps reading through its kills and
 //! restarts, resuming after the last version it got. At the end every
 //! replica's log is read back and the history checker judges them with the
@@ -45,6 +50,27 @@ pub enum Victims {
     Random,
 }
 
+/// What happens to the victim.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// SIGKILL, then the server is started again on its port and data.
+    Kill,
+    /// SIGSTOP for `--pause-ms`, then SIGCONT (a long GC pause, a VM
+    /// migration, a stalled disk): no restart. A pause longer than the
+    /// suspect timeout gets the server removed from the view; it must
+    /// notice, join again as a new member and catch up by itself.
+    Pause,
+}
+
+impl Fault {
+    fn name(self) -> &'static str {
+        match self {
+            Fault::Kill => "SIGKILL",
+            Fault::Pause => "pause",
+        }
+    }
+}
+
 /// Options of `bench failover`.
 #[derive(Parser, Debug, Clone)]
 #[command(name = "failover")]
@@ -66,6 +92,13 @@ pub struct FailoverArgs {
     /// Whom to kill.
     #[arg(long, value_enum, default_value = "primary")]
     pub victims: Victims,
+    /// What each kill does to its victim: `kill` (SIGKILL and a restart)
+    /// or `pause` (SIGSTOP for `--pause-ms`, then SIGCONT, no restart).
+    #[arg(long, value_enum, default_value = "kill")]
+    pub fault: Fault,
+    /// `pause`: how long each victim is stopped, in milliseconds.
+    #[arg(long, default_value_t = 4_000)]
+    pub pause_ms: u64,
     /// Messages per second the writer offers (0: as fast as the window
     /// allows).
     #[arg(long, default_value_t = 2_000)]
@@ -118,6 +151,7 @@ impl Default for FailoverArgs {
 #[derive(Clone, Debug)]
 pub struct Kill {
     pub number: u32,
+    pub fault: Fault,
     pub victim: u32,
     pub was_primary: bool,
     /// Messages acknowledged when it happened.
@@ -128,7 +162,15 @@ pub struct Kill {
     /// The primary and epoch after the recovery.
     pub primary_after: u32,
     pub epoch_after: u64,
+    /// From the victim's restart (or resume) until it serves the stream
+    /// again as one of its replicas and holds every version acknowledged
+    /// before that point; `None` when not within [`BACK_TIMEOUT`].
+    pub back_ms: Option<f64>,
 }
+
+/// How long a restarted or resumed victim may take to be a complete
+/// replica again.
+pub const BACK_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Everything `bench failover` measured.
 #[derive(Clone, Debug)]
@@ -147,6 +189,8 @@ pub struct FailoverFigures {
     pub recovery: Summary,
     /// Every kill of the primary, in milliseconds.
     pub primary_recovery: Summary,
+    /// Over the victims that were complete again, in milliseconds.
+    pub back: Summary,
     pub report: checker::Report,
     /// What the live readers saw, judged against the final logs.
     pub reads: checker::ReadReport,
@@ -297,8 +341,22 @@ pub fn run(args: FailoverArgs) -> anyhow::Result<FailoverFigures> {
 #[derive(Clone, Copy)]
 struct Completed {
     acknowledged: u64,
+    /// The highest version acknowledged so far.
+    acknowledged_version: u64,
     submitted: Instant,
     completed: Instant,
+}
+
+impl Completed {
+    /// Nothing acknowledged yet, at `start`.
+    fn none(start: Instant) -> Completed {
+        Completed {
+            acknowledged: 0,
+            acknowledged_version: 0,
+            submitted: start,
+            completed: start,
+        }
+    }
 }
 
 async fn drive(
@@ -315,11 +373,7 @@ async fn drive(
     let publisher = Arc::new(Publisher::connect(&stream, config).await?);
     let readers = start_readers(&cluster, stream.id);
     let started = Instant::now();
-    let (completed_sender, mut completed) = watch::channel(Completed {
-        acknowledged: 0,
-        submitted: started,
-        completed: started,
-    });
+    let (completed_sender, mut completed) = watch::channel(Completed::none(started));
     let (to_collector, answers) = tokio::sync::mpsc::channel(args.window * 2);
     let kills_done = Arc::new(std::sync::atomic::AtomicBool::new(args.kills == 0));
     let writer = tokio::spawn(write_messages(
@@ -393,6 +447,7 @@ async fn drive(
         seconds,
         recovery: recovery_summary(&kills, false),
         primary_recovery: recovery_summary(&kills, true),
+        back: Summary::of(&kills.iter().filter_map(|k| k.back_ms).collect::<Vec<_>>()),
         kills,
         report,
         reads,
@@ -453,9 +508,10 @@ async fn judge(
     Ok((report, reads))
 }
 
-/// One kill: chooses the victim, kills it with SIGKILL, waits until a
-/// message submitted after the kill is acknowledged (or the timeout), and
-/// starts the server again.
+/// One kill: chooses the victim, kills it with SIGKILL (or pauses it),
+/// waits until a message submitted after the fault is acknowledged (or
+/// the timeout), starts the server again (or resumes it), and waits until
+/// it is a complete replica again.
 async fn kill_one(
     cluster: &mut ProcessCluster,
     args: &FailoverArgs,
@@ -464,63 +520,122 @@ async fn kill_one(
     completed: &mut watch::Receiver<Completed>,
 ) -> anyhow::Result<Kill> {
     let info = placement(cluster, name).await?;
-    let others: Vec<u32> = cluster
-        .running()
-        .into_iter()
-        .filter(|id| *id != info.primary)
-        .collect();
-    let victim = match args.victims {
-        Victims::Primary => info.primary,
-        Victims::Random if others.is_empty() || random.coin() => info.primary,
-        Victims::Random => others[random.below(others.len() as u64) as usize],
-    };
+    let victim = choose_victim(cluster, args.victims, info.primary, random);
     let acknowledged_before = completed.borrow().acknowledged;
-    tokio::task::block_in_place(|| cluster.kill(victim))?;
-    let killed_at = Instant::now();
     let alone = args.servers == 1;
-    if alone {
+    match args.fault {
+        Fault::Kill => tokio::task::block_in_place(|| cluster.kill(victim))?,
+        Fault::Pause => cluster.pause(victim)?,
+    }
+    // Once the signal has landed: a message offered while `kill` ran can
+    // still be acknowledged by the victim.
+    let fault_at = Instant::now();
+    if alone && args.fault == Fault::Kill {
         // No other server takes over: the one server comes back and
         // recovers what its log lost from the publisher's copies.
         tokio::task::block_in_place(|| cluster.start_server(victim))?;
     }
-    let recovered = tokio::time::timeout(
-        RECOVERY_TIMEOUT,
-        completed.wait_for(|c| c.submitted > killed_at),
-    )
-    .await;
-    let recovery_ms = match recovered {
-        Ok(Ok(c)) => Some(c.completed.duration_since(killed_at).as_secs_f64() * 1e3),
-        _ => None,
-    };
+    // The time of the first completion after the fault, copied out of the
+    // watch at once: a borrow held across an await would block the
+    // collector's next update.
+    let recovery = tokio::time::timeout(RECOVERY_TIMEOUT, async {
+        let first = completed.wait_for(|c| c.submitted > fault_at).await;
+        first.map(|c| c.completed)
+    });
+    let recovery_ms = if args.fault == Fault::Pause && alone {
+        // Nothing is acknowledged while the one server is stopped.
+        tokio::time::sleep(Duration::from_millis(args.pause_ms)).await;
+        cluster.resume(victim)?;
+        recovery.await.ok()
+    } else if args.fault == Fault::Pause {
+        let resume = tokio::time::sleep(Duration::from_millis(args.pause_ms));
+        let (recovered, _) = tokio::join!(recovery, resume);
+        cluster.resume(victim)?;
+        recovered.ok()
+    } else {
+        recovery.await.ok()
+    }
+    .and_then(Result::ok)
+    .map(|at| at.duration_since(fault_at).as_secs_f64() * 1e3);
     let after = placement(cluster, name).await?;
-    let kill = Kill {
+    if !alone && args.fault == Fault::Kill {
+        tokio::task::block_in_place(|| cluster.start_server(victim))?;
+    }
+    let target = completed.borrow().acknowledged_version;
+    let back_ms = wait_back(cluster, victim, name, target).await;
+    Ok(Kill {
         number,
+        fault: args.fault,
         victim,
         was_primary: victim == info.primary,
         acknowledged_before,
         recovery_ms,
         primary_after: after.primary,
         epoch_after: after.epoch,
-    };
-    if !alone {
-        tokio::task::block_in_place(|| cluster.start_server(victim))?;
+        back_ms,
+    })
+}
+
+/// The server to kill: the primary, or with `Victims::Random` another
+/// running server half the time.
+fn choose_victim(
+    cluster: &ProcessCluster,
+    victims: Victims,
+    primary: u32,
+    random: &mut proto::Rng,
+) -> u32 {
+    let others: Vec<u32> = cluster
+        .running()
+        .into_iter()
+        .filter(|id| *id != primary)
+        .collect();
+    match victims {
+        Victims::Primary => primary,
+        Victims::Random if others.is_empty() || random.coin() => primary,
+        Victims::Random => others[random.below(others.len() as u64) as usize],
     }
-    Ok(kill)
+}
+
+/// Waits (up to [`BACK_TIMEOUT`]) until server `victim` answers for the
+/// stream as one of its replicas and holds version `target`; the time it
+/// took, in milliseconds.
+async fn wait_back(cluster: &ProcessCluster, victim: u32, name: &str, target: u64) -> Option<f64> {
+    let started = Instant::now();
+    let config = ClientConfig::new(cluster.address(victim).to_string());
+    while started.elapsed() < BACK_TIMEOUT {
+        let answer = tokio::time::timeout(Duration::from_secs(1), async {
+            Client::connect(config.clone())
+                .await?
+                .open_stream(name)
+                .await
+        })
+        .await;
+        if let Ok(Ok(info)) = answer {
+            if info.replicas.iter().any(|r| r.id == victim) && info.last_version >= target {
+                return Some(started.elapsed().as_secs_f64() * 1e3);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    None
 }
 
 impl Kill {
     /// The kill's line on the terminal.
     fn print(&self) {
+        let timed_out = || "never (timed out)".to_string();
         println!(
-            "kill {}: server {}{} after {} acks; writes acknowledged again after {}; primary now server {} (epoch {})",
+            "kill {} ({}): server {}{} after {} acks; writes acknowledged again after {}; primary now server {} (epoch {}); server {} a complete replica again after {}",
             self.number,
+            self.fault.name(),
             self.victim,
             if self.was_primary { " (the primary)" } else { "" },
             self.acknowledged_before,
-            self.recovery_ms
-                .map_or("never (timed out)".to_string(), |ms| format!("{ms:.0} ms")),
+            self.recovery_ms.map_or_else(timed_out, |ms| format!("{ms:.0} ms")),
             self.primary_after,
-            self.epoch_after
+            self.epoch_after,
+            self.victim,
+            self.back_ms.map_or_else(timed_out, |ms| format!("{ms:.0} ms")),
         );
     }
 }
@@ -549,16 +664,16 @@ async fn write_messages(
         let mut bytes = vec![(index % 251) as u8; payload];
         bytes[..8].copy_from_slice(&index.to_le_bytes());
         let digest = checker::digest(b"", &bytes);
+        // Before the submit, which waits while the window is full: a
+        // message counts as submitted after a fault only if the writer
+        // offered it after the fault.
+        let submitted = Instant::now();
         let pending = publisher.submit(b"", &bytes).await?;
         let sent = checker::Sent {
             event: pending.event,
             digest,
         };
-        if to_collector
-            .send((sent, Instant::now(), pending))
-            .await
-            .is_err()
-        {
+        if to_collector.send((sent, submitted, pending)).await.is_err() {
             break;
         }
     }
@@ -574,12 +689,14 @@ async fn collect_answers(
     completed_sender: watch::Sender<Completed>,
 ) -> anyhow::Result<()> {
     let mut acknowledged = 0;
+    let mut acknowledged_version = 0;
     while let Some((sent, submitted, pending)) = answers.recv().await {
         history.lock().expect("history lock").sent.push(sent);
         let published = pending
             .await
             .with_context(|| format!("message {}", sent.event.sequence))?;
         acknowledged += 1;
+        acknowledged_version = acknowledged_version.max(published.version);
         if published.duplicate {
             duplicates.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
@@ -594,6 +711,7 @@ async fn collect_answers(
             });
         completed_sender.send_replace(Completed {
             acknowledged,
+            acknowledged_version,
             submitted,
             completed: Instant::now(),
         });
@@ -632,6 +750,9 @@ async fn create_stream(
 pub async fn placement(cluster: &ProcessCluster, name: &str) -> anyhow::Result<StreamInfo> {
     let deadline = Instant::now() + RECOVERY_TIMEOUT;
     loop {
+        // Every running server is asked, and the newest epoch wins: a
+        // server that has just come back may answer from an older view.
+        let mut newest: Option<StreamInfo> = None;
         for id in cluster.running() {
             let config = ClientConfig::new(cluster.address(id).to_string());
             let answer = tokio::time::timeout(Duration::from_secs(2), async {
@@ -639,10 +760,16 @@ pub async fn placement(cluster: &ProcessCluster, name: &str) -> anyhow::Result<S
             })
             .await;
             if let Ok(Ok(info)) = answer {
-                if info.primary != 0 && cluster.is_running(info.primary) {
-                    return Ok(info);
+                if info.primary != 0
+                    && cluster.is_running(info.primary)
+                    && newest.as_ref().is_none_or(|n| info.epoch > n.epoch)
+                {
+                    newest = Some(info);
                 }
             }
+        }
+        if let Some(info) = newest {
+            return Ok(info);
         }
         ensure!(
             Instant::now() < deadline,
@@ -725,40 +852,41 @@ fn kills_table(figures: &FailoverFigures) -> Table {
         ),
         &[
             "kill",
+            "fault",
             "victim",
             "was primary",
             "acks before",
             "writes acked again after (ms)",
             "primary after",
             "epoch after",
+            "victim complete again after (ms)",
         ],
     );
     for kill in &figures.kills {
         table.row(vec![
             kill.number.to_string(),
+            kill.fault.name().to_string(),
             kill.victim.to_string(),
             kill.was_primary.to_string(),
             kill.acknowledged_before.to_string(),
             ms(kill.recovery_ms),
             kill.primary_after.to_string(),
             kill.epoch_after.to_string(),
+            ms(kill.back_ms),
         ]);
     }
     table
 }
 
-fn summary_table(figures: &FailoverFigures) -> Table {
-    let report = &figures.report;
-    let mut table = Table::new(
-        "Failover summary and the history checker",
-        &["figure", "value"],
-    );
+/// The summary's rows about the kills: how many, and how long writes and
+/// the victims took to come back.
+fn kill_rows(figures: &FailoverFigures) -> Vec<(&'static str, String)> {
     let timed_out = figures
         .kills
         .iter()
         .filter(|k| k.recovery_ms.is_none())
         .count();
-    let rows = [
+    vec![
         ("kills", figures.kills.len().to_string()),
         (
             "kills of the primary",
@@ -770,6 +898,19 @@ fn summary_table(figures: &FailoverFigures) -> Table {
                 .to_string(),
         ),
         ("recoveries timed out", timed_out.to_string()),
+        (
+            "victims not complete again within 10 s",
+            figures
+                .kills
+                .iter()
+                .filter(|k| k.back_ms.is_none())
+                .count()
+                .to_string(),
+        ),
+        (
+            "victim complete again, max (ms)",
+            format!("{:.0}", figures.back.max),
+        ),
         (
             "recovery p50, every kill (ms)",
             format!("{:.0}", figures.recovery.p50),
@@ -786,11 +927,22 @@ fn summary_table(figures: &FailoverFigures) -> Table {
             "recovery max, primary kills (ms)",
             format!("{:.0}", figures.primary_recovery.max),
         ),
+    ]
+}
+
+fn summary_table(figures: &FailoverFigures) -> Table {
+    let report = &figures.report;
+    let mut table = Table::new(
+        "Failover summary and the history checker",
+        &["figure", "value"],
+    );
+    let mut rows = kill_rows(figures);
+    rows.extend([
         ("messages sent", figures.messages.to_string()),
         ("messages acknowledged", figures.acknowledged.to_string()),
         ("acks flagged duplicate", figures.duplicates.to_string()),
         ("seconds", format!("{:.1}", figures.seconds)),
-    ];
+    ]);
     for (name, value) in rows {
         table.row(vec![name.to_string(), value]);
     }
@@ -807,6 +959,54 @@ fn summary_table(figures: &FailoverFigures) -> Table {
         table.row(vec![name.to_string(), count.to_string()]);
     }
     table
+}
+
+/// Everything `bench failover` measured, as the `--json` file holds it.
+fn figures_json(figures: &FailoverFigures, kills: &Table, summary: &Table) -> serde_json::Value {
+    let report = &figures.report;
+    serde_json::json!({
+        "experiment": "failover",
+        "servers": figures.servers,
+        "protocol": figures.protocol.name(),
+        "durability": figures.durability.name(),
+        "rate": figures.rate,
+        "messages": figures.messages,
+        "acknowledged": figures.acknowledged,
+        "duplicates": figures.duplicates,
+        "seconds": figures.seconds,
+        "recovery_ms": figures.recovery.to_json(),
+        "primary_recovery_ms": figures.primary_recovery.to_json(),
+        "back_ms": figures.back.to_json(),
+        "kills": figures.kills.iter().map(|k| serde_json::json!({
+            "number": k.number,
+            "fault": k.fault.name(),
+            "victim": k.victim,
+            "was_primary": k.was_primary,
+            "acknowledged_before": k.acknowledged_before,
+            "recovery_ms": k.recovery_ms,
+            "primary_after": k.primary_after,
+            "epoch_after": k.epoch_after,
+            "back_ms": k.back_ms,
+        })).collect::<Vec<_>>(),
+        "checker": {
+            "lost": report.lost,
+            "duplicated": report.duplicated,
+            "divergent": report.divergent,
+            "conflicting_versions": report.conflicting_versions,
+            "misplaced_acks": report.misplaced_acks,
+            "gaps": report.gaps,
+            "reordered": report.reordered,
+            "unknown_events": report.unknown_events,
+            "logged_versions": report.logged_versions,
+        },
+        "reads": {
+            "deliveries": figures.reads.deliveries,
+            "out_of_order": figures.reads.out_of_order,
+            "repeated": figures.reads.repeated,
+            "not_in_log": figures.reads.not_in_log,
+        },
+        "tables": [kills.to_json(), summary.to_json()],
+    })
 }
 
 fn write_report(args: &FailoverArgs, figures: &FailoverFigures) -> anyhow::Result<()> {
@@ -835,47 +1035,7 @@ fn write_report(args: &FailoverArgs, figures: &FailoverFigures) -> anyhow::Resul
         }
     }
     output.png("failover", &chart)?;
-    let report = &figures.report;
-    let json = serde_json::json!({
-        "experiment": "failover",
-        "servers": figures.servers,
-        "protocol": figures.protocol.name(),
-        "durability": figures.durability.name(),
-        "rate": figures.rate,
-        "messages": figures.messages,
-        "acknowledged": figures.acknowledged,
-        "duplicates": figures.duplicates,
-        "seconds": figures.seconds,
-        "recovery_ms": figures.recovery.to_json(),
-        "primary_recovery_ms": figures.primary_recovery.to_json(),
-        "kills": figures.kills.iter().map(|k| serde_json::json!({
-            "number": k.number,
-            "victim": k.victim,
-            "was_primary": k.was_primary,
-            "acknowledged_before": k.acknowledged_before,
-            "recovery_ms": k.recovery_ms,
-            "primary_after": k.primary_after,
-            "epoch_after": k.epoch_after,
-        })).collect::<Vec<_>>(),
-        "checker": {
-            "lost": report.lost,
-            "duplicated": report.duplicated,
-            "divergent": report.divergent,
-            "conflicting_versions": report.conflicting_versions,
-            "misplaced_acks": report.misplaced_acks,
-            "gaps": report.gaps,
-            "reordered": report.reordered,
-            "unknown_events": report.unknown_events,
-            "logged_versions": report.logged_versions,
-        },
-        "reads": {
-            "deliveries": figures.reads.deliveries,
-            "out_of_order": figures.reads.out_of_order,
-            "repeated": figures.reads.repeated,
-            "not_in_log": figures.reads.not_in_log,
-        },
-        "tables": [kills.to_json(), summary.to_json()],
-    });
+    let json = figures_json(figures, &kills, &summary);
     output.json(args.output.json.as_deref(), &json)?;
     output.announce();
     Ok(())

@@ -418,6 +418,30 @@ impl ProcessCluster {
         Ok(())
     }
 
+    /// Stops server `id` with SIGSTOP, as a long pause does (a stalled
+    /// disk, a VM migration): the process holds its sockets and state but
+    /// runs no instruction until [`resume`](Self::resume).
+    pub fn pause(&self, id: u32) -> anyhow::Result<()> {
+        self.signal(id, "STOP")
+    }
+
+    /// Lets a paused server `id` run again (SIGCONT).
+    pub fn resume(&self, id: u32) -> anyhow::Result<()> {
+        self.signal(id, "CONT")
+    }
+
+    fn signal(&self, id: u32, signal: &str) -> anyhow::Result<()> {
+        let pid = self.pid(id);
+        anyhow::ensure!(pid != 0, "server {id} is not running");
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(pid.to_string())
+            .status()
+            .context("cannot run kill")?;
+        anyhow::ensure!(status.success(), "kill -{signal} {pid} failed: {status}");
+        Ok(())
+    }
+
     pub fn is_running(&self, id: u32) -> bool {
         self.servers[id as usize - 1].is_some()
     }

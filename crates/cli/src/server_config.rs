@@ -2,7 +2,6 @@
 //! flag of the same name) and the process around `server::run`.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -266,8 +265,10 @@ pub fn resolve(args: &ServerArgs) -> anyhow::Result<(String, server::ServerConfi
 pub fn run(args: ServerArgs) -> anyhow::Result<()> {
     let (listen, config) = resolve(&args)?;
     let data = config.data_dir.clone();
-    let state = server::ServerState::open(config)
-        .with_context(|| format!("opening data folder {}", data.display()))?;
+    let current = server::CurrentServer::new(
+        server::ServerState::open(config)
+            .with_context(|| format!("opening data folder {}", data.display()))?,
+    );
     let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
     runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind(&listen)
@@ -280,13 +281,16 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
             env!("CARGO_PKG_VERSION"),
             data.display()
         );
-        server::run(listener, Arc::clone(&state), shutdown_signal()).await;
-        anyhow::Ok(())
+        // A server the cluster removes (paused, cut off) opens again in
+        // place and joins as a new member.
+        server::run_rejoining(listener, &current, shutdown_signal())
+            .await
+            .with_context(|| format!("opening data folder {} again", data.display()))
     })?;
     drop(runtime);
     // Dropping the last reference closes the logs: pending records are
     // written and synced before the process exits.
-    drop(state);
+    drop(current);
     eprintln!("stamplog server stopped");
     Ok(())
 }

@@ -35,6 +35,6 @@ pub use error::{
 };
 pub use local::{LocalCluster, LocalServer};
 pub use replication::Router;
-pub use run::run;
+pub use run::{run, run_rejoining, CurrentServer};
 pub use state::{ServerState, DEFAULT_REPLICAS};
 pub use stream::{now_ms, stream_name_error, Stream, StreamMeta};

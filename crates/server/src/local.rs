@@ -14,6 +14,7 @@ use tokio::task::JoinHandle;
 
 use crate::config::{ClusterConfig, Peer, ServerConfig};
 use crate::error::LocalError;
+use crate::run::CurrentServer;
 use crate::state::ServerState;
 
 /// One running server of a [`LocalCluster`].
@@ -21,12 +22,23 @@ pub struct LocalServer {
     pub id: u32,
     pub address: SocketAddr,
     pub data: PathBuf,
-    pub state: Arc<ServerState>,
+    current: CurrentServer,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<()>>,
 }
 
 impl LocalServer {
+    /// The server's state now (it is opened anew each time the cluster
+    /// removes the server and it joins again).
+    pub fn state(&self) -> Arc<ServerState> {
+        self.current().expect("the server is open")
+    }
+
+    /// [`state`](Self::state), or `None` while the server opens again.
+    pub fn current(&self) -> Option<Arc<ServerState>> {
+        self.current.get()
+    }
+
     /// Opens the data folder and serves `listener` on this runtime.
     fn run(
         id: u32,
@@ -38,16 +50,23 @@ impl LocalServer {
             source,
         })?;
         let data = config.data_dir.clone();
-        let state = ServerState::open(config)?;
+        let current = CurrentServer::new(ServerState::open(config)?);
         let (stop, stopped) = oneshot::channel();
-        let task = tokio::spawn(crate::run(listener, Arc::clone(&state), async {
-            let _ = stopped.await;
-        }));
+        let serving = current.clone();
+        let task = tokio::spawn(async move {
+            let ran = crate::run_rejoining(listener, &serving, async {
+                let _ = stopped.await;
+            })
+            .await;
+            if let Err(error) = ran {
+                tracing::warn!("a local server could not open again: {error}");
+            }
+        });
         Ok(LocalServer {
             id,
             address,
             data,
-            state,
+            current,
             stop: Some(stop),
             task: Some(task),
         })
@@ -55,8 +74,8 @@ impl LocalServer {
 
     /// Returns once the server has joined the cluster (at most 30 s).
     async fn joined(&self) -> Result<(), LocalError> {
-        let ready =
-            tokio::time::timeout(std::time::Duration::from_secs(30), self.state.wait_ready());
+        let state = self.state();
+        let ready = tokio::time::timeout(std::time::Duration::from_secs(30), state.wait_ready());
         ready.await.map_err(|_| LocalError::NotJoined(self.id))
     }
 
@@ -68,7 +87,7 @@ impl LocalServer {
         if let Some(task) = self.task.take() {
             let _ = task.await;
         }
-        let state = self.state;
+        let state = self.current.take();
         // The last reference closes every log; closing joins the log
         // threads, so it happens off the runtime.
         let _ = tokio::task::spawn_blocking(move || drop(state)).await;

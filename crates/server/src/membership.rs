@@ -69,9 +69,28 @@ pub(crate) async fn run(server: Arc<ServerState>, mut stop: watch::Receiver<bool
             break;
         }
         let state = Arc::clone(&watched.borrow_and_update());
+        if removed(&state, server.config.cluster.me, view) {
+            tracing::warn!(
+                "server {} joined in view {view} was removed from the view (now view {}); \
+                 closing to join again as a new member",
+                server.config.cluster.me,
+                state.view
+            );
+            server.ready.send_replace(false);
+            server.removed.send_replace(true);
+            break;
+        }
         follow(&server, &state, &mut applied).await;
     }
     control.shutdown().await;
+}
+
+/// Whether the cluster removed the incarnation of `me` that joined in
+/// view `joined`: the state has seen that join (its view is at least
+/// `joined`) and holds no member `me` of that view. A state that has not
+/// caught up with the join yet says nothing.
+pub(crate) fn removed(state: &ControlState, me: control::state::ServerId, joined: u64) -> bool {
+    state.view >= joined && state.members.get(&me).map(|m| m.join_view) != Some(joined)
 }
 
 /// Starts this server's control plane, with the configured servers as
@@ -341,7 +360,13 @@ async fn propose_event(server: Arc<ServerState>, control: Control, event: Contro
         ),
     };
     let deadline = tokio::time::Instant::now() + EVENT_RETRY_FOR;
+    let stop = server.stop.subscribe();
     while tokio::time::Instant::now() < deadline {
+        if *stop.borrow() {
+            // The server stops (or closes to join again): the event is
+            // its old incarnation's, and this task must not keep it open.
+            return;
+        }
         if control.propose(command.clone()).await.is_ok() {
             // The record may have been there already (a stream's first
             // epoch): no state change will say so, so look now.

@@ -2,14 +2,101 @@
 //! connections until `shutdown` completes, starts the membership task of a
 //! cluster (or the peer links and stream tasks of a lone server), and stops
 //! everything it started before it returns.
+//!
+//! `run_rejoining` is `run` for a server of a cluster that outlives its
+//! removal from the view: when the cluster removes it (it was suspected
+//! while paused, cut off or slow), it closes everything, as a stop does,
+//! and opens again from its folder, so that it joins as a new member,
+//! cuts what the cluster does not agree with and catches up by state
+//! flush, with no restart of the process and no operator. (A Geode member
+//! forced out of its distributed system reconnects the same way, by
+//! building its cache again: "auto-reconnect" in the Geode docs.)
 
 use std::future::Future;
-use std::sync::Arc;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 
+use crate::error::OpenError;
 use crate::state::ServerState;
+
+/// How long a removed server waits for the last holders of its old state
+/// (connections closing, a caller's clone) before it opens again.
+const CLOSE_WAIT: Duration = Duration::from_secs(10);
+
+/// Why one run of a server ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ended {
+    Shutdown,
+    Removed,
+}
+
+/// The server a process serves now: `run_rejoining` replaces it each time
+/// the cluster removes the server and it opens again. Empty while it
+/// opens.
+#[derive(Clone, Default)]
+pub struct CurrentServer(Arc<Mutex<Option<Arc<ServerState>>>>);
+
+impl CurrentServer {
+    pub fn new(server: Arc<ServerState>) -> CurrentServer {
+        CurrentServer(Arc::new(Mutex::new(Some(server))))
+    }
+
+    /// The server now; `None` while it opens again.
+    pub fn get(&self) -> Option<Arc<ServerState>> {
+        self.0.lock().expect("current server lock").clone()
+    }
+
+    pub(crate) fn take(&self) -> Option<Arc<ServerState>> {
+        self.0.lock().expect("current server lock").take()
+    }
+
+    fn set(&self, server: Arc<ServerState>) {
+        *self.0.lock().expect("current server lock") = Some(server);
+    }
+}
+
+/// Serves `listener` with the server in `current` until `shutdown`
+/// completes; each time the cluster removes the server, closes it (every
+/// connection, stream and log, as a stop does) and opens it again from
+/// its data folder, in place in `current`. An error only when it cannot
+/// open again.
+pub async fn run_rejoining(
+    listener: TcpListener,
+    current: &CurrentServer,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), OpenError> {
+    tokio::pin!(shutdown);
+    loop {
+        let Some(server) = current.get() else {
+            return Ok(());
+        };
+        if serve(&listener, server, shutdown.as_mut()).await == Ended::Shutdown {
+            return Ok(());
+        }
+        let old = current.take().expect("the server served");
+        let config = old.config.clone();
+        let me = config.cluster.me;
+        let deadline = tokio::time::Instant::now() + CLOSE_WAIT;
+        while Arc::strong_count(&old) > 1 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        if Arc::strong_count(&old) > 1 {
+            tracing::warn!("server {me}: its old state is still held; opening again anyway");
+        }
+        // Dropping the last reference closes the logs (joining their
+        // threads): off the runtime.
+        let _ = tokio::task::spawn_blocking(move || drop(old)).await;
+        let opened = tokio::task::spawn_blocking(move || ServerState::open(config))
+            .await
+            .expect("opening does not panic")?;
+        tracing::info!("server {me} opened again; joining the cluster as a new member");
+        current.set(opened);
+    }
+}
 
 /// Serves `listener` until `shutdown` completes, then closes every
 /// connection and returns once all their tasks are gone, so the caller's
@@ -20,6 +107,17 @@ pub async fn run(
     server: Arc<ServerState>,
     shutdown: impl Future<Output = ()>,
 ) {
+    tokio::pin!(shutdown);
+    serve(&listener, server, shutdown.as_mut()).await;
+}
+
+/// One run of `server` on `listener`: until `shutdown` completes or the
+/// cluster removes the server.
+async fn serve(
+    listener: &TcpListener,
+    server: Arc<ServerState>,
+    mut shutdown: Pin<&mut impl Future<Output = ()>>,
+) -> Ended {
     let mut connections = JoinSet::new();
     // Connections, peer links and stream tasks watch this to stop; `run`
     // then waits for each connection.
@@ -47,10 +145,11 @@ pub async fn run(
             );
         }
     }
-    tokio::pin!(shutdown);
-    loop {
+    let mut removed = server.removed.subscribe();
+    let ended = loop {
         tokio::select! {
-            _ = &mut shutdown => break,
+            _ = &mut shutdown => break Ended::Shutdown,
+            _ = async { removed.wait_for(|removed| *removed).await.is_ok() } => break Ended::Removed,
             accepted = listener.accept() => match accepted {
                 Ok((socket, _peer)) => {
                     let server = Arc::clone(&server);
@@ -65,7 +164,7 @@ pub async fn run(
             },
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
         }
-    }
+    };
     let _ = stop.send(true);
     while connections.join_next().await.is_some() {}
     if let Some(membership) = membership {
@@ -74,4 +173,5 @@ pub async fn run(
     for stream in server.streams() {
         stream.stop_tasks().await;
     }
+    ended
 }

@@ -3,7 +3,7 @@
 //! random servers (the primary half the time) killed with SIGKILL and
 //! started again, and the history checker on every replica at the end.
 
-use bench::failover::{self, FailoverArgs, Victims};
+use bench::failover::{self, FailoverArgs, Fault, Victims};
 use bench::replication::Durability;
 use client::Protocol;
 
@@ -21,6 +21,8 @@ fn kill_loop_with(servers: u32, kills: u32, protocol: Protocol, durability: Dura
         messages: 3_000,
         kills,
         victims: Victims::Random,
+        fault: Fault::Kill,
+        pause_ms: 0,
         rate: 1_000,
         window: 32,
         payload: 200,
@@ -71,6 +73,59 @@ fn kill_loop_with(servers: u32, kills: u32, protocol: Protocol, durability: Dura
     assert_eq!(json["checker"]["lost"], 0);
     assert_eq!(json["reads"]["not_in_log"], 0);
     assert_eq!(json["kills"].as_array().unwrap().len(), kills as usize);
+}
+
+/// Pauses (SIGSTOP, then SIGCONT) of the primary longer than the suspect
+/// timeout: the cluster removes the paused server and fails over; the
+/// server, running again, finds itself out of the view, joins as a new
+/// member, cuts what the cluster does not agree with and catches up, with
+/// no restart.
+#[test]
+fn paused_primaries_rejoin_by_themselves_with_nothing_lost() {
+    let folder = tempfile::tempdir().unwrap();
+    let args = FailoverArgs {
+        server_binary: Some(stamplog_binary()),
+        servers: 3,
+        messages: 4_000,
+        kills: 3,
+        victims: Victims::Primary,
+        fault: Fault::Pause,
+        pause_ms: 2_000,
+        rate: 1_000,
+        window: 32,
+        payload: 200,
+        protocol: Protocol::OneHopAckClient,
+        durability: Durability::Sync,
+        page_flush_ms: 50,
+        sender_recovery_ms: 800,
+        settle_ms: 300,
+        seed: 1,
+        keep: false,
+        output: quiet_output(folder.path()),
+    };
+    let figures = failover::run(args).unwrap();
+    let report = &figures.report;
+    assert!(report.is_clean(), "{report}");
+    assert!(figures.reads.is_clean(), "{}", figures.reads);
+    assert_eq!(report.acknowledged, figures.acknowledged);
+    assert_eq!(figures.acknowledged, figures.messages);
+    assert_eq!(figures.kills.len(), 3);
+    for kill in &figures.kills {
+        assert_eq!(kill.fault, Fault::Pause);
+        assert!(kill.was_primary, "{kill:?}");
+        assert!(kill.recovery_ms.is_some(), "writes resumed: {kill:?}");
+        // Within `BACK_TIMEOUT` (10 s) of SIGCONT, the paused server was
+        // one of the stream's replicas again and held every version
+        // acknowledged by then, without a restart.
+        assert!(kill.back_ms.is_some(), "the server came back: {kill:?}");
+        assert!(
+            kill.epoch_after > 1,
+            "the pause failed the stream over: {kill:?}"
+        );
+    }
+    let json = read_json(&folder.path().join("figures.json"));
+    assert_eq!(json["kills"][0]["fault"], "pause");
+    assert!(json["kills"][0]["back_ms"].is_number());
 }
 
 #[test]

@@ -71,6 +71,11 @@ pub struct ServerState {
     pub(crate) pending: Mutex<Vec<(StreamMeta, PathBuf)>>,
     /// True once this server has joined and opened its streams.
     pub(crate) ready: watch::Sender<bool>,
+    /// Set when the cluster has removed this server's incarnation from
+    /// the view (it was suspected while paused, cut off or slow): the
+    /// server stops serving, and `run_rejoining` opens it again as a new
+    /// member.
+    pub(crate) removed: watch::Sender<bool>,
 }
 
 impl ServerState {
@@ -95,29 +100,13 @@ impl ServerState {
         names.sort();
         for name in names {
             let folder = streams_folder.join(&name);
-            let meta_path = folder.join(META_FILE);
-            if !storage.exists(&meta_path) {
-                // A stream whose creation never finished: its meta file is
-                // written last, so nothing was ever acknowledged in it.
-                continue;
-            }
             let stream_error = |reason: String| OpenError::Stream {
                 path: folder.clone(),
                 reason,
             };
-            let bytes = wal::storage::read_all(storage.as_ref(), &meta_path)
-                .map_err(|e| stream_error(e.to_string()))?;
-            let meta: StreamMeta = serde_json::from_slice(&bytes)
-                .map_err(|e| stream_error(format!("bad {META_FILE}: {e}")))?;
-            if meta.format != 1 || meta.name != name {
-                return Err(stream_error(format!(
-                    "{META_FILE} has format {} and name {:?}; expected format 1 and the folder's name {name:?}",
-                    meta.format, meta.name
-                )));
-            }
-            if meta.durability != "memory" && !storage.exists(&folder.join("log")) {
-                return Err(stream_error("its log folder is missing".into()));
-            }
+            let Some(meta) = read_meta(storage.as_ref(), &folder, &name)? else {
+                continue;
+            };
             if config.cluster.is_multi() {
                 pending.push((meta, folder));
                 continue;
@@ -141,6 +130,7 @@ impl ServerState {
             control: OnceLock::new(),
             pending: Mutex::new(pending),
             ready,
+            removed: watch::channel(false).0,
             id: proto::random_u128(),
             started: Instant::now(),
             connection_slots: Arc::new(Semaphore::new(config.connections_max)),
@@ -194,6 +184,12 @@ impl ServerState {
                 .values()
                 .any(|placed| placed.id == id && placed.replicas.contains(&me))
         })
+    }
+
+    /// The control plane, when this server runs one (a multi-server
+    /// cluster, once started).
+    pub fn control(&self) -> Option<&control::Control> {
+        self.control.get()
     }
 
     /// The control plane's applied state, when there is a control plane.
@@ -548,6 +544,37 @@ impl ServerState {
         storage.sync_dir(&parent).map_err(internal)?;
         Ok(())
     }
+}
+
+/// The meta file of the stream folder `folder` named `name`, checked;
+/// `None` for a stream whose creation never finished (its meta file is
+/// written last, so nothing was ever acknowledged in it).
+fn read_meta(
+    storage: &dyn wal::Storage,
+    folder: &std::path::Path,
+    name: &str,
+) -> Result<Option<StreamMeta>, OpenError> {
+    let problem = |reason: String| OpenError::Stream {
+        path: folder.to_path_buf(),
+        reason,
+    };
+    let meta_path = folder.join(META_FILE);
+    if !storage.exists(&meta_path) {
+        return Ok(None);
+    }
+    let bytes = wal::storage::read_all(storage, &meta_path).map_err(|e| problem(e.to_string()))?;
+    let meta: StreamMeta =
+        serde_json::from_slice(&bytes).map_err(|e| problem(format!("bad {META_FILE}: {e}")))?;
+    if meta.format != 1 || meta.name != name {
+        return Err(problem(format!(
+            "{META_FILE} has format {} and name {:?}; expected format 1 and the folder's name {name:?}",
+            meta.format, meta.name
+        )));
+    }
+    if meta.durability != "memory" && !storage.exists(&folder.join("log")) {
+        return Err(problem("its log folder is missing".into()));
+    }
+    Ok(Some(meta))
 }
 
 /// A multi-server cluster's server that has not joined yet.

@@ -290,7 +290,7 @@ async fn retention_set_at_creation_reaches_every_replica() {
         .await
         .unwrap();
     for server in &cluster.servers {
-        let stream = server.state.stream_by_name("kept").unwrap();
+        let stream = server.state().stream_by_name("kept").unwrap();
         assert_eq!(stream.retention.bytes, 5 << 20, "the stream's own limit");
         assert_eq!(stream.retention.ms, 86_400_000, "the server's default");
         let meta = std::fs::read_to_string(stream.folder.join("stream.json")).unwrap();

@@ -154,7 +154,7 @@ async fn every_replica_of_a_cluster_stream_acks_at_its_boundaries() {
         );
     }
     for server in &cluster.servers {
-        let stream = server.state.stream_by_name("replicated").unwrap();
+        let stream = server.state().stream_by_name("replicated").unwrap();
         assert_eq!(stream.commit_interval_ms(), INTERVAL_MS);
     }
     drop(client);

@@ -11,6 +11,7 @@ mod failover;
 mod faults;
 mod harness;
 mod property;
+mod rejoin;
 mod replication;
 mod restart;
 mod sender;

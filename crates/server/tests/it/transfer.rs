@@ -21,7 +21,7 @@ fn state_of(cluster: &LocalCluster, id: u32) -> Arc<ServerState> {
         .iter()
         .find(|s| s.id == id)
         .expect("running");
-    Arc::clone(&server.state)
+    server.state()
 }
 
 fn log_of(state: &ServerState) -> (u64, u64) {

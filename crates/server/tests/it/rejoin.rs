@@ -1,0 +1,166 @@
+//! A removed live server rejoins by itself: the cluster removes a server
+//! that is still running (as the failure detector does when the server
+//! was paused, cut off or slow), and the server notices, closes, opens
+//! again from its folder as a new member (a new join view; the old one
+//! stays shunned), cuts what the cluster does not agree with, catches up
+//! by state flush and counts toward acknowledgements again, with no
+//! restart and no operator.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use checker::{Acked, ClientHistory, Sent};
+use client::{Client, ClientConfig, Protocol, Publisher, PublisherConfig};
+use proto::DurabilityConfig;
+use server::{LocalCluster, ServerState};
+
+use crate::replication::replica_log;
+
+const NAME: &str = "rejoined";
+
+fn state_of(cluster: &LocalCluster, id: u32) -> Option<Arc<ServerState>> {
+    cluster.servers.iter().find(|s| s.id == id)?.current()
+}
+
+/// Sends messages `from..to` and records them, each acknowledged.
+async fn send(publisher: &Publisher, history: &mut ClientHistory, from: u64, to: u64) {
+    for index in from..to {
+        let body = format!("message {index}").into_bytes();
+        let sent = publisher.submit(b"", &body).await.unwrap();
+        history.sent.push(Sent {
+            event: sent.event,
+            digest: checker::digest(b"", &body),
+        });
+        let published = tokio::time::timeout(Duration::from_secs(30), sent)
+            .await
+            .unwrap_or_else(|_| panic!("message {index} is done within 30 s"))
+            .expect("accepted");
+        history.acked.push(Acked {
+            event: published.event,
+            version: published.version,
+            duplicate: published.duplicate,
+        });
+    }
+}
+
+/// The join view of `id`'s member in `observer`'s control state.
+fn join_view(observer: &ServerState, id: u32) -> Option<u64> {
+    let state = observer.control_state()?;
+    state.members.get(&id).map(|m| m.join_view)
+}
+
+async fn removed_server_rejoins(victim_is_primary: bool) {
+    let folder = tempfile::tempdir().unwrap();
+    let cluster = LocalCluster::start(3, folder.path(), |config| {
+        config.cluster.heartbeat_interval = Duration::from_millis(50);
+        config.cluster.suspect_timeout = Duration::from_millis(600);
+        config.replication.gap_timeout_ms = 30;
+    })
+    .await
+    .unwrap();
+    let client = Client::connect(ClientConfig::new(cluster.address(1).to_string()))
+        .await
+        .unwrap();
+    let info = client
+        .create_stream_with(NAME, DurabilityConfig::Sync, Protocol::OneHopAckClient, 3)
+        .await
+        .unwrap();
+    let publisher = Publisher::connect(
+        &info,
+        PublisherConfig {
+            window: 16,
+            retry: Duration::from_millis(200),
+            ..PublisherConfig::default()
+        },
+    )
+    .await
+    .unwrap();
+    let mut history = ClientHistory::default();
+    send(&publisher, &mut history, 0, 200).await;
+
+    let victim = if victim_is_primary {
+        info.primary
+    } else {
+        (1..=3).find(|&id| id != info.primary).unwrap()
+    };
+    let observer_id = (1..=3).find(|&id| id != victim).unwrap();
+    let observer = state_of(&cluster, observer_id).unwrap();
+    let old_view = join_view(&observer, victim).unwrap();
+    // The cluster removes the live server, as its failure detector does
+    // when the server has been silent for longer than the suspect timeout.
+    let removal = control::Command::Remove {
+        id: victim,
+        join_view: old_view,
+        reason: "suspected (test)".to_string(),
+    };
+    observer.control().unwrap().propose(removal).await.unwrap();
+    let removed_at = Instant::now();
+    send(&publisher, &mut history, 200, 400).await;
+
+    // It comes back by itself as a new member, in a later view.
+    crate::harness::wait_until(Duration::from_secs(10), "the server to rejoin", || {
+        join_view(&observer, victim).is_some_and(|view| view > old_view)
+    })
+    .await;
+    let rejoined_after = removed_at.elapsed();
+    let new_view = join_view(&observer, victim).unwrap();
+    // Its old incarnation stays shunned: its view is not the member's.
+    assert!(new_view > old_view);
+
+    // It is back in the stream's in-sync set and holds every version.
+    crate::harness::wait_until(Duration::from_secs(10), "the server back in sync", || {
+        observer.control_state().is_some_and(|state| {
+            state.streams[NAME].in_sync.contains(&victim)
+                && state.streams[NAME].replicas.contains(&victim)
+        })
+    })
+    .await;
+    send(&publisher, &mut history, 400, 500).await;
+    let newest = history.acked.iter().map(|a| a.version).max().unwrap();
+    crate::harness::wait_until(Duration::from_secs(10), "every replica complete", || {
+        (1..=3).all(|id| {
+            state_of(&cluster, id)
+                .and_then(|state| state.stream_by_name(NAME))
+                .is_some_and(|stream| stream.log.durable_version() >= newest)
+        })
+    })
+    .await;
+
+    let data: Vec<(u32, std::path::PathBuf)> = cluster
+        .servers
+        .iter()
+        .map(|s| (s.id, s.data.clone()))
+        .collect();
+    drop(publisher);
+    drop(observer);
+    cluster.stop().await;
+    let logs: Vec<_> = data
+        .iter()
+        .map(|(id, folder)| replica_log(folder, NAME, info.id, format!("server-{id}")))
+        .collect();
+    for log in &logs {
+        let last = log.records.last().map_or(0, |r| r.version);
+        assert!(
+            last >= newest,
+            "{} holds up to {last} of {newest}",
+            log.replica
+        );
+    }
+    let report = checker::check(std::slice::from_ref(&history), &logs, None);
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(report.acknowledged, 500, "{report}");
+    eprintln!(
+        "server {victim} (primary: {victim_is_primary}) rejoined {:.0} ms after its removal, in view {new_view} (was {old_view})",
+        rejoined_after.as_secs_f64() * 1e3
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removed_live_backup_rejoins_by_itself_and_catches_up() {
+    removed_server_rejoins(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removed_live_primary_rejoins_by_itself_after_the_failover() {
+    removed_server_rejoins(true).await;
+}
