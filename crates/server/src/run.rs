@@ -8,9 +8,10 @@
 //! while paused, cut off or slow), it closes everything, as a stop does,
 //! and opens again from its folder, so that it joins as a new member,
 //! cuts what the cluster does not agree with and catches up by state
-//! flush, with no restart of the process and no operator. (A Geode member
-//! forced out of its distributed system reconnects the same way, by
-//! building its cache again: "auto-reconnect" in the Geode docs.)
+//! flush, with no restart of the process and no operator. (Apache Geode's
+//! auto-reconnect treats a member forced out of its distributed system the
+//! same way: it closes the old cache and builds a new one; Geode docs,
+//! "Handling Forced Cache Disconnection Using Autoreconnect".)
 
 use std::future::Future;
 use std::pin::Pin;
