@@ -8,30 +8,12 @@
 use std::time::{Duration, Instant};
 
 use checker::{Acked, ClientHistory, Sent};
-use client::{Client, ClientConfig, Protocol, Publisher, PublisherConfig};
+use client::{Client, ClientConfig, Protocol};
 use proto::DurabilityConfig;
 use server::LocalCluster;
 
+use crate::harness::fast;
 use crate::replication::replica_log;
-
-/// Settings that make failures noticed fast: heartbeats every 50 ms, a
-/// member removed after 400 ms, gaps repaired after 30 ms.
-fn fast(config: &mut server::ServerConfig) {
-    config.cluster.heartbeat_interval = Duration::from_millis(50);
-    config.cluster.suspect_timeout = Duration::from_millis(400);
-    config.replication.gap_timeout_ms = 30;
-}
-
-/// A publisher of the stream `info` with 16 messages in flight that
-/// resends after 200 ms.
-async fn publisher(info: &client::StreamInfo) -> Publisher {
-    let config = PublisherConfig {
-        window: 16,
-        retry: Duration::from_millis(200),
-        ..PublisherConfig::default()
-    };
-    Publisher::connect(info, config).await.unwrap()
-}
 
 async fn failover(protocol: Protocol) {
     let folder = tempfile::tempdir().unwrap();
@@ -44,7 +26,7 @@ async fn failover(protocol: Protocol) {
         .create_stream_with(&name, DurabilityConfig::Sync, protocol, 3)
         .await
         .unwrap();
-    let publisher = publisher(&info).await;
+    let publisher = crate::harness::publisher(&info, 16, 200).await;
     let mut history = ClientHistory::default();
     let mut pending = Vec::new();
     let mut stopped_at = None;
@@ -244,16 +226,7 @@ async fn a_stream_below_its_requirement_goes_read_only_or_blocks_and_resumes_by_
         .await;
     assert!(unknown.is_err());
     wait_state(&client, "guarded", "available").await;
-    let publisher = Publisher::connect(
-        &info,
-        PublisherConfig {
-            window: 8,
-            retry: Duration::from_millis(100),
-            ..PublisherConfig::default()
-        },
-    )
-    .await
-    .unwrap();
+    let publisher = crate::harness::publisher(&info, 8, 100).await;
     publisher.send(b"", b"before").await.unwrap();
 
     // A backup (not server 1, which the client talks to) goes away: two
@@ -336,7 +309,7 @@ async fn a_server_no_one_was_configured_with_joins_and_holds_a_replica() {
         )
         .await
         .unwrap();
-    let publisher = publisher(&info).await;
+    let publisher = crate::harness::publisher(&info, 16, 200).await;
     let mut history = ClientHistory::default();
     let send = async |history: &mut ClientHistory, from: u64| {
         let mut pending = Vec::new();

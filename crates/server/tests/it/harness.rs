@@ -251,3 +251,26 @@ pub async fn wait_until(limit: std::time::Duration, what: &str, condition: impl 
         tokio::time::sleep(std::time::Duration::from_millis(2)).await;
     }
 }
+
+/// A publisher of the stream `info` with `window` messages in flight that
+/// resends after `retry_ms`.
+pub async fn publisher(
+    info: &client::StreamInfo,
+    window: usize,
+    retry_ms: u64,
+) -> client::Publisher {
+    let config = client::PublisherConfig {
+        window,
+        retry: std::time::Duration::from_millis(retry_ms),
+        ..client::PublisherConfig::default()
+    };
+    client::Publisher::connect(info, config).await.unwrap()
+}
+
+/// Settings that make failures noticed fast: heartbeats every 50 ms, a
+/// member removed after 400 ms, gaps repaired after 30 ms.
+pub fn fast(config: &mut server::ServerConfig) {
+    config.cluster.heartbeat_interval = std::time::Duration::from_millis(50);
+    config.cluster.suspect_timeout = std::time::Duration::from_millis(400);
+    config.replication.gap_timeout_ms = 30;
+}

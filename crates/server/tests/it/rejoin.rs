@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use checker::{Acked, ClientHistory, Sent};
-use client::{Client, ClientConfig, Protocol, Publisher, PublisherConfig};
+use client::{Client, ClientConfig, Protocol, Publisher};
 use proto::DurabilityConfig;
 use server::{LocalCluster, ServerState};
 
@@ -51,13 +51,9 @@ fn join_view(observer: &ServerState, id: u32) -> Option<u64> {
 
 async fn removed_server_rejoins(victim_is_primary: bool) {
     let folder = tempfile::tempdir().unwrap();
-    let cluster = LocalCluster::start(3, folder.path(), |config| {
-        config.cluster.heartbeat_interval = Duration::from_millis(50);
-        config.cluster.suspect_timeout = Duration::from_millis(600);
-        config.replication.gap_timeout_ms = 30;
-    })
-    .await
-    .unwrap();
+    let cluster = LocalCluster::start(3, folder.path(), crate::harness::fast)
+        .await
+        .unwrap();
     let client = Client::connect(ClientConfig::new(cluster.address(1).to_string()))
         .await
         .unwrap();
@@ -65,16 +61,7 @@ async fn removed_server_rejoins(victim_is_primary: bool) {
         .create_stream_with(NAME, DurabilityConfig::Sync, Protocol::OneHopAckClient, 3)
         .await
         .unwrap();
-    let publisher = Publisher::connect(
-        &info,
-        PublisherConfig {
-            window: 16,
-            retry: Duration::from_millis(200),
-            ..PublisherConfig::default()
-        },
-    )
-    .await
-    .unwrap();
+    let publisher = crate::harness::publisher(&info, 16, 200).await;
     let mut history = ClientHistory::default();
     send(&publisher, &mut history, 0, 200).await;
 

@@ -88,16 +88,7 @@ async fn run_protocol(protocol: Protocol, cluster: &LocalCluster, client: &Clien
     assert_eq!(info.replicas.len(), 3);
     let mut history = ClientHistory::default();
     let mut acks_by_server = Vec::new();
-    let steady = Publisher::connect(
-        &info,
-        PublisherConfig {
-            window: 32,
-            retry: Duration::from_millis(200),
-            ..PublisherConfig::default()
-        },
-    )
-    .await
-    .unwrap();
+    let steady = crate::harness::publisher(&info, 32, 200).await;
     write(&steady, 1, 200, &mut history, &mut acks_by_server).await;
     // A writer that dies mid-stream: messages in flight are abandoned,
     // some landed on some replicas, some nowhere.

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use client::{Client, ClientConfig, Protocol, Publisher, PublisherConfig};
+use client::{Client, ClientConfig, Protocol, Publisher};
 use proto::DurabilityConfig;
 use server::{LocalCluster, ServerState};
 
@@ -59,16 +59,7 @@ async fn a_replica_behind_the_retained_log_catches_up_through_a_checkpoint_trans
         .create_stream_with(NAME, DurabilityConfig::Sync, Protocol::OneHopAckClient, 3)
         .await
         .unwrap();
-    let publisher = Publisher::connect(
-        &info,
-        PublisherConfig {
-            window: 16,
-            retry: Duration::from_millis(200),
-            ..PublisherConfig::default()
-        },
-    )
-    .await
-    .unwrap();
+    let publisher = crate::harness::publisher(&info, 16, 200).await;
     send(&publisher, 0, 20).await;
     // A backup other than server 1 (which the client talks to) goes away.
     let primary = info.primary;
