@@ -181,8 +181,11 @@ pub enum StreamsAction {
     Delete { name: String },
     /// Set what a stream of a cluster requires of its live in-sync
     /// replicas, and what it does while that is not met; it resumes by
-    /// itself once the requirement is met again. `status` shows the
-    /// stream's state and every transition.
+    /// itself once the requirement is met again. By default a stream of R
+    /// replicas requires a majority of them in sync (R = 3: 2) and blocks
+    /// writes for up to 30 s, then refuses them, while fewer are;
+    /// `--min-in-sync 1` lets it go on with one. `status` shows the
+    /// stream's requirement, its in-sync set and every transition.
     Require {
         name: String,
         /// A role some live in-sync replica must have; repeat for each.
@@ -199,7 +202,8 @@ pub enum StreamsAction {
         /// How long `block` holds writes.
         #[arg(long, default_value_t = 5_000)]
         block_ms: u32,
-        /// Remove the requirement instead.
+        /// Remove the stream's own requirement instead: the default
+        /// majority applies again.
         #[arg(long, conflicts_with_all = ["roles", "min_in_sync", "action", "block_ms"])]
         clear: bool,
     },
@@ -443,27 +447,38 @@ pub fn streams(args: StreamsArgs) -> anyhow::Result<()> {
                 action,
                 block_ms,
                 clear,
-            } => {
-                let action = match action {
-                    ActionArg::ReadOnly => client::LossAction::ReadOnly,
-                    ActionArg::Block => client::LossAction::Block {
-                        timeout_ms: block_ms,
-                    },
-                    ActionArg::Reconnect => client::LossAction::Reconnect,
-                };
-                let requirement = (!clear).then(|| (roles.clone(), min_in_sync, action));
-                client.set_requirement(&name, requirement).await?;
-                if clear {
-                    println!("{name} requires nothing");
-                } else {
-                    println!(
-                        "{name} requires {min_in_sync} live in-sync replicas and roles {roles:?}; loss action {action:?}"
-                    );
-                }
-            }
+            } => require(&client, &name, roles, min_in_sync, (action, block_ms), clear).await?,
         }
         Ok(())
     })
+}
+
+/// `streams require`: sets (or clears) a stream's requirement.
+async fn require(
+    client: &client::Client,
+    name: &str,
+    roles: Vec<String>,
+    min_in_sync: u16,
+    (action, block_ms): (ActionArg, u32),
+    clear: bool,
+) -> anyhow::Result<()> {
+    let action = match action {
+        ActionArg::ReadOnly => client::LossAction::ReadOnly,
+        ActionArg::Block => client::LossAction::Block {
+            timeout_ms: block_ms,
+        },
+        ActionArg::Reconnect => client::LossAction::Reconnect,
+    };
+    let requirement = (!clear).then(|| (roles.clone(), min_in_sync, action));
+    client.set_requirement(name, requirement).await?;
+    if clear {
+        println!("{name} requires the default: a majority of its replicas in sync, else block");
+    } else {
+        println!(
+            "{name} requires {min_in_sync} live in-sync replicas and roles {roles:?}; loss action {action:?}"
+        );
+    }
+    Ok(())
 }
 
 /// The status summary: this server, the cluster's view (members, lead

@@ -93,6 +93,10 @@ pub struct EpochRecord {
     pub members: Vec<ServerId>,
 }
 
+/// How long the default requirement's `block` holds writes before it
+/// refuses them.
+pub const DEFAULT_BLOCK_MS: u64 = 30_000;
+
 /// The longest output commit interval a stream may have: acks wait up to
 /// this long, so a longer one would only look like a stalled server.
 pub const COMMIT_INTERVAL_MS_MAX: u32 = 10_000;
@@ -160,6 +164,33 @@ pub struct StreamPlacement {
 }
 
 impl StreamPlacement {
+    /// The requirement that applies: the stream's own (`streams
+    /// require`), or by default a majority of its R replicas in sync, writes
+    /// blocked for up to [`DEFAULT_BLOCK_MS`] (then refused) while fewer
+    /// are, so that an acknowledgement never stands on fewer replicas than
+    /// the stream promises without anyone having said so. `unversioned`
+    /// streams have no default: every replica is its own primary.
+    pub fn requirement(&self) -> Option<Requirement> {
+        if let Some(own) = &self.config.requirement {
+            return Some(own.clone());
+        }
+        if self.is_unversioned() {
+            return None;
+        }
+        Some(Requirement {
+            roles: Vec::new(),
+            min_in_sync: self.config.replicas.max(1) / 2 + 1,
+            action: LossAction::Block {
+                timeout_ms: DEFAULT_BLOCK_MS,
+            },
+        })
+    }
+
+    /// Whether fewer replicas are in sync than the stream asked for (R).
+    pub fn is_under_replicated(&self) -> bool {
+        self.in_sync.len() < self.config.replicas
+    }
+
     /// The version after which `server`'s log of this stream may hold
     /// versions nobody else agrees with, or `None` when all of it is
     /// consistent. A server's log is consistent with every epoch record
@@ -612,6 +643,7 @@ impl ControlState {
     /// sync wherever another live in-sync replica carries on without it.
     fn departed(&mut self, id: ServerId) {
         let members = &self.members;
+        let mut shrunk = Vec::new();
         for stream in self.streams.values_mut() {
             if !stream.in_sync.contains(&id) {
                 continue;
@@ -622,7 +654,16 @@ impl ControlState {
                 .any(|&other| other != id && members.contains_key(&other));
             if others_live {
                 stream.in_sync.retain(|&other| other != id);
+                shrunk.push(format!(
+                    "stream {:?}: server {id} left the in-sync set ({} of {} replicas in sync)",
+                    stream.name,
+                    stream.in_sync.len(),
+                    stream.replicas.len()
+                ));
             }
+        }
+        for what in shrunk {
+            self.record(what);
         }
     }
 
@@ -736,7 +777,7 @@ fn availability(stream: &StreamPlacement, members: &BTreeMap<ServerId, Member>) 
     if stream.primary.is_none() {
         return Availability::NoPrimary;
     }
-    let Some(requirement) = &stream.config.requirement else {
+    let Some(requirement) = stream.requirement() else {
         return Availability::Available;
     };
     let live_in_sync: Vec<&Member> = stream
@@ -785,6 +826,30 @@ fn requirement_problem(requirement: &Requirement) -> Option<String> {
         return Some("at most 16 roles, each of 1 to 64 characters".into());
     }
     None
+}
+
+/// What a stream requires of its in-sync replicas, as `status` says it;
+/// `(default)` when it is the default majority.
+pub fn describe_requirement(stream: &StreamPlacement) -> String {
+    let Some(requirement) = stream.requirement() else {
+        return "nothing".to_string();
+    };
+    let roles = if requirement.roles.is_empty() {
+        String::new()
+    } else {
+        format!(" with roles {:?}", requirement.roles)
+    };
+    format!(
+        "{} of {} in sync{roles}, else {}{}",
+        requirement.min_in_sync,
+        stream.config.replicas,
+        action_name(requirement.action),
+        if stream.config.requirement.is_none() {
+            " (default)"
+        } else {
+            ""
+        }
+    )
 }
 
 /// A loss action's name, as flags and `status` give it.
@@ -1102,6 +1167,65 @@ mod tests {
             text.iter().any(|t| t.contains("block (up to 500 ms)")),
             "{text:?}"
         );
+    }
+
+    #[test]
+    fn by_default_a_stream_needs_a_majority_of_its_replicas_in_sync() {
+        let mut state = cluster(3);
+        state.apply(Command::CreateStream {
+            name: "s".into(),
+            config: config(3),
+        });
+        let primary = state.streams["s"].primary.unwrap();
+        let mut backups = (1..=3).filter(|id| *id != primary);
+        let (first, second) = (backups.next().unwrap(), backups.next().unwrap());
+        // One of three gone: two in sync, a majority; writes go on, and
+        // the shrink is recorded.
+        remove(&mut state, first);
+        let stream = &state.streams["s"];
+        assert_eq!(stream.availability, Availability::Available);
+        assert!(stream.is_under_replicated());
+        let text: Vec<&str> = state.transitions.iter().map(|t| t.what.as_str()).collect();
+        assert!(
+            text.iter()
+                .any(|t| t.contains("left the in-sync set (2 of 3 replicas in sync)")),
+            "{text:?}"
+        );
+        // Two of three gone: the primary alone is not a majority; writes
+        // block, then are refused.
+        remove(&mut state, second);
+        match &state.streams["s"].availability {
+            Availability::Degraded { action, why } => {
+                assert_eq!(
+                    *action,
+                    LossAction::Block {
+                        timeout_ms: DEFAULT_BLOCK_MS
+                    }
+                );
+                assert!(why.contains("1 in-sync replicas of 2 required"), "{why}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // Said explicitly, one in-sync replica is enough.
+        let one = Requirement {
+            roles: Vec::new(),
+            min_in_sync: 1,
+            action: LossAction::ReadOnly,
+        };
+        state.apply(Command::SetRequirement {
+            name: "s".into(),
+            requirement: Some(one),
+        });
+        assert_eq!(state.streams["s"].availability, Availability::Available);
+        // Cleared, the default majority applies again.
+        state.apply(Command::SetRequirement {
+            name: "s".into(),
+            requirement: None,
+        });
+        assert!(matches!(
+            state.streams["s"].availability,
+            Availability::Degraded { .. }
+        ));
     }
 }
 

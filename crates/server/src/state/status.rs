@@ -80,11 +80,13 @@ impl ServerState {
                 "roles": m.roles,
                 "admin_only": m.admin_only,
             })).collect::<Vec<_>>(),
+            "under_replicated": state.streams.values().filter(|p| p.is_under_replicated()).count(),
             "streams": state.streams.values().map(|p| serde_json::json!({
                 "name": p.name,
                 "protocol": p.config.protocol,
                 "replicas": p.replicas,
                 "in_sync": p.in_sync,
+                "requirement": control::state::describe_requirement(p),
                 "primary": p.primary,
                 "epoch": p.epoch,
                 "availability": control::state::describe(&p.availability),

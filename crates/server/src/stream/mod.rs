@@ -53,6 +53,9 @@ pub enum SubmitFailure {
 struct Gate {
     availability: control::Availability,
     since: Instant,
+    /// The stream's in-sync replicas as the cluster last said (sorted),
+    /// so each change is logged once.
+    in_sync: Vec<ServerId>,
 }
 
 /// Milliseconds on the server's monotonic clock, as the state machines see
@@ -273,6 +276,7 @@ impl Stream {
             gate: Mutex::new(Gate {
                 availability: control::Availability::Available,
                 since: Instant::now(),
+                in_sync: Vec::new(),
             }),
             retention: meta.retention(config),
             checkpointed: AtomicU64::new(report.checkpoint.unwrap_or(0)),
@@ -340,7 +344,36 @@ impl Stream {
 
     /// The control plane's word on the stream: see `Replica::follow`.
     pub fn follow(&self, view: &ClusterView) {
+        self.note_in_sync(view);
         self.drive(|replica, now, out| replica.follow(view, now, out));
+    }
+
+    /// Logs a change of the stream's in-sync set: a shrink as a warning
+    /// (acknowledgements now stand on fewer replicas), a growth as news.
+    fn note_in_sync(&self, view: &ClusterView) {
+        let mut now = view.in_sync.clone();
+        now.sort_unstable();
+        let mut gate = self.gate.lock().expect("gate lock");
+        if gate.in_sync == now {
+            return;
+        }
+        let replicas = view.placement.replicas.len();
+        if now.len() < gate.in_sync.len() {
+            tracing::warn!(
+                "stream {:?}: in-sync replicas {now:?}, {} of {replicas} (was {:?})",
+                self.name,
+                now.len(),
+                gate.in_sync
+            );
+        } else if !gate.in_sync.is_empty() {
+            tracing::info!(
+                "stream {:?}: in-sync replicas {now:?}, {} of {replicas} (was {:?})",
+                self.name,
+                now.len(),
+                gate.in_sync
+            );
+        }
+        gate.in_sync = now;
     }
 
     /// The control plane recorded an epoch: see `Replica::follow_record`.

@@ -459,3 +459,74 @@ async fn a_retired_server_no_longer_counts_toward_the_majority() {
     assert_eq!(ids, vec![1, 2]);
     cluster.stop().await;
 }
+
+/// No requirement set: a stream of three replicas needs two in sync. With
+/// one backup gone it goes on (under-replicated, and `status` says so);
+/// with both gone the primary alone acknowledges nothing and writes wait,
+/// until a backup is back in sync. Five servers, so that the control
+/// plane keeps its majority with two down; servers 4 and 5 hold no
+/// streams (admin only), so no spare refills the lost replicas.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn by_default_writes_wait_for_a_majority_of_the_replicas_in_sync() {
+    let folder = tempfile::tempdir().unwrap();
+    let mut cluster = LocalCluster::start(5, folder.path(), |config| {
+        fast(config);
+        config.cluster.admin_only = config.cluster.me > 3;
+    })
+    .await
+    .unwrap();
+    let creator = Client::connect(ClientConfig::new(cluster.address(1).to_string()))
+        .await
+        .unwrap();
+    let info = creator
+        .create_stream_with(
+            "majority",
+            DurabilityConfig::Sync,
+            Protocol::OneHopAckClient,
+            3,
+        )
+        .await
+        .unwrap();
+    // The client talks to the primary, which stays.
+    let client = Client::connect(ClientConfig::new(cluster.address(info.primary).to_string()))
+        .await
+        .unwrap();
+    let status = wait_status(&client, "the default requirement", |status| {
+        status["cluster"]["streams"][0]["requirement"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("2 of 3 in sync") && r.ends_with("(default)"))
+    })
+    .await;
+    assert_eq!(status["cluster"]["under_replicated"], 0, "{status}");
+    let publisher = crate::harness::publisher(&info, 8, 100).await;
+    publisher.send(b"", b"first").await.unwrap();
+
+    let mut backups = (1..=3).filter(|id| *id != info.primary);
+    let (first, second) = (backups.next().unwrap(), backups.next().unwrap());
+    cluster.stop_server(first).await;
+    publisher.send(b"", b"two of three").await.unwrap();
+    wait_status(&client, "one stream under-replicated", |status| {
+        status["cluster"]["under_replicated"] == 1
+    })
+    .await;
+
+    cluster.stop_server(second).await;
+    wait_state(&client, "majority", "block").await;
+    let waiting = publisher.submit(b"", b"waited").await.unwrap();
+    let mut waiting = Box::pin(waiting);
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), &mut waiting)
+            .await
+            .is_err(),
+        "the primary alone acknowledged a write"
+    );
+    cluster.start_server(second).await.unwrap();
+    let waited = tokio::time::timeout(Duration::from_secs(15), waiting)
+        .await
+        .expect("the write completes once two replicas are in sync")
+        .unwrap();
+    assert_eq!(waited.version, 3);
+    wait_state(&client, "majority", "available").await;
+    drop(publisher);
+    cluster.stop().await;
+}
