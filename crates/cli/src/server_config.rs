@@ -78,6 +78,13 @@ pub struct ServerArgs {
     /// This server's id in the cluster (1 and up). [default: 1]
     #[arg(long)]
     pub id: Option<u32>,
+    /// The address other servers and clients reach this one at, as
+    /// `HOST:PORT` or `HOST` (the listener's port); needed when the server
+    /// listens on 0.0.0.0 or [::] behind an address it cannot see, or under
+    /// a name. [default: the listen address; for 0.0.0.0 or [::], this
+    /// host's address toward its first peer]
+    #[arg(long, value_name = "HOST[:PORT]")]
+    pub advertise: Option<String>,
     /// Another server of the cluster, as `ID=HOST:PORT`; repeat for each.
     /// Every server must be started with the same set (its own id with
     /// `--id`, the others with `--peer`). The file's form is
@@ -136,6 +143,7 @@ pub fn parse_peer(text: &str) -> anyhow::Result<server::Peer> {
 #[serde(deny_unknown_fields)]
 struct ServerFile {
     listen: Option<String>,
+    advertise: Option<String>,
     data: Option<PathBuf>,
     message_bytes_max: Option<usize>,
     connections_max: Option<usize>,
@@ -160,7 +168,7 @@ struct ServerFile {
 
 /// Resolves flags over the file over the defaults.
 pub fn resolve(args: &ServerArgs) -> anyhow::Result<(String, server::ServerConfig)> {
-    let file = match &args.config {
+    let mut file = match &args.config {
         Some(path) => {
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("reading config file {}", path.display()))?;
@@ -172,12 +180,12 @@ pub fn resolve(args: &ServerArgs) -> anyhow::Result<(String, server::ServerConfi
     let listen = args
         .listen
         .clone()
-        .or(file.listen)
+        .or(file.listen.take())
         .unwrap_or_else(|| "127.0.0.1:7400".into());
     let data = args
         .data
         .clone()
-        .or(file.data)
+        .or(file.data.take())
         .unwrap_or_else(|| PathBuf::from("stamplog-data"));
     let mut config = server::ServerConfig::new(data);
     macro_rules! merge {
@@ -208,42 +216,7 @@ pub fn resolve(args: &ServerArgs) -> anyhow::Result<(String, server::ServerConfi
     if let Some(milliseconds) = args.page_flush_ms.or(file.page_flush_ms) {
         config.page_flush_interval = Duration::from_millis(milliseconds);
     }
-    config.cluster.me = args.id.or(file.id).unwrap_or(1);
-    config.cluster.peers = if args.peers.is_empty() {
-        file.peers
-            .unwrap_or_default()
-            .into_iter()
-            .map(|p| server::Peer {
-                id: p.id,
-                address: p.address,
-            })
-            .collect()
-    } else {
-        args.peers
-            .iter()
-            .map(|text| parse_peer(text))
-            .collect::<anyhow::Result<_>>()?
-    };
-    config.cluster.roles = if args.roles.is_empty() {
-        file.roles.unwrap_or_default()
-    } else {
-        args.roles.clone()
-    };
-    if let Some(role) = config
-        .cluster
-        .roles
-        .iter()
-        .find(|role| role.is_empty() || role.len() > 64)
-    {
-        anyhow::bail!("role {role:?}: a role name has 1 to 64 characters");
-    }
-    config.cluster.admin_only = args.admin_only || file.admin_only.unwrap_or(false);
-    if let Some(milliseconds) = args.heartbeat_ms.or(file.heartbeat_ms) {
-        config.cluster.heartbeat_interval = Duration::from_millis(milliseconds);
-    }
-    if let Some(milliseconds) = args.suspect_ms.or(file.suspect_ms) {
-        config.cluster.suspect_timeout = Duration::from_millis(milliseconds);
-    }
+    resolve_cluster(args, &mut file, &mut config)?;
     if let Some(problem) = config.cluster.problem() {
         anyhow::bail!("cluster settings: {problem}");
     }
@@ -262,9 +235,64 @@ pub fn resolve(args: &ServerArgs) -> anyhow::Result<(String, server::ServerConfi
     Ok((listen, config))
 }
 
+/// The cluster's settings (id, peers, roles, advertised address, failure
+/// detection), flags over the file.
+fn resolve_cluster(
+    args: &ServerArgs,
+    file: &mut ServerFile,
+    config: &mut server::ServerConfig,
+) -> anyhow::Result<()> {
+    config.cluster.me = args.id.or(file.id).unwrap_or(1);
+    config.cluster.peers = if args.peers.is_empty() {
+        file.peers
+            .take()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|p| server::Peer {
+                id: p.id,
+                address: p.address,
+            })
+            .collect()
+    } else {
+        args.peers
+            .iter()
+            .map(|text| parse_peer(text))
+            .collect::<anyhow::Result<_>>()?
+    };
+    config.cluster.roles = if args.roles.is_empty() {
+        file.roles.take().unwrap_or_default()
+    } else {
+        args.roles.clone()
+    };
+    if let Some(role) = config
+        .cluster
+        .roles
+        .iter()
+        .find(|role| role.is_empty() || role.len() > 64)
+    {
+        anyhow::bail!("role {role:?}: a role name has 1 to 64 characters");
+    }
+    config.cluster.admin_only = args.admin_only || file.admin_only.unwrap_or(false);
+    config.advertise = args.advertise.clone().or(file.advertise.take());
+    if let Some(advertise) = &config.advertise {
+        anyhow::ensure!(
+            !advertise.trim().is_empty() && !advertise.contains(char::is_whitespace),
+            "--advertise {advertise:?} is not a HOST or HOST:PORT"
+        );
+    }
+    if let Some(milliseconds) = args.heartbeat_ms.or(file.heartbeat_ms) {
+        config.cluster.heartbeat_interval = Duration::from_millis(milliseconds);
+    }
+    if let Some(milliseconds) = args.suspect_ms.or(file.suspect_ms) {
+        config.cluster.suspect_timeout = Duration::from_millis(milliseconds);
+    }
+    Ok(())
+}
+
 pub fn run(args: ServerArgs) -> anyhow::Result<()> {
     let (listen, config) = resolve(&args)?;
     let data = config.data_dir.clone();
+    let (advertise, peers) = (config.advertise.clone(), config.cluster.peers.clone());
     let current = server::CurrentServer::new(
         server::ServerState::open(config)
             .with_context(|| format!("opening data folder {}", data.display()))?,
@@ -276,8 +304,9 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
             .with_context(|| format!("listening on {listen}"))?;
         let address = listener.local_addr()?;
         println!("listening on {address}");
+        let advertised = server::advertised_address(address, advertise.as_deref(), &peers);
         eprintln!(
-            "stamplog server {} on {address}, data in {}",
+            "stamplog server {} on {address} (reached at {advertised}), data in {}",
             env!("CARGO_PKG_VERSION"),
             data.display()
         );

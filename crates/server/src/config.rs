@@ -1,5 +1,6 @@
 //! The server's settings and their bounds.
 
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -123,6 +124,10 @@ pub struct ServerConfig {
     pub sample_log_latency: bool,
     /// This server's id and its peers.
     pub cluster: ClusterConfig,
+    /// The address peers and clients are told to reach this server at
+    /// (`--advertise`: `HOST:PORT`, or `HOST` for the listener's port).
+    /// `None`: see [`advertised_address`].
+    pub advertise: Option<String>,
     /// Timeouts and bounds of the replication state machines.
     pub replication: ReplicaSettings,
     /// How often each stream's replication state sees the clock (gap
@@ -171,6 +176,7 @@ impl ServerConfig {
             memory_retain_bytes: 64 * 1024 * 1024,
             sample_log_latency: false,
             cluster: ClusterConfig::default(),
+            advertise: None,
             replication: ReplicaSettings::default(),
             tick_interval: Duration::from_millis(10),
             peer_queue_max: 65_536,
@@ -192,5 +198,107 @@ impl ServerConfig {
     /// or the state of a checkpoint sent to a replica that is behind.
     pub fn peer_frame_bytes_max(&self) -> usize {
         self.frame_bytes_max().max(PEER_FRAME_BYTES_MIN)
+    }
+}
+
+/// The address a server listening on `listening` announces to its peers
+/// and clients: `advertise` when given (`HOST` alone takes the listener's
+/// port); else the listener's own address; else, for a wildcard listener
+/// (`0.0.0.0`, `[::]`), which nobody can connect to, the address this
+/// host sends from toward its first reachable peer (a UDP socket is
+/// connected to it, which sends nothing), or loopback for a server
+/// without peers.
+pub fn advertised_address(
+    listening: SocketAddr,
+    advertise: Option<&str>,
+    peers: &[Peer],
+) -> String {
+    if let Some(advertise) = advertise {
+        if let Ok(address) = advertise.parse::<SocketAddr>() {
+            return address.to_string();
+        }
+        if let Ok(ip) = advertise.parse::<IpAddr>() {
+            return SocketAddr::new(ip, listening.port()).to_string();
+        }
+        let host_and_port = advertise.rsplit_once(':').is_some_and(|(host, port)| {
+            !host.is_empty() && !host.contains(':') && port.parse::<u16>().is_ok()
+        });
+        return if host_and_port {
+            advertise.to_string()
+        } else {
+            format!("{advertise}:{}", listening.port())
+        };
+    }
+    if !listening.ip().is_unspecified() {
+        return listening.to_string();
+    }
+    let toward = peers.iter().find_map(|peer| sending_address(&peer.address));
+    let ip = toward.unwrap_or(match listening {
+        SocketAddr::V4(_) => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        SocketAddr::V6(_) => IpAddr::V6(Ipv6Addr::LOCALHOST),
+    });
+    SocketAddr::new(ip, listening.port()).to_string()
+}
+
+/// The local address this host sends from toward `peer` (`HOST:PORT`).
+fn sending_address(peer: &str) -> Option<IpAddr> {
+    let target = peer.to_socket_addrs().ok()?.next()?;
+    let any: SocketAddr = match target {
+        SocketAddr::V4(_) => (Ipv4Addr::UNSPECIFIED, 0).into(),
+        SocketAddr::V6(_) => (Ipv6Addr::UNSPECIFIED, 0).into(),
+    };
+    let socket = std::net::UdpSocket::bind(any).ok()?;
+    socket.connect(target).ok()?;
+    let ip = socket.local_addr().ok()?.ip();
+    (!ip.is_unspecified()).then_some(ip)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn peer(address: &str) -> Peer {
+        Peer {
+            id: 2,
+            address: address.to_string(),
+        }
+    }
+
+    #[test]
+    fn a_wildcard_listener_advertises_the_address_toward_its_peers() {
+        let wildcard: SocketAddr = "0.0.0.0:7400".parse().unwrap();
+        let peers = [peer("127.0.0.3:7401")];
+        assert_eq!(advertised_address(wildcard, None, &peers), "127.0.0.1:7400");
+        // No peer to look toward: loopback, never the wildcard.
+        assert_eq!(advertised_address(wildcard, None, &[]), "127.0.0.1:7400");
+        let wildcard6: SocketAddr = "[::]:7400".parse().unwrap();
+        assert_eq!(advertised_address(wildcard6, None, &[]), "[::1]:7400");
+    }
+
+    #[test]
+    fn a_given_address_wins_and_a_bare_host_takes_the_listeners_port() {
+        let wildcard: SocketAddr = "0.0.0.0:7400".parse().unwrap();
+        let bound: SocketAddr = "127.0.0.1:7402".parse().unwrap();
+        assert_eq!(advertised_address(bound, None, &[]), "127.0.0.1:7402");
+        assert_eq!(
+            advertised_address(wildcard, Some("10.0.0.5:9000"), &[]),
+            "10.0.0.5:9000"
+        );
+        assert_eq!(
+            advertised_address(wildcard, Some("10.0.0.5"), &[]),
+            "10.0.0.5:7400"
+        );
+        assert_eq!(
+            advertised_address(wildcard, Some("db-1.example:7400"), &[]),
+            "db-1.example:7400"
+        );
+        assert_eq!(
+            advertised_address(wildcard, Some("db-1.example"), &[]),
+            "db-1.example:7400"
+        );
+        assert_eq!(
+            advertised_address(wildcard, Some("fd00::5"), &[]),
+            "[fd00::5]:7400"
+        );
     }
 }

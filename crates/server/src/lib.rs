@@ -29,7 +29,7 @@ mod stream;
 mod subscription;
 mod wire;
 
-pub use config::{ClusterConfig, Peer, ServerConfig};
+pub use config::{advertised_address, ClusterConfig, Peer, ServerConfig};
 pub use error::{
     CheckpointError, LocalError, OpenError, PlaceError, RemoteCreateError, StreamOpenError,
 };

@@ -125,8 +125,14 @@ async fn serve(
     let stop = server.stop.clone();
     let _ = stop.send(false);
     let stopping = stop.subscribe();
-    if let Ok(address) = listener.local_addr() {
-        server.set_address(address.to_string());
+    if let Ok(listening) = listener.local_addr() {
+        let config = &server.config;
+        let advertised = crate::config::advertised_address(
+            listening,
+            config.advertise.as_deref(),
+            &config.cluster.peers,
+        );
+        server.set_address(advertised);
     }
     let mut membership = None;
     if server.config.cluster.is_multi() {

@@ -107,6 +107,25 @@ fn send_then_tail_prints_every_message_with_its_version() {
 }
 
 #[test]
+fn a_server_announces_the_address_it_is_told_to_advertise() {
+    // Another loopback address than the one it listens on, with the
+    // listener's port: what peers and clients are told to dial.
+    let (server, _data) = Server::start(&["--advertise", "127.0.0.9"]);
+    let address = server.address.as_str();
+    let port = address.rsplit_once(':').unwrap().1;
+    let status = run(&["status", "--json", "-s", address], None);
+    let json: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(json["address"], format!("127.0.0.9:{port}"), "{json}");
+    let refused = run(&["server", "--advertise", "a b"], None);
+    assert!(!refused.status.success());
+    assert!(
+        text(&refused.stderr).contains("--advertise"),
+        "{}",
+        text(&refused.stderr)
+    );
+}
+
+#[test]
 fn streams_are_created_listed_and_deleted_from_the_command_line() {
     let (server, _data) = Server::start(&[]);
     let address = server.address.as_str();
