@@ -60,6 +60,8 @@ pub enum Fault {
     /// suspect timeout gets the server removed from the view; it must
     /// notice, join again as a new member and catch up by itself.
     Pause,
+    /// SIGKILLs and pauses in turn (the first a SIGKILL): the soak's mix.
+    Mixed,
 }
 
 impl Fault {
@@ -67,6 +69,7 @@ impl Fault {
         match self {
             Fault::Kill => "SIGKILL",
             Fault::Pause => "pause",
+            Fault::Mixed => "mixed",
         }
     }
 }
@@ -92,8 +95,9 @@ pub struct FailoverArgs {
     /// Whom to kill.
     #[arg(long, value_enum, default_value = "primary")]
     pub victims: Victims,
-    /// What each kill does to its victim: `kill` (SIGKILL and a restart)
-    /// or `pause` (SIGSTOP for `--pause-ms`, then SIGCONT, no restart).
+    /// What each kill does to its victim: `kill` (SIGKILL and a restart),
+    /// `pause` (SIGSTOP for `--pause-ms`, then SIGCONT, no restart) or
+    /// `mixed` (the two in turn: a soak).
     #[arg(long, value_enum, default_value = "kill")]
     pub fault: Fault,
     /// `pause`: how long each victim is stopped, in milliseconds.
@@ -523,14 +527,19 @@ async fn kill_one(
     let victim = choose_victim(cluster, args.victims, info.primary, random);
     let acknowledged_before = completed.borrow().acknowledged;
     let alone = args.servers == 1;
-    match args.fault {
-        Fault::Kill => tokio::task::block_in_place(|| cluster.kill(victim))?,
+    let fault = match args.fault {
+        Fault::Mixed if number % 2 == 1 => Fault::Kill,
+        Fault::Mixed => Fault::Pause,
+        fault => fault,
+    };
+    match fault {
+        Fault::Kill | Fault::Mixed => tokio::task::block_in_place(|| cluster.kill(victim))?,
         Fault::Pause => cluster.pause(victim)?,
     }
     // Once the signal has landed: a message offered while `kill` ran can
     // still be acknowledged by the victim.
     let fault_at = Instant::now();
-    if alone && args.fault == Fault::Kill {
+    if alone && fault == Fault::Kill {
         // No other server takes over: the one server comes back and
         // recovers what its log lost from the publisher's copies.
         tokio::task::block_in_place(|| cluster.start_server(victim))?;
@@ -542,12 +551,12 @@ async fn kill_one(
         let first = completed.wait_for(|c| c.submitted > fault_at).await;
         first.map(|c| c.completed)
     });
-    let recovery_ms = if args.fault == Fault::Pause && alone {
+    let recovery_ms = if fault == Fault::Pause && alone {
         // Nothing is acknowledged while the one server is stopped.
         tokio::time::sleep(Duration::from_millis(args.pause_ms)).await;
         cluster.resume(victim)?;
         recovery.await.ok()
-    } else if args.fault == Fault::Pause {
+    } else if fault == Fault::Pause {
         let resume = tokio::time::sleep(Duration::from_millis(args.pause_ms));
         let (recovered, _) = tokio::join!(recovery, resume);
         cluster.resume(victim)?;
@@ -558,14 +567,14 @@ async fn kill_one(
     .and_then(Result::ok)
     .map(|at| at.duration_since(fault_at).as_secs_f64() * 1e3);
     let after = placement(cluster, name).await?;
-    if !alone && args.fault == Fault::Kill {
+    if !alone && fault == Fault::Kill {
         tokio::task::block_in_place(|| cluster.start_server(victim))?;
     }
     let target = completed.borrow().acknowledged_version;
     let back_ms = wait_back(cluster, victim, name, target).await;
     Ok(Kill {
         number,
-        fault: args.fault,
+        fault,
         victim,
         was_primary: victim == info.primary,
         acknowledged_before,

@@ -128,6 +128,46 @@ fn paused_primaries_rejoin_by_themselves_with_nothing_lost() {
     assert!(json["kills"][0]["back_ms"].is_number());
 }
 
+/// The soak's mix: SIGKILLs and pauses in turn, of random servers.
+#[test]
+fn a_mix_of_kills_and_pauses_loses_and_duplicates_nothing() {
+    let folder = tempfile::tempdir().unwrap();
+    let args = FailoverArgs {
+        server_binary: Some(stamplog_binary()),
+        servers: 3,
+        messages: 4_000,
+        kills: 4,
+        victims: Victims::Random,
+        fault: Fault::Mixed,
+        pause_ms: 1_500,
+        rate: 1_000,
+        window: 32,
+        payload: 200,
+        protocol: Protocol::OneHopAckClient,
+        durability: Durability::Sync,
+        page_flush_ms: 50,
+        sender_recovery_ms: 800,
+        settle_ms: 300,
+        seed: 2,
+        keep: false,
+        output: quiet_output(folder.path()),
+    };
+    let figures = failover::run(args).unwrap();
+    assert!(figures.report.is_clean(), "{}", figures.report);
+    assert!(figures.reads.is_clean(), "{}", figures.reads);
+    assert_eq!(figures.acknowledged, figures.messages);
+    let faults: Vec<Fault> = figures.kills.iter().map(|k| k.fault).collect();
+    assert_eq!(
+        faults,
+        [Fault::Kill, Fault::Pause, Fault::Kill, Fault::Pause],
+        "kills and pauses in turn"
+    );
+    for kill in &figures.kills {
+        assert!(kill.recovery_ms.is_some(), "{kill:?}");
+        assert!(kill.back_ms.is_some(), "{kill:?}");
+    }
+}
+
 #[test]
 fn three_servers_survive_a_kill_loop_with_nothing_lost_duplicated_or_divergent() {
     kill_loop(3, 6, Protocol::OneHopAckClient, 7);
