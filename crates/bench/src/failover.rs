@@ -14,7 +14,8 @@
 //! and the next kill waits `--settle-ms` after that. With `--fault pause`
 //! the victim is stopped with SIGSTOP for `--pause-ms` and let run again
 //! with SIGCONT instead, with no restart: removed from the view while it
-//! was stopped, it must come back by itself. After every fault the victim
+//! was stopped, it must come back by itself; `--fault mixed` alternates
+//! the two (a soak). After every fault the victim
 //! is timed until it serves the stream as a replica holding every version
 //! acknowledged by then. Meanwhile one reader
 //! per server subscribes there and keeps reading through its kills and
