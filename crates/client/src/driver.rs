@@ -55,7 +55,15 @@ pub(crate) struct Driver {
     appends: BTreeMap<u64, PendingAppend>,
     requests: HashMap<u64, PendingRequest>,
     subscriptions: HashMap<u64, SubscriptionState>,
+    /// Servers to connect to when the connection breaks: the configured
+    /// one first, then every replica a stream's placement named (at most
+    /// [`KNOWN_SERVERS_MAX`]), so that requests and subscriptions go on
+    /// through another server when it dies.
+    known: Vec<String>,
 }
+
+/// Server addresses a client remembers at most.
+const KNOWN_SERVERS_MAX: usize = 64;
 
 impl Driver {
     pub(crate) fn new(
@@ -63,6 +71,7 @@ impl Driver {
         client_id: u128,
         commands: mpsc::UnboundedReceiver<Command>,
     ) -> Self {
+        let config_address = config.address.clone();
         Driver {
             config,
             client_id,
@@ -70,6 +79,33 @@ impl Driver {
             appends: BTreeMap::new(),
             requests: HashMap::new(),
             subscriptions: HashMap::new(),
+            known: vec![config_address],
+        }
+    }
+
+    /// Hands a subscription the records a `Deliver` frame carries.
+    fn deliver(&mut self, subscription: u64, records: &[u8]) {
+        let Some(state) = self.subscriptions.get_mut(&subscription) else {
+            return;
+        };
+        for record in proto::frame::iter_records(records) {
+            // After a resubscription the server starts at `next`;
+            // anything older was delivered already.
+            if record.header.version < state.next {
+                continue;
+            }
+            state.next = record.header.version + 1;
+            state.delivered += 1;
+            let _ = state.sender.send(Ok(ReceivedRecord::from(record)));
+        }
+    }
+
+    /// Remembers the servers of a stream's placement.
+    fn learn(&mut self, info: &proto::StreamInfo) {
+        for replica in &info.replicas {
+            if self.known.len() < KNOWN_SERVERS_MAX && !self.known.contains(&replica.address) {
+                self.known.push(replica.address.clone());
+            }
         }
     }
 
@@ -302,20 +338,7 @@ impl Driver {
                 subscription,
                 records,
                 ..
-            } => {
-                if let Some(state) = self.subscriptions.get_mut(&subscription) {
-                    for record in proto::frame::iter_records(&records) {
-                        // After a resubscription the server starts at
-                        // `next`; anything older was delivered already.
-                        if record.header.version < state.next {
-                            continue;
-                        }
-                        state.next = record.header.version + 1;
-                        state.delivered += 1;
-                        let _ = state.sender.send(Ok(ReceivedRecord::from(record)));
-                    }
-                }
-            }
+            } => self.deliver(subscription, &records),
             Frame::Error {
                 request,
                 code,
@@ -332,6 +355,9 @@ impl Driver {
                 }
             }
             other => {
+                if let Frame::StreamInfo { info, .. } = &other {
+                    self.learn(info);
+                }
                 let request = match &other {
                     Frame::StreamInfo { request, .. }
                     | Frame::StreamList { request, .. }
@@ -365,6 +391,12 @@ impl Session for Driver {
 
     fn down(&mut self) {
         self.fail_sent_requests();
+    }
+
+    /// The configured server first, then the others it knows in turn.
+    fn address(&self, attempt: u64) -> Option<String> {
+        let index = (attempt % self.known.len() as u64) as usize;
+        Some(self.known[index].clone())
     }
 }
 

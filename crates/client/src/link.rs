@@ -26,17 +26,26 @@ pub(crate) struct Connection {
     pub(crate) max_frame: usize,
 }
 
-/// Connects and runs the handshake.
+/// Connects to the configured server and runs the handshake.
 pub(crate) async fn connect(
     config: &ClientConfig,
     client_id: u128,
 ) -> Result<Connection, ClientError> {
+    connect_to(&config.address, config, client_id).await
+}
+
+/// Connects to `address` and runs the handshake.
+async fn connect_to(
+    address: &str,
+    config: &ClientConfig,
+    client_id: u128,
+) -> Result<Connection, ClientError> {
     let failure = |reason: String| ClientError::Connect {
-        address: config.address.clone(),
+        address: address.to_string(),
         reason,
     };
     let attempt = async {
-        let socket = TcpStream::connect(&config.address)
+        let socket = TcpStream::connect(address)
             .await
             .map_err(|e| failure(e.to_string()))?;
         let _ = socket.set_nodelay(true);
@@ -104,6 +113,12 @@ pub(crate) trait Session {
     /// A connection broke, or an attempt to connect failed: the link is
     /// down.
     fn down(&mut self);
+    /// Where attempt `attempt` (from 0) after a break connects: `None`,
+    /// the configured server every time.
+    fn address(&self, attempt: u64) -> Option<String> {
+        let _ = attempt;
+        None
+    }
 }
 
 /// Serves `first` (when given) and every connection after it, connecting
@@ -140,8 +155,11 @@ async fn reconnect(
     session: &mut impl Session,
 ) -> Option<Connection> {
     let mut delay = config.reconnect_delay_min;
-    loop {
-        let attempt = connect(config, client);
+    for attempts in 0.. {
+        let address = session
+            .address(attempts)
+            .unwrap_or_else(|| config.address.clone());
+        let attempt = connect_to(&address, config, client);
         tokio::pin!(attempt);
         let connected = loop {
             tokio::select! {
@@ -158,6 +176,7 @@ async fn reconnect(
         }
         delay = (delay * 2).min(config.reconnect_delay_max);
     }
+    None
 }
 
 /// Sleeps for `delay` while the session waits; `false` once its owner is

@@ -4,7 +4,8 @@
 //! again from its folder as a new member (a new join view; the old one
 //! stays shunned), cuts what the cluster does not agree with, catches up
 //! by state flush and counts toward acknowledgements again, with no
-//! restart and no operator.
+//! restart and no operator. And a reader whose server dies goes on
+//! through another replica.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -150,4 +151,52 @@ async fn a_removed_live_backup_rejoins_by_itself_and_catches_up() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_removed_live_primary_rejoins_by_itself_after_the_failover() {
     removed_server_rejoins(true).await;
+}
+
+/// A reader whose server dies goes on reading through another replica of
+/// the stream, from the version after the last it got: nothing skipped,
+/// nothing twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_resumes_on_another_replica_when_its_server_dies() {
+    let folder = tempfile::tempdir().unwrap();
+    let mut cluster = LocalCluster::start(3, folder.path(), crate::harness::fast)
+        .await
+        .unwrap();
+    let creator = Client::connect(ClientConfig::new(cluster.address(1).to_string()))
+        .await
+        .unwrap();
+    let info = creator
+        .create_stream_with(NAME, DurabilityConfig::Sync, Protocol::OneHopAckClient, 3)
+        .await
+        .unwrap();
+    let publisher = crate::harness::publisher(&info, 16, 200).await;
+    let mut history = ClientHistory::default();
+    send(&publisher, &mut history, 0, 100).await;
+    // The reader talks to a backup that is not server 1: it learns the
+    // stream's replicas when it opens the stream.
+    let doomed = (1..=3).find(|&id| id != info.primary && id != 1).unwrap();
+    let reader = Client::connect(ClientConfig::new(cluster.address(doomed).to_string()))
+        .await
+        .unwrap();
+    reader.open_stream(NAME).await.unwrap();
+    let mut subscription = reader.subscribe(info.id, 1).await.unwrap();
+    let mut versions = Vec::new();
+    while versions.len() < 50 {
+        let record = subscription.next().await.unwrap().unwrap();
+        versions.push(record.version);
+    }
+    cluster.stop_server(doomed).await;
+    send(&publisher, &mut history, 100, 200).await;
+    while versions.len() < 200 {
+        let record = tokio::time::timeout(Duration::from_secs(20), subscription.next())
+            .await
+            .expect("the subscription goes on through another server")
+            .unwrap()
+            .unwrap();
+        versions.push(record.version);
+    }
+    let expected: Vec<u64> = (1..=200).collect();
+    assert_eq!(versions, expected, "every version once, in order");
+    drop(publisher);
+    cluster.stop().await;
 }
