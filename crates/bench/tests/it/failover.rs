@@ -13,27 +13,40 @@ fn kill_loop(servers: u32, kills: u32, protocol: Protocol, seed: u64) {
     kill_loop_with(servers, kills, protocol, Durability::Sync, seed);
 }
 
-fn kill_loop_with(servers: u32, kills: u32, protocol: Protocol, durability: Durability, seed: u64) {
-    let folder = tempfile::tempdir().unwrap();
-    let args = FailoverArgs {
+/// The loops' common settings: three servers, 1,000 messages/s of 200
+/// bytes, 32 in flight, random victims killed with SIGKILL.
+fn base_args(folder: &std::path::Path) -> FailoverArgs {
+    FailoverArgs {
         server_binary: Some(stamplog_binary()),
-        servers,
+        servers: 3,
         messages: 3_000,
-        kills,
+        kills: 4,
         victims: Victims::Random,
         fault: Fault::Kill,
         pause_ms: 0,
         rate: 1_000,
         window: 32,
         payload: 200,
-        protocol,
-        durability,
+        protocol: Protocol::OneHopAckClient,
+        durability: Durability::Sync,
         page_flush_ms: 50,
         sender_recovery_ms: 800,
         settle_ms: 300,
-        seed,
+        seed: 1,
         keep: false,
-        output: quiet_output(folder.path()),
+        output: quiet_output(folder),
+    }
+}
+
+fn kill_loop_with(servers: u32, kills: u32, protocol: Protocol, durability: Durability, seed: u64) {
+    let folder = tempfile::tempdir().unwrap();
+    let args = FailoverArgs {
+        servers,
+        kills,
+        protocol,
+        durability,
+        seed,
+        ..base_args(folder.path())
     };
     let figures = failover::run(args).unwrap();
     let report = &figures.report;
@@ -84,24 +97,12 @@ fn kill_loop_with(servers: u32, kills: u32, protocol: Protocol, durability: Dura
 fn paused_primaries_rejoin_by_themselves_with_nothing_lost() {
     let folder = tempfile::tempdir().unwrap();
     let args = FailoverArgs {
-        server_binary: Some(stamplog_binary()),
-        servers: 3,
         messages: 4_000,
         kills: 3,
         victims: Victims::Primary,
         fault: Fault::Pause,
         pause_ms: 2_000,
-        rate: 1_000,
-        window: 32,
-        payload: 200,
-        protocol: Protocol::OneHopAckClient,
-        durability: Durability::Sync,
-        page_flush_ms: 50,
-        sender_recovery_ms: 800,
-        settle_ms: 300,
-        seed: 1,
-        keep: false,
-        output: quiet_output(folder.path()),
+        ..base_args(folder.path())
     };
     let figures = failover::run(args).unwrap();
     let report = &figures.report;
@@ -133,24 +134,11 @@ fn paused_primaries_rejoin_by_themselves_with_nothing_lost() {
 fn a_mix_of_kills_and_pauses_loses_and_duplicates_nothing() {
     let folder = tempfile::tempdir().unwrap();
     let args = FailoverArgs {
-        server_binary: Some(stamplog_binary()),
-        servers: 3,
         messages: 4_000,
-        kills: 4,
-        victims: Victims::Random,
         fault: Fault::Mixed,
         pause_ms: 1_500,
-        rate: 1_000,
-        window: 32,
-        payload: 200,
-        protocol: Protocol::OneHopAckClient,
-        durability: Durability::Sync,
-        page_flush_ms: 50,
-        sender_recovery_ms: 800,
-        settle_ms: 300,
         seed: 2,
-        keep: false,
-        output: quiet_output(folder.path()),
+        ..base_args(folder.path())
     };
     let figures = failover::run(args).unwrap();
     assert!(figures.report.is_clean(), "{}", figures.report);

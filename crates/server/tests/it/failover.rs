@@ -200,18 +200,8 @@ async fn a_stream_below_its_requirement_goes_read_only_or_blocks_and_resumes_by_
     })
     .await
     .unwrap();
-    let client = Client::connect(ClientConfig::new(cluster.address(1).to_string()))
-        .await
-        .unwrap();
-    let info = client
-        .create_stream_with(
-            "guarded",
-            DurabilityConfig::Sync,
-            Protocol::OneHopAckClient,
-            3,
-        )
-        .await
-        .unwrap();
+    let (client, info) =
+        crate::harness::create_on_three(&cluster, "guarded", Protocol::OneHopAckClient).await;
     let requirement = (vec!["east".to_string()], 3, client::LossAction::ReadOnly);
     client
         .set_requirement("guarded", Some(requirement))
@@ -475,18 +465,8 @@ async fn by_default_writes_wait_for_a_majority_of_the_replicas_in_sync() {
     })
     .await
     .unwrap();
-    let creator = Client::connect(ClientConfig::new(cluster.address(1).to_string()))
-        .await
-        .unwrap();
-    let info = creator
-        .create_stream_with(
-            "majority",
-            DurabilityConfig::Sync,
-            Protocol::OneHopAckClient,
-            3,
-        )
-        .await
-        .unwrap();
+    let (_creator, info) =
+        crate::harness::create_on_three(&cluster, "majority", Protocol::OneHopAckClient).await;
     // The client talks to the primary, which stays.
     let client = Client::connect(ClientConfig::new(cluster.address(info.primary).to_string()))
         .await

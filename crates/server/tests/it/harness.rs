@@ -274,3 +274,21 @@ pub fn fast(config: &mut server::ServerConfig) {
     config.cluster.suspect_timeout = std::time::Duration::from_millis(400);
     config.replication.gap_timeout_ms = 30;
 }
+
+/// A client of server 1 of `cluster`, and a `sync` stream named `name`
+/// of three replicas under `protocol` that it created.
+pub async fn create_on_three(
+    cluster: &server::LocalCluster,
+    name: &str,
+    protocol: client::Protocol,
+) -> (client::Client, client::StreamInfo) {
+    let address = cluster.address(1).to_string();
+    let client = client::Client::connect(client::ClientConfig::new(address))
+        .await
+        .unwrap();
+    let info = client
+        .create_stream_with(name, proto::DurabilityConfig::Sync, protocol, 3)
+        .await
+        .unwrap();
+    (client, info)
+}

@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 
 use checker::{Acked, ClientHistory, Sent};
 use client::{Client, ClientConfig, Protocol, Publisher};
-use proto::DurabilityConfig;
 use server::{LocalCluster, ServerState};
 
 use crate::replication::replica_log;
@@ -55,13 +54,8 @@ async fn removed_server_rejoins(victim_is_primary: bool) {
     let cluster = LocalCluster::start(3, folder.path(), crate::harness::fast)
         .await
         .unwrap();
-    let client = Client::connect(ClientConfig::new(cluster.address(1).to_string()))
-        .await
-        .unwrap();
-    let info = client
-        .create_stream_with(NAME, DurabilityConfig::Sync, Protocol::OneHopAckClient, 3)
-        .await
-        .unwrap();
+    let (_client, info) =
+        crate::harness::create_on_three(&cluster, NAME, Protocol::OneHopAckClient).await;
     let publisher = crate::harness::publisher(&info, 16, 200).await;
     let mut history = ClientHistory::default();
     send(&publisher, &mut history, 0, 200).await;
@@ -162,13 +156,8 @@ async fn a_subscription_resumes_on_another_replica_when_its_server_dies() {
     let mut cluster = LocalCluster::start(3, folder.path(), crate::harness::fast)
         .await
         .unwrap();
-    let creator = Client::connect(ClientConfig::new(cluster.address(1).to_string()))
-        .await
-        .unwrap();
-    let info = creator
-        .create_stream_with(NAME, DurabilityConfig::Sync, Protocol::OneHopAckClient, 3)
-        .await
-        .unwrap();
+    let (_creator, info) =
+        crate::harness::create_on_three(&cluster, NAME, Protocol::OneHopAckClient).await;
     let publisher = crate::harness::publisher(&info, 16, 200).await;
     let mut history = ClientHistory::default();
     send(&publisher, &mut history, 0, 100).await;

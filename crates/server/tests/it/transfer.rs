@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use client::{Client, ClientConfig, Protocol, Publisher};
-use proto::DurabilityConfig;
 use server::{LocalCluster, ServerState};
 
 use crate::harness::{read_log, wait_until, LoggedRecord};
@@ -52,13 +51,8 @@ async fn a_replica_behind_the_retained_log_catches_up_through_a_checkpoint_trans
     })
     .await
     .unwrap();
-    let client = Client::connect(ClientConfig::new(cluster.address(1).to_string()))
-        .await
-        .unwrap();
-    let info = client
-        .create_stream_with(NAME, DurabilityConfig::Sync, Protocol::OneHopAckClient, 3)
-        .await
-        .unwrap();
+    let (client, info) =
+        crate::harness::create_on_three(&cluster, NAME, Protocol::OneHopAckClient).await;
     let publisher = crate::harness::publisher(&info, 16, 200).await;
     send(&publisher, 0, 20).await;
     // A backup other than server 1 (which the client talks to) goes away.
