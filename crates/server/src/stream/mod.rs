@@ -357,19 +357,19 @@ impl Stream {
         if gate.in_sync == now {
             return;
         }
-        let replicas = view.placement.replicas.len();
+        // The live placement shrinks with the in-sync set (a lost replica
+        // leaves it), so its size would hide the loss: the sets alone say
+        // it; `status` gives the count against R.
         if now.len() < gate.in_sync.len() {
             tracing::warn!(
-                "stream {:?}: in-sync replicas {now:?}, {} of {replicas} (was {:?})",
+                "stream {:?}: in-sync replicas {now:?} (was {:?})",
                 self.name,
-                now.len(),
                 gate.in_sync
             );
         } else if !gate.in_sync.is_empty() {
             tracing::info!(
-                "stream {:?}: in-sync replicas {now:?}, {} of {replicas} (was {:?})",
+                "stream {:?}: in-sync replicas {now:?} (was {:?})",
                 self.name,
-                now.len(),
                 gate.in_sync
             );
         }
