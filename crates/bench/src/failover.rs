@@ -36,6 +36,7 @@ use report::stats::Summary;
 use report::Table;
 use tokio::sync::watch;
 
+use crate::network::Namespaces;
 use crate::output::{self, Output, OutputArgs};
 use crate::process::ProcessCluster;
 use crate::progress;
@@ -56,12 +57,28 @@ pub enum Victims {
 pub enum Fault {
     /// SIGKILL, then the server is started again on its port and data.
     Kill,
-    /// SIGSTOP for `--pause-ms`, then SIGCONT (a long GC pause, a VM
+    /// SIGSTOP for `--fault-ms`, then SIGCONT (a long GC pause, a VM
     /// migration, a stalled disk): no restart. A pause longer than the
     /// suspect timeout gets the server removed from the view; it must
     /// notice, join again as a new member and catch up by itself.
     Pause,
-    /// SIGKILLs and pauses in turn (the first a SIGKILL): the soak's mix.
+    /// The victim cut off from every other server, both ways, for
+    /// `--fault-ms`, while clients still reach it (`--network
+    /// namespaces`).
+    Partition,
+    /// The victim's packets to every other server dropped for
+    /// `--fault-ms`; theirs still reach it (`--network namespaces`).
+    OneWay,
+    /// The link between the victim and one other server cut and mended
+    /// every 250 ms for `--fault-ms` (`--network namespaces`).
+    Flap,
+    /// The victim and as many other servers as make a minority (one of
+    /// five, none of three) cut off from the rest, both ways, for
+    /// `--fault-ms`; clients reach both sides (`--network namespaces`).
+    Minority,
+    /// Every kind in turn, starting with a SIGKILL: SIGKILL and pause on
+    /// loopback; with `--network namespaces` also partition, one-way,
+    /// flap and minority. The soak's mix.
     Mixed,
 }
 
@@ -70,10 +87,54 @@ impl Fault {
         match self {
             Fault::Kill => "SIGKILL",
             Fault::Pause => "pause",
+            Fault::Partition => "partition",
+            Fault::OneWay => "one-way",
+            Fault::Flap => "flap",
+            Fault::Minority => "minority",
             Fault::Mixed => "mixed",
         }
     }
+
+    /// A fault of the network, made in the router of the namespaces.
+    pub fn needs_network(self) -> bool {
+        matches!(
+            self,
+            Fault::Partition | Fault::OneWay | Fault::Flap | Fault::Minority
+        )
+    }
+
+    /// Fault `number` (from 1) of a run of this kind.
+    pub fn nth(self, number: u32, namespaces: bool) -> Fault {
+        const LOOPBACK: [Fault; 2] = [Fault::Kill, Fault::Pause];
+        const NAMESPACES: [Fault; 6] = [
+            Fault::Kill,
+            Fault::Pause,
+            Fault::Partition,
+            Fault::OneWay,
+            Fault::Flap,
+            Fault::Minority,
+        ];
+        let cycle: &[Fault] = if namespaces { &NAMESPACES } else { &LOOPBACK };
+        match self {
+            Fault::Mixed => cycle[(number.max(1) - 1) as usize % cycle.len()],
+            fault => fault,
+        }
+    }
 }
+
+/// Where the servers run.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Network {
+    /// Every server on a port of 127.0.0.1.
+    Loopback,
+    /// Each server in a network namespace of its own, on its own address
+    /// (10.x.<id>.2), all joined by a router namespace where partitions
+    /// are made (needs root and the `ip` tool; removed at the end).
+    Namespaces,
+}
+
+/// How long each half-period of a flapping link lasts.
+const FLAP_PERIOD: Duration = Duration::from_millis(250);
 
 /// Options of `bench failover`.
 #[derive(Parser, Debug, Clone)]
@@ -96,14 +157,20 @@ pub struct FailoverArgs {
     /// Whom to kill.
     #[arg(long, value_enum, default_value = "primary")]
     pub victims: Victims,
-    /// What each kill does to its victim: `kill` (SIGKILL and a restart),
-    /// `pause` (SIGSTOP for `--pause-ms`, then SIGCONT, no restart) or
-    /// `mixed` (the two in turn: a soak).
+    /// What each fault does to its victim: `kill` (SIGKILL and a
+    /// restart), `pause` (SIGSTOP, then SIGCONT, no restart), the network
+    /// faults `partition`, `one-way`, `flap` and `minority` (with
+    /// `--network namespaces`), or `mixed` (every kind in turn: a soak).
     #[arg(long, value_enum, default_value = "kill")]
     pub fault: Fault,
-    /// `pause`: how long each victim is stopped, in milliseconds.
-    #[arg(long, default_value_t = 4_000)]
-    pub pause_ms: u64,
+    /// How long a pause or a network fault lasts, in milliseconds.
+    #[arg(long = "fault-ms", visible_alias = "pause-ms", default_value_t = 4_000)]
+    pub fault_ms: u64,
+    /// Where the servers run: `loopback` (127.0.0.1) or `namespaces` (each
+    /// in its own network namespace and address; needed by the network
+    /// faults).
+    #[arg(long, value_enum, default_value = "loopback")]
+    pub network: Network,
     /// Messages per second the writer offers (0: as fast as the window
     /// allows).
     #[arg(long, default_value_t = 2_000)]
@@ -158,6 +225,9 @@ pub struct Kill {
     pub number: u32,
     pub fault: Fault,
     pub victim: u32,
+    /// The other servers the fault touched: the victim's side of a
+    /// minority partition, the far end of a flapping link.
+    pub partners: Vec<u32>,
     pub was_primary: bool,
     /// Messages acknowledged when it happened.
     pub acknowledged_before: u64,
@@ -167,9 +237,11 @@ pub struct Kill {
     /// The primary and epoch after the recovery.
     pub primary_after: u32,
     pub epoch_after: u64,
-    /// From the victim's restart (or resume) until it serves the stream
-    /// again as one of its replicas and holds every version acknowledged
-    /// before that point; `None` when not within [`BACK_TIMEOUT`].
+    /// From the victim's restart (or resume, or the network healed) until
+    /// it and its partners serve the stream's newest placement, each a
+    /// replica holding every version acknowledged before that point (or
+    /// no longer one of its replicas); `None` when not within
+    /// [`BACK_TIMEOUT`].
     pub back_ms: Option<f64>,
 }
 
@@ -181,6 +253,8 @@ pub const BACK_TIMEOUT: Duration = Duration::from_secs(10);
 #[derive(Clone, Debug)]
 pub struct FailoverFigures {
     pub servers: u32,
+    /// Where each server listened, by id.
+    pub addresses: Vec<std::net::SocketAddr>,
     pub protocol: Protocol,
     pub durability: Durability,
     pub rate: u64,
@@ -317,6 +391,11 @@ pub fn run(args: FailoverArgs) -> anyhow::Result<FailoverFigures> {
         args.payload >= 8,
         "--payload must be at least 8 bytes (the message number)"
     );
+    ensure!(
+        args.network == Network::Namespaces || !args.fault.needs_network(),
+        "--fault {} needs --network namespaces",
+        args.fault.name()
+    );
     let binary = binary_or_self(&args.server_binary)?;
     let data = args.output.data_folder("failover")?;
     let extra: Vec<String> = if args.durability == Durability::Sender {
@@ -329,7 +408,11 @@ pub fn run(args: FailoverArgs) -> anyhow::Result<FailoverFigures> {
     } else {
         Vec::new()
     };
-    let cluster = ProcessCluster::start(&binary, data.path(), args.servers, &extra)?;
+    let network = match args.network {
+        Network::Namespaces => Some(Namespaces::create(args.servers)?),
+        Network::Loopback => None,
+    };
+    let cluster = ProcessCluster::start_in(&binary, data.path(), args.servers, &extra, network)?;
     let runtime = output::runtime()?;
     let figures = runtime.block_on(drive(&args, cluster));
     if args.keep {
@@ -440,9 +523,9 @@ async fn drive(
         .collect();
     let (report, reads) = judge(readers, &addresses, &final_info, &history).await?;
     let sent = history.sent.len() as u64;
-    drop(cluster);
     Ok(FailoverFigures {
         servers: args.servers,
+        addresses: cluster.addresses.clone(),
         protocol: args.protocol,
         durability: args.durability,
         rate: args.rate,
@@ -513,10 +596,11 @@ async fn judge(
     Ok((report, reads))
 }
 
-/// One kill: chooses the victim, kills it with SIGKILL (or pauses it),
-/// waits until a message submitted after the fault is acknowledged (or
-/// the timeout), starts the server again (or resumes it), and waits until
-/// it is a complete replica again.
+/// One fault: chooses the victim, kills it with SIGKILL (or pauses it, or
+/// cuts the network around it), waits until a message submitted after
+/// the fault is acknowledged (or the timeout), starts the server again
+/// (or resumes it, or heals the network), and waits until it is a
+/// complete replica again.
 async fn kill_one(
     cluster: &mut ProcessCluster,
     args: &FailoverArgs,
@@ -528,16 +612,10 @@ async fn kill_one(
     let victim = choose_victim(cluster, args.victims, info.primary, random);
     let acknowledged_before = completed.borrow().acknowledged;
     let alone = args.servers == 1;
-    let fault = match args.fault {
-        Fault::Mixed if number % 2 == 1 => Fault::Kill,
-        Fault::Mixed => Fault::Pause,
-        fault => fault,
-    };
-    match fault {
-        Fault::Kill | Fault::Mixed => tokio::task::block_in_place(|| cluster.kill(victim))?,
-        Fault::Pause => cluster.pause(victim)?,
-    }
-    // Once the signal has landed: a message offered while `kill` ran can
+    let fault = args.fault.nth(number, cluster.network().is_some());
+    let partners = partners(cluster, fault, victim, random);
+    start_fault(cluster, fault, victim, &partners)?;
+    // Once the fault is in place: a message offered while `kill` ran can
     // still be acknowledged by the victim.
     let fault_at = Instant::now();
     if alone && fault == Fault::Kill {
@@ -552,31 +630,37 @@ async fn kill_one(
         let first = completed.wait_for(|c| c.submitted > fault_at).await;
         first.map(|c| c.completed)
     });
-    let recovery_ms = if fault == Fault::Pause && alone {
+    let recovered = if fault == Fault::Kill {
+        recovery.await
+    } else if alone {
         // Nothing is acknowledged while the one server is stopped.
-        tokio::time::sleep(Duration::from_millis(args.pause_ms)).await;
-        cluster.resume(victim)?;
-        recovery.await.ok()
-    } else if fault == Fault::Pause {
-        let resume = tokio::time::sleep(Duration::from_millis(args.pause_ms));
-        let (recovered, _) = tokio::join!(recovery, resume);
-        cluster.resume(victim)?;
-        recovered.ok()
+        hold_fault(cluster, fault, victim, &partners, args.fault_ms).await?;
+        end_fault(cluster, fault, victim)?;
+        recovery.await
     } else {
-        recovery.await.ok()
-    }
-    .and_then(Result::ok)
-    .map(|at| at.duration_since(fault_at).as_secs_f64() * 1e3);
+        let lasting = hold_fault(cluster, fault, victim, &partners, args.fault_ms);
+        let (recovered, lasted) = tokio::join!(recovery, lasting);
+        lasted?;
+        end_fault(cluster, fault, victim)?;
+        recovered
+    };
+    let recovery_ms = recovered
+        .ok()
+        .and_then(Result::ok)
+        .map(|at| at.duration_since(fault_at).as_secs_f64() * 1e3);
     let after = placement(cluster, name).await?;
     if !alone && fault == Fault::Kill {
         tokio::task::block_in_place(|| cluster.start_server(victim))?;
     }
     let target = completed.borrow().acknowledged_version;
-    let back_ms = wait_back(cluster, victim, name, target).await;
+    let mut touched = partners.clone();
+    touched.push(victim);
+    let back_ms = wait_back(cluster, &touched, name, target).await;
     Ok(Kill {
         number,
         fault,
         victim,
+        partners,
         was_primary: victim == info.primary,
         acknowledged_before,
         recovery_ms,
@@ -584,6 +668,103 @@ async fn kill_one(
         epoch_after: after.epoch,
         back_ms,
     })
+}
+
+/// The other servers a fault touches: for a minority partition, enough
+/// others to make the victim's side a minority; for a flapping link, the
+/// server at its other end.
+fn partners(
+    cluster: &ProcessCluster,
+    fault: Fault,
+    victim: u32,
+    random: &mut proto::Rng,
+) -> Vec<u32> {
+    let mut others: Vec<u32> = cluster
+        .running()
+        .into_iter()
+        .filter(|id| *id != victim)
+        .collect();
+    let wanted = match fault {
+        Fault::Flap => 1,
+        Fault::Minority => (cluster.addresses.len().saturating_sub(1) / 2).saturating_sub(1),
+        _ => 0,
+    };
+    let mut chosen = Vec::new();
+    while chosen.len() < wanted && !others.is_empty() {
+        let index = random.below(others.len() as u64) as usize;
+        chosen.push(others.swap_remove(index));
+    }
+    chosen
+}
+
+/// Puts the fault in place: the signal, or the network's first cuts.
+fn start_fault(
+    cluster: &mut ProcessCluster,
+    fault: Fault,
+    victim: u32,
+    partners: &[u32],
+) -> anyhow::Result<()> {
+    let servers = cluster.addresses.len() as u32;
+    if fault == Fault::Kill || fault == Fault::Mixed {
+        return tokio::task::block_in_place(|| cluster.kill(victim));
+    }
+    if fault == Fault::Pause {
+        return cluster.pause(victim);
+    }
+    let network = cluster
+        .network()
+        .context("a network fault needs --network namespaces")?;
+    match fault {
+        Fault::Partition => network.partition(&[victim]),
+        Fault::OneWay => (1..=servers)
+            .filter(|id| *id != victim)
+            .try_for_each(|other| network.cut(victim, other)),
+        Fault::Minority => network.partition(&[&[victim], partners].concat()),
+        _ => Ok(()),
+    }
+}
+
+/// Lets a pause or a network fault last `fault_ms`; a flapping link is cut
+/// and mended in turn meanwhile. A SIGKILL lasts no time.
+async fn hold_fault(
+    cluster: &ProcessCluster,
+    fault: Fault,
+    victim: u32,
+    partners: &[u32],
+    fault_ms: u64,
+) -> anyhow::Result<()> {
+    let until = Instant::now() + Duration::from_millis(fault_ms);
+    match (fault, cluster.network(), partners.first()) {
+        (Fault::Kill, _, _) => Ok(()),
+        (Fault::Flap, Some(network), Some(&partner)) => {
+            let mut cut = false;
+            while Instant::now() < until {
+                if cut {
+                    network.mend(victim, partner)?;
+                    network.mend(partner, victim)?;
+                } else {
+                    network.cut(victim, partner)?;
+                    network.cut(partner, victim)?;
+                }
+                cut = !cut;
+                tokio::time::sleep(FLAP_PERIOD.min(until - Instant::now())).await;
+            }
+            Ok(())
+        }
+        _ => {
+            tokio::time::sleep_until(until.into()).await;
+            Ok(())
+        }
+    }
+}
+
+/// Ends a pause (SIGCONT) or a network fault (every cut mended).
+fn end_fault(cluster: &ProcessCluster, fault: Fault, victim: u32) -> anyhow::Result<()> {
+    match (fault, cluster.network()) {
+        (Fault::Pause, _) => cluster.resume(victim),
+        (_, Some(network)) => network.heal(),
+        _ => Ok(()),
+    }
 }
 
 /// The server to kill: the primary, or with `Victims::Random` another
@@ -606,36 +787,78 @@ fn choose_victim(
     }
 }
 
-/// Waits (up to [`BACK_TIMEOUT`]) until server `victim` answers for the
-/// stream as one of its replicas and holds version `target`; the time it
-/// took, in milliseconds.
-async fn wait_back(cluster: &ProcessCluster, victim: u32, name: &str, target: u64) -> Option<f64> {
+/// Waits (up to [`BACK_TIMEOUT`]) until each server of `touched` answers
+/// for the stream with its newest placement and, when it is one of the
+/// replicas there, holds version `target`; the time it took, in
+/// milliseconds. (A refill may have moved the stream away from a server
+/// that was cut off; it is back once it knows.)
+async fn wait_back(
+    cluster: &ProcessCluster,
+    touched: &[u32],
+    name: &str,
+    target: u64,
+) -> Option<f64> {
     let started = Instant::now();
-    let config = ClientConfig::new(cluster.address(victim).to_string());
-    while started.elapsed() < BACK_TIMEOUT {
-        let answer = tokio::time::timeout(Duration::from_secs(1), async {
-            Client::connect(config.clone())
-                .await?
-                .open_stream(name)
-                .await
-        })
-        .await;
-        if let Ok(Ok(info)) = answer {
-            if info.replicas.iter().any(|r| r.id == victim) && info.last_version >= target {
-                return Some(started.elapsed().as_secs_f64() * 1e3);
+    for &server in touched {
+        let config = ClientConfig::new(cluster.address(server).to_string());
+        loop {
+            if started.elapsed() >= BACK_TIMEOUT {
+                return None;
             }
+            let answer = tokio::time::timeout(Duration::from_secs(1), async {
+                Client::connect(config.clone())
+                    .await?
+                    .open_stream(name)
+                    .await
+            })
+            .await;
+            let newest = tokio::time::timeout(Duration::from_secs(2), placement(cluster, name));
+            if let (Ok(answer), Ok(Ok(newest))) = (answer, newest.await) {
+                if is_back(server, answer, &newest, target) {
+                    break;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    None
+    Some(started.elapsed().as_secs_f64() * 1e3)
+}
+
+/// Whether `server`'s `answer` for the stream shows it back: ready (not
+/// joining) and knowing the newest placement, and holding `target` when
+/// that placement names it. A server without a replica knows no stream
+/// by name, and answers so only once it has joined the view.
+fn is_back(
+    server: u32,
+    answer: Result<StreamInfo, client::ClientError>,
+    newest: &StreamInfo,
+    target: u64,
+) -> bool {
+    let named = newest.replicas.iter().any(|r| r.id == server);
+    match answer {
+        Ok(info) => {
+            let replica = info.replicas.iter().any(|r| r.id == server);
+            info.epoch >= newest.epoch && (!replica || info.last_version >= target)
+        }
+        Err(client::ClientError::Server {
+            code: proto::ErrorCode::UnknownStream,
+            ..
+        }) => !named,
+        Err(_) => false,
+    }
 }
 
 impl Kill {
     /// The kill's line on the terminal.
     fn print(&self) {
         let timed_out = || "never (timed out)".to_string();
+        let partners: String = self
+            .partners
+            .iter()
+            .map(|p| format!(" with server {p}"))
+            .collect();
         println!(
-            "kill {} ({}): server {}{} after {} acks; writes acknowledged again after {}; primary now server {} (epoch {}); server {} a complete replica again after {}",
+            "fault {} ({}): server {}{}{partners} after {} acks; writes acknowledged again after {}; primary now server {} (epoch {}); server {} and partners complete again after {}",
             self.number,
             self.fault.name(),
             self.victim,

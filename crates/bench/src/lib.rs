@@ -14,7 +14,8 @@
 //! | [`patterns`] | 001, the table of seconds per million messages | the six message patterns at R = 3 per payload and durability, against the disk's limit and one fdatasync |
 //! | [`duplication`] | 002, Table II | aggregate write throughput against clients for the four duplication protocols, the hybrid and no duplication |
 //! | [`commit_interval`] | 003, the checkpoint interval sensitivity analysis | throughput, ack latency (p50, p99, mean) and the memory held per interval against the output commit interval T |
-//! | [`failover`] | F7 | time until writes are acknowledged again after a SIGKILL of the primary (or of random servers, the kill loop), with the history checker's counts |
+//! | [`failover`] | F7 | time until writes are acknowledged again after a SIGKILL of the primary (or of random servers, the kill loop), with the history checker's counts; also pauses and, in network namespaces, partitions |
+//! | [`soak`] | issue 17 | `failover`'s every fault in turn at random servers for a chosen time |
 
 pub mod commit_interval;
 pub mod compute;
@@ -26,12 +27,14 @@ pub mod floor;
 pub mod harness;
 pub mod logging;
 pub mod memory;
+pub mod network;
 pub mod output;
 pub mod paged;
 pub mod patterns;
 pub mod process;
 pub mod progress;
 pub mod replication;
+pub mod soak;
 pub mod throughput;
 pub mod units;
 
@@ -42,6 +45,7 @@ pub use logging::LoggingArgs;
 pub use memory::MemoryArgs;
 pub use paged::PagedArgs;
 pub use patterns::PatternsArgs;
+pub use soak::SoakArgs;
 pub use throughput::ThroughputArgs;
 
 /// The experiments of `stamplog bench`.
@@ -75,9 +79,16 @@ pub enum BenchCommand {
     /// interval T, on a cluster run as a child `stamplog cluster` (R = 1 by default).
     CommitInterval(CommitIntervalArgs),
     /// F7: separate server processes; SIGKILL the primary (or random
-    /// servers) under a steady write load, report the time until writes
-    /// are acknowledged again (p50, max) and the history checker's counts.
+    /// servers), pause it, or (in network namespaces) partition it under
+    /// a steady write load, report the time until writes are acknowledged
+    /// again (p50, max), until the victim is a complete replica again, and
+    /// the history checker's counts.
     Failover(FailoverArgs),
+    /// Soak: writers and readers for `--minutes` against separate
+    /// server processes (each in its own network namespace where it can
+    /// be), killed, paused and partitioned at random; the history
+    /// checker's counts and each fault's time to heal.
+    Soak(SoakArgs),
 }
 
 /// Runs one experiment: progress bar on stderr, table on stdout, files in
@@ -92,5 +103,6 @@ pub fn run(command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Duplication(args) => duplication::run(args).map(drop),
         BenchCommand::CommitInterval(args) => commit_interval::run(args).map(drop),
         BenchCommand::Failover(args) => failover::run(args).map(drop),
+        BenchCommand::Soak(args) => soak::run(args).map(drop),
     }
 }

@@ -13,6 +13,8 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 
+use crate::network::Namespaces;
+
 /// How long the child may take to print its `listening on` line.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(20);
 
@@ -50,9 +52,21 @@ impl ServerProcess {
         log_path: &Path,
         extra: &[String],
     ) -> anyhow::Result<ServerProcess> {
+        ServerProcess::spawn_command(Command::new(binary), data, listen, log_path, extra)
+    }
+
+    /// As [`ServerProcess::spawn_with`], running `command` (the binary,
+    /// perhaps behind `ip netns exec`) with `server` and the arguments.
+    pub fn spawn_command(
+        mut command: Command,
+        data: &Path,
+        listen: &str,
+        log_path: &Path,
+        extra: &[String],
+    ) -> anyhow::Result<ServerProcess> {
         let log = File::create(log_path)
             .with_context(|| format!("cannot create {}", log_path.display()))?;
-        let mut child = Command::new(binary)
+        let mut child = command
             .arg("server")
             .arg("--listen")
             .arg(listen)
@@ -63,7 +77,7 @@ impl ServerProcess {
             .stdout(Stdio::piped())
             .stderr(log)
             .spawn()
-            .with_context(|| format!("cannot start {}", binary.display()))?;
+            .with_context(|| format!("cannot start {:?}", command.get_program()))?;
         let stdout = child.stdout.take().expect("stdout is piped");
         let mut process = ServerProcess {
             child,
@@ -334,7 +348,8 @@ pub fn memory_usage(pid: u32) -> anyhow::Result<MemoryUsage> {
 }
 
 /// A multi-server cluster of separate `stamplog server` processes on
-/// loopback ports chosen up front, so every server is told every other's
+/// loopback ports chosen up front (or each in a network namespace of its
+/// own, on its own address), so every server is told every other's
 /// address and a killed server starts again on its own port and data.
 pub struct ProcessCluster {
     binary: PathBuf,
@@ -343,6 +358,9 @@ pub struct ProcessCluster {
     servers: Vec<Option<ServerProcess>>,
     starts: Vec<u32>,
     extra: Vec<String>,
+    /// The namespaces the servers run in, when they do; last, so that
+    /// the servers are dropped (killed) before their namespaces go.
+    network: Option<Namespaces>,
 }
 
 impl ProcessCluster {
@@ -355,19 +373,25 @@ impl ProcessCluster {
         count: u32,
         extra: &[String],
     ) -> anyhow::Result<ProcessCluster> {
-        // Free ports: bound, noted and released; the servers bind them a
-        // moment later.
-        let mut addresses = Vec::new();
-        let mut probes = Vec::new();
-        for _ in 0..count {
-            let probe =
-                std::net::TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
-            addresses.push(probe.local_addr()?);
-            probes.push(probe);
-        }
-        drop(probes);
+        ProcessCluster::start_in(binary, data, count, extra, None)
+    }
+
+    /// As [`ProcessCluster::start`]; with `network`, server `id` runs in
+    /// the network's namespace `id` and listens on its address there.
+    pub fn start_in(
+        binary: &Path,
+        data: &Path,
+        count: u32,
+        extra: &[String],
+        network: Option<Namespaces>,
+    ) -> anyhow::Result<ProcessCluster> {
+        let addresses = match &network {
+            Some(network) => (1..=count).map(|id| network.listen(id)).collect(),
+            None => free_ports(count)?,
+        };
         let mut cluster = ProcessCluster {
             binary: binary.to_path_buf(),
+            network,
             data: data.to_path_buf(),
             servers: (0..count).map(|_| None).collect(),
             starts: vec![0; count as usize],
@@ -382,6 +406,11 @@ impl ProcessCluster {
 
     pub fn data(&self) -> &Path {
         &self.data
+    }
+
+    /// The namespaces the servers run in, when they do.
+    pub fn network(&self) -> Option<&Namespaces> {
+        self.network.as_ref()
     }
 
     /// Starts server `id` (again), on its own port and data.
@@ -399,8 +428,12 @@ impl ProcessCluster {
             }
         }
         extra.extend(self.extra.iter().cloned());
-        let process = ServerProcess::spawn_with(
-            &self.binary,
+        let command = match &self.network {
+            Some(network) => network.command(id, &self.binary),
+            None => Command::new(&self.binary),
+        };
+        let process = ServerProcess::spawn_command(
+            command,
             &self.data.join(format!("server-{id}")),
             &self.addresses[index].to_string(),
             &log,
@@ -463,6 +496,19 @@ impl ProcessCluster {
             .filter(|id| self.is_running(*id))
             .collect()
     }
+}
+
+/// `count` free loopback addresses: bound, noted and released; the
+/// servers bind them a moment later.
+fn free_ports(count: u32) -> anyhow::Result<Vec<SocketAddr>> {
+    let mut addresses = Vec::new();
+    let mut probes = Vec::new();
+    for _ in 0..count {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
+        addresses.push(probe.local_addr()?);
+        probes.push(probe);
+    }
+    Ok(addresses)
 }
 
 #[cfg(test)]

@@ -47,6 +47,10 @@ use crate::config::ClientConfig;
 use crate::error::ClientError;
 use crate::link::{self, Connection, Ended, Session};
 
+/// How long the placement refresher waits for other servers once one has
+/// answered.
+const REFRESH_GRACE: Duration = Duration::from_millis(150);
+
 /// How often a publisher that suspects a failover asks for the placement.
 pub const REFRESH_INTERVAL: Duration = Duration::from_millis(100);
 
@@ -969,8 +973,13 @@ fn push_acks(client: u128, frame: Frame, answers: &mut Vec<(ServerId, Msg)>) {
     }
 }
 
-/// Asks the known servers, one after another, for the stream's placement
-/// whenever the publisher wants it.
+/// Asks every known server at once for the stream's placement whenever
+/// the publisher wants it, and hands over the newest epoch among the
+/// answers (within a second, and at most [`REFRESH_GRACE`] after the
+/// first): a server cut off from the others still answers its clients,
+/// from a view the cluster has left behind, so the first answer is not
+/// enough, while a paused server never answers and must not hold up the
+/// rest.
 async fn run_refresher(
     name: String,
     addresses: Arc<Mutex<Vec<String>>>,
@@ -979,24 +988,38 @@ async fn run_refresher(
     infos: mpsc::Sender<StreamInfo>,
 ) {
     while requests.recv().await.is_some() {
-        let known = addresses.lock().expect("addresses lock").clone();
-        let mut asked = HashSet::new();
+        let known: HashSet<String> = addresses
+            .lock()
+            .expect("addresses lock")
+            .iter()
+            .cloned()
+            .collect();
+        let mut asking = tokio::task::JoinSet::new();
         for address in known {
-            if !asked.insert(address.clone()) {
-                continue;
-            }
             let mut config = ClientConfig::new(address);
             config.connect_timeout = timeout.min(Duration::from_secs(1));
-            let answer = tokio::time::timeout(Duration::from_secs(1), async {
+            let name = name.clone();
+            asking.spawn(async move {
                 let client = Client::connect(config).await?;
                 client.open_stream(&name).await
-            })
-            .await;
+            });
+        }
+        let mut newest: Option<StreamInfo> = None;
+        let mut deadline = tokio::time::Instant::now() + Duration::from_secs(1);
+        while let Ok(Some(answer)) = tokio::time::timeout_at(deadline, asking.join_next()).await {
             if let Ok(Ok(info)) = answer {
-                if infos.send(info).await.is_err() {
-                    return;
+                if newest.is_none() {
+                    deadline = deadline.min(tokio::time::Instant::now() + REFRESH_GRACE);
                 }
-                break;
+                if newest.as_ref().is_none_or(|n| info.epoch > n.epoch) {
+                    newest = Some(info);
+                }
+            }
+        }
+        asking.abort_all();
+        if let Some(info) = newest {
+            if infos.send(info).await.is_err() {
+                return;
             }
         }
     }

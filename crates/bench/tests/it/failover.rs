@@ -3,7 +3,7 @@
 //! random servers (the primary half the time) killed with SIGKILL and
 //! started again, and the history checker on every replica at the end.
 
-use bench::failover::{self, FailoverArgs, Fault, Victims};
+use bench::failover::{self, FailoverArgs, Fault, Network, Victims};
 use bench::replication::Durability;
 use client::Protocol;
 
@@ -15,7 +15,7 @@ fn kill_loop(servers: u32, kills: u32, protocol: Protocol, seed: u64) {
 
 /// The loops' common settings: three servers, 1,000 messages/s of 200
 /// bytes, 32 in flight, random victims killed with SIGKILL.
-fn base_args(folder: &std::path::Path) -> FailoverArgs {
+pub(crate) fn base_args(folder: &std::path::Path) -> FailoverArgs {
     FailoverArgs {
         server_binary: Some(stamplog_binary()),
         servers: 3,
@@ -23,7 +23,8 @@ fn base_args(folder: &std::path::Path) -> FailoverArgs {
         kills: 4,
         victims: Victims::Random,
         fault: Fault::Kill,
-        pause_ms: 0,
+        fault_ms: 0,
+        network: Network::Loopback,
         rate: 1_000,
         window: 32,
         payload: 200,
@@ -101,7 +102,7 @@ fn paused_primaries_rejoin_by_themselves_with_nothing_lost() {
         kills: 3,
         victims: Victims::Primary,
         fault: Fault::Pause,
-        pause_ms: 2_000,
+        fault_ms: 2_000,
         ..base_args(folder.path())
     };
     let figures = failover::run(args).unwrap();
@@ -136,7 +137,7 @@ fn a_mix_of_kills_and_pauses_loses_and_duplicates_nothing() {
     let args = FailoverArgs {
         messages: 4_000,
         fault: Fault::Mixed,
-        pause_ms: 1_500,
+        fault_ms: 1_500,
         seed: 2,
         ..base_args(folder.path())
     };
