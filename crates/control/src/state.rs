@@ -754,7 +754,27 @@ impl ControlState {
                     stream.name,
                     describe(&availability)
                 ));
+                let closed = matches!(
+                    stream.availability,
+                    Availability::Degraded {
+                        action: LossAction::Reconnect,
+                        ..
+                    }
+                );
                 stream.availability = availability;
+                if closed && stream.availability == Availability::Available {
+                    // `reconnect`: the stream was closed while its
+                    // requirement was not met. It reopens in a new epoch
+                    // under the same primary, which takes every live
+                    // replica's tail and brings each in line (state flush)
+                    // before it stamps again: the members rejoin it.
+                    stream.epoch += 1;
+                    stream.epoch_members = stream.replicas.iter().copied().filter(live).collect();
+                    notes.push(format!(
+                        "stream {:?} reopened in epoch {}: its members rejoin by state flush",
+                        stream.name, stream.epoch
+                    ));
+                }
             }
         }
         for note in notes {
@@ -1167,6 +1187,61 @@ mod tests {
             text.iter().any(|t| t.contains("block (up to 500 ms)")),
             "{text:?}"
         );
+    }
+
+    /// `reconnect`: the stream closes while its requirement is not met
+    /// and reopens in a new epoch, under the same primary, once it is met
+    /// again; `block` resumes in the same epoch.
+    #[test]
+    fn a_reconnect_stream_reopens_in_a_new_epoch_and_a_blocked_one_does_not() {
+        for (action, reopens) in [
+            (LossAction::Reconnect, true),
+            (LossAction::Block { timeout_ms: 500 }, false),
+        ] {
+            let mut state = cluster(3);
+            state.apply(Command::CreateStream {
+                name: "s".into(),
+                config: config(3),
+            });
+            let requirement = Requirement {
+                roles: Vec::new(),
+                min_in_sync: 3,
+                action,
+            };
+            state.apply(Command::SetRequirement {
+                name: "s".into(),
+                requirement: Some(requirement),
+            });
+            let (epoch, primary) = (state.streams["s"].epoch, state.streams["s"].primary);
+            let backup = if primary == Some(3) { 2 } else { 3 };
+            remove(&mut state, backup);
+            assert!(matches!(
+                state.streams["s"].availability,
+                Availability::Degraded { .. }
+            ));
+            assert_eq!(state.streams["s"].epoch, epoch, "closing keeps the epoch");
+            join(&mut state, backup, 9);
+            state.apply(Command::InSync {
+                name: "s".into(),
+                epoch,
+                server: backup,
+                join_view: None,
+            });
+            let stream = &state.streams["s"];
+            assert_eq!(stream.availability, Availability::Available);
+            assert_eq!(stream.primary, primary, "the same primary");
+            let expected = if reopens { epoch + 1 } else { epoch };
+            assert_eq!(stream.epoch, expected, "{action:?}");
+            if reopens {
+                // Every live replica's tail is taken in the new epoch.
+                assert_eq!(stream.epoch_members.len(), 3);
+                let text: Vec<&str> = state.transitions.iter().map(|t| t.what.as_str()).collect();
+                assert!(
+                    text.iter().any(|t| t.contains("reopened in epoch")),
+                    "{text:?}"
+                );
+            }
+        }
     }
 
     #[test]

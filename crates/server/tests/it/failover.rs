@@ -273,6 +273,107 @@ async fn a_stream_below_its_requirement_goes_read_only_or_blocks_and_resumes_by_
     cluster.stop().await;
 }
 
+/// `reconnect` (F9): while the requirement is not met the stream is
+/// closed to writers (their writes are refused and their connections
+/// closed; the client library reconnects and retries); once it is met
+/// again the stream reopens in a new epoch under the same primary, every
+/// member rejoins it by state flush, and the waiting write lands. The
+/// three logs agree, each message once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconnect_stream_closes_and_its_members_rejoin_by_state_flush_once_the_requirement_is_met(
+) {
+    let folder = tempfile::tempdir().unwrap();
+    let mut cluster = LocalCluster::start(3, folder.path(), fast).await.unwrap();
+    let (_creator, info) =
+        crate::harness::create_on_three(&cluster, "reopened", Protocol::OneHopAckClient).await;
+    let client = Client::connect(ClientConfig::new(cluster.address(info.primary).to_string()))
+        .await
+        .unwrap();
+    let requirement = (Vec::new(), 3, client::LossAction::Reconnect);
+    client
+        .set_requirement("reopened", Some(requirement))
+        .await
+        .unwrap();
+    wait_state(&client, "reopened", "available").await;
+    let publisher = crate::harness::publisher(&info, 8, 100).await;
+    let mut history = ClientHistory::default();
+    let mut note = |payload: &[u8], published: client::Published| {
+        history.sent.push(Sent {
+            event: published.event,
+            digest: checker::digest(b"", payload),
+        });
+        history.acked.push(Acked {
+            event: published.event,
+            version: published.version,
+            duplicate: published.duplicate,
+        });
+        published.version
+    };
+    let first = publisher.send(b"", b"before").await.unwrap();
+    assert_eq!(note(b"before", first), 1);
+
+    let victim = (1..=3).find(|id| *id != info.primary).unwrap();
+    cluster.stop_server(victim).await;
+    wait_state(&client, "reopened", "reconnect").await;
+    let waiting = publisher.submit(b"", b"waited").await.unwrap();
+    let mut waiting = Box::pin(waiting);
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), &mut waiting)
+            .await
+            .is_err(),
+        "a closed stream took a write"
+    );
+    cluster.start_server(victim).await.unwrap();
+    let waited = tokio::time::timeout(Duration::from_secs(15), waiting)
+        .await
+        .expect("the write lands once the stream reopens")
+        .unwrap();
+    assert_eq!(note(b"waited", waited), 2);
+    let after = publisher.send(b"", b"after").await.unwrap();
+    assert_eq!(note(b"after", after), 3);
+    wait_state(&client, "reopened", "available").await;
+    let reopened = client.open_stream("reopened").await.unwrap();
+    assert_eq!(reopened.primary, info.primary, "the same primary");
+    assert!(reopened.epoch > info.epoch, "a new epoch: {reopened:?}");
+    let status = client.status().await.unwrap();
+    assert!(status.contains("reopened in epoch"), "{status}");
+
+    // Every member holds the three messages, once each, in one order.
+    let mut logs = Vec::new();
+    for id in 1..=3 {
+        let reader = Client::connect(ClientConfig::new(cluster.address(id).to_string()))
+            .await
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while reader
+            .open_stream("reopened")
+            .await
+            .unwrap()
+            .committed_version
+            < 3
+        {
+            assert!(Instant::now() < deadline, "server {id} never caught up");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let records = crate::harness::fetch_all(&reader, reopened.id).await;
+        logs.push(checker::ReplicaLog {
+            replica: format!("server-{id}"),
+            records: records
+                .iter()
+                .map(|r| checker::Logged {
+                    version: r.version,
+                    event: r.event,
+                    digest: checker::digest(&r.key, &r.payload),
+                })
+                .collect(),
+        });
+    }
+    let report = checker::check(std::slice::from_ref(&history), &logs, None);
+    assert!(report.is_clean(), "{report}");
+    drop(publisher);
+    cluster.stop().await;
+}
+
 /// A fourth server that none of the first three was configured with joins
 /// through them: it becomes a member (and a voter), links to the others,
 /// and takes a replica of a stream, by placement or by refilling one lost;
