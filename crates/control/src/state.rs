@@ -747,35 +747,7 @@ impl ControlState {
                     ));
                 }
             }
-            let availability = availability(stream, members);
-            if availability != stream.availability {
-                notes.push(format!(
-                    "stream {:?}: {}",
-                    stream.name,
-                    describe(&availability)
-                ));
-                let closed = matches!(
-                    stream.availability,
-                    Availability::Degraded {
-                        action: LossAction::Reconnect,
-                        ..
-                    }
-                );
-                stream.availability = availability;
-                if closed && stream.availability == Availability::Available {
-                    // `reconnect`: the stream was closed while its
-                    // requirement was not met. It reopens in a new epoch
-                    // under the same primary, which takes every live
-                    // replica's tail and brings each in line (state flush)
-                    // before it stamps again: the members rejoin it.
-                    stream.epoch += 1;
-                    stream.epoch_members = stream.replicas.iter().copied().filter(live).collect();
-                    notes.push(format!(
-                        "stream {:?} reopened in epoch {}: its members rejoin by state flush",
-                        stream.name, stream.epoch
-                    ));
-                }
-            }
+            settle_availability(stream, members, &mut notes);
         }
         for note in notes {
             self.record(note);
@@ -790,6 +762,48 @@ impl ControlState {
             view: self.view,
             what,
         });
+    }
+}
+
+/// Brings `stream.availability` in line with its requirement and the live
+/// members, noting a change; a `reconnect` stream whose requirement is met
+/// again reopens in a new epoch under the same primary, which takes every
+/// live replica's tail and brings each in line (state flush) before it
+/// stamps again: the members rejoin it.
+fn settle_availability(
+    stream: &mut StreamPlacement,
+    members: &BTreeMap<ServerId, Member>,
+    notes: &mut Vec<String>,
+) {
+    let availability = availability(stream, members);
+    if availability == stream.availability {
+        return;
+    }
+    notes.push(format!(
+        "stream {:?}: {}",
+        stream.name,
+        describe(&availability)
+    ));
+    let closed = matches!(
+        stream.availability,
+        Availability::Degraded {
+            action: LossAction::Reconnect,
+            ..
+        }
+    );
+    stream.availability = availability;
+    if closed && stream.availability == Availability::Available {
+        stream.epoch += 1;
+        stream.epoch_members = stream
+            .replicas
+            .iter()
+            .copied()
+            .filter(|id| members.contains_key(id))
+            .collect();
+        notes.push(format!(
+            "stream {:?} reopened in epoch {}: its members rejoin by state flush",
+            stream.name, stream.epoch
+        ));
     }
 }
 
