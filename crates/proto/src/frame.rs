@@ -41,6 +41,9 @@ pub const ACKED_FLAG_DUPLICATE: u8 = 1;
 /// Append flag: the acknowledgement carries the payload back (the logging
 /// experiment's "reply of the same length").
 pub const APPEND_FLAG_ECHO: u8 = 1;
+/// `Append` flag: a server that is not the stream's primary answers
+/// `NotPrimary` instead of forwarding the message to the primary.
+pub const APPEND_FLAG_REDIRECT: u8 = 2;
 /// Ack flag: the event id was already logged; the version is the original.
 pub const ACK_FLAG_DUPLICATE: u8 = 1;
 /// Ack flag: the message may repeat one logged before a failover.

@@ -18,6 +18,7 @@
 //! replication messages from that server to this one's streams.
 
 mod admin;
+mod forward;
 mod read;
 mod write;
 
@@ -146,6 +147,7 @@ async fn serve_client(
         batch: None,
         legacy_slots: Arc::new(Semaphore::new(in_flight)),
         subscriptions: HashMap::new(),
+        forwarder: None,
     };
     let stopped_by_server = tokio::select! {
         _ = connection.read_loop(reader, buffer) => false,
@@ -375,6 +377,9 @@ struct Connection {
     legacy_slots: Arc<Semaphore>,
     /// Each subscription's task and its credit (records it may still push).
     subscriptions: HashMap<u64, (JoinHandle<()>, Arc<Semaphore>)>,
+    /// The link to another server's primary that `Append`s for its
+    /// streams are forwarded over (`forward.rs`), once one was needed.
+    forwarder: Option<forward::Forwarder>,
 }
 
 impl Connection {

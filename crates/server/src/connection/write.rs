@@ -24,8 +24,7 @@ impl Connection {
                     session,
                     sequence,
                 };
-                let echo = flags & proto::frame::APPEND_FLAG_ECHO != 0;
-                self.append(request, stream, event, low_water, key, payload, echo)
+                self.append(request, stream, event, low_water, key, payload, flags)
                     .await
             }
             Frame::Submit {
@@ -54,8 +53,9 @@ impl Connection {
         low_water: u64,
         key: Vec<u8>,
         payload: Vec<u8>,
-        echo: bool,
+        flags: u8,
     ) -> bool {
+        let echo = flags & proto::frame::APPEND_FLAG_ECHO != 0;
         let stream = match self.find_stream(request, stream_id).await {
             Ok(stream) => stream,
             Err(open) => return open,
@@ -66,32 +66,30 @@ impl Connection {
                 .error(request, ErrorCode::MessageTooLarge, message)
                 .await;
         }
-        // `Append` is answered by the primary alone: it serves streams whose
-        // ack rule the primary's answer meets.
-        let rule = stream.protocol.ack_rule(HybridMode::ServerSync);
-        let primary_answers = matches!(rule, AckRule::PrimaryAfterAll | AckRule::PrimaryOnly)
-            || stream.placement().replicas.len() == 1;
-        if stream.is_sender_logged() {
-            let message = format!(
-                "stream {:?} uses sender-based logging, which needs the client to confirm each version and keep its messages; send with Submit (the client library's replicated producer)",
-                stream.name
-            );
+        if let Some(message) = append_refusal(&stream) {
             return self
                 .outgoing
                 .error(request, ErrorCode::InvalidArgument, message)
                 .await;
         }
-        if !primary_answers || stream.protocol == Protocol::Unversioned {
-            let message = format!(
-                "stream {:?} uses {} over {} replicas; send with Submit (the client library's replicated producer)",
-                stream.name,
-                stream.protocol,
-                stream.placement().replicas.len()
-            );
-            return self
-                .outgoing
-                .error(request, ErrorCode::InvalidArgument, message)
-                .await;
+        let primary = stream.placement().primary;
+        if primary != self.server.config.cluster.me {
+            if flags & proto::frame::APPEND_FLAG_REDIRECT != 0 || primary == 0 {
+                return self
+                    .not_primary(request, &stream, "the client asked to be redirected")
+                    .await;
+            }
+            let append = Frame::Append {
+                request,
+                stream: stream.id,
+                flags,
+                session: event.session,
+                sequence: event.sequence,
+                low_water,
+                key,
+                payload,
+            };
+            return self.forward(&stream, request, append).await;
         }
         let Ok(slot) = Arc::clone(&self.legacy_slots).acquire_owned().await else {
             return false;
@@ -219,6 +217,29 @@ impl Connection {
         }
         stay
     }
+}
+
+/// Why `stream` takes no `Append`, if it does not: the primary's answer
+/// alone must meet its acknowledgement rule.
+fn append_refusal(stream: &Stream) -> Option<String> {
+    let rule = stream.protocol.ack_rule(HybridMode::ServerSync);
+    let primary_answers = matches!(rule, AckRule::PrimaryAfterAll | AckRule::PrimaryOnly)
+        || stream.placement().replicas.len() == 1;
+    if stream.is_sender_logged() {
+        return Some(format!(
+            "stream {:?} uses sender-based logging, which needs the client to confirm each version and keep its messages; send with Submit (the client library's replicated producer)",
+            stream.name
+        ));
+    }
+    if !primary_answers || stream.protocol == Protocol::Unversioned {
+        return Some(format!(
+            "stream {:?} uses {} over {} replicas; send with Submit (the client library's replicated producer)",
+            stream.name,
+            stream.protocol,
+            stream.placement().replicas.len()
+        ));
+    }
+    None
 }
 
 fn submit_failure_code(failure: &SubmitFailure) -> ErrorCode {

@@ -198,7 +198,7 @@ impl ServerState {
     }
 
     /// The client address of a server of the cluster.
-    fn address_of(&self, id: ServerId) -> String {
+    pub(crate) fn address_of(&self, id: ServerId) -> String {
         if id == self.config.cluster.me {
             return self.address();
         }

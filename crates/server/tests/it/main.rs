@@ -9,6 +9,7 @@ mod checkpoint;
 mod commit_interval;
 mod failover;
 mod faults;
+mod forward;
 mod harness;
 mod property;
 mod rejoin;
