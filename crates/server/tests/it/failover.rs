@@ -187,6 +187,30 @@ async fn wait_state(client: &Client, stream: &str, state: &str) {
     .await;
 }
 
+/// Submits `waited`, checks that it is not acknowledged within 500 ms
+/// (`holder` would have taken it), starts server `server` again and
+/// returns the acknowledgement, which must come within 15 s.
+async fn held_until_started(
+    publisher: &client::Publisher,
+    cluster: &mut LocalCluster,
+    server: u32,
+    holder: &str,
+) -> client::Published {
+    let waiting = publisher.submit(b"", b"waited").await.unwrap();
+    let mut waiting = Box::pin(waiting);
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), &mut waiting)
+            .await
+            .is_err(),
+        "{holder} took a write"
+    );
+    cluster.start_server(server).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(15), waiting)
+        .await
+        .unwrap_or_else(|_| panic!("the write waiting on {holder} never landed"))
+        .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_below_its_requirement_goes_read_only_or_blocks_and_resumes_by_itself() {
     let folder = tempfile::tempdir().unwrap();
@@ -315,19 +339,7 @@ async fn a_reconnect_stream_closes_and_its_members_rejoin_by_state_flush_once_th
     let victim = (1..=3).find(|id| *id != info.primary).unwrap();
     cluster.stop_server(victim).await;
     wait_state(&client, "reopened", "reconnect").await;
-    let waiting = publisher.submit(b"", b"waited").await.unwrap();
-    let mut waiting = Box::pin(waiting);
-    assert!(
-        tokio::time::timeout(Duration::from_millis(500), &mut waiting)
-            .await
-            .is_err(),
-        "a closed stream took a write"
-    );
-    cluster.start_server(victim).await.unwrap();
-    let waited = tokio::time::timeout(Duration::from_secs(15), waiting)
-        .await
-        .expect("the write lands once the stream reopens")
-        .unwrap();
+    let waited = held_until_started(&publisher, &mut cluster, victim, "a closed stream").await;
     assert_eq!(note(b"waited", waited), 2);
     let after = publisher.send(b"", b"after").await.unwrap();
     assert_eq!(note(b"after", after), 3);
@@ -593,19 +605,7 @@ async fn by_default_writes_wait_for_a_majority_of_the_replicas_in_sync() {
 
     cluster.stop_server(second).await;
     wait_state(&client, "majority", "block").await;
-    let waiting = publisher.submit(b"", b"waited").await.unwrap();
-    let mut waiting = Box::pin(waiting);
-    assert!(
-        tokio::time::timeout(Duration::from_millis(500), &mut waiting)
-            .await
-            .is_err(),
-        "the primary alone acknowledged a write"
-    );
-    cluster.start_server(second).await.unwrap();
-    let waited = tokio::time::timeout(Duration::from_secs(15), waiting)
-        .await
-        .expect("the write completes once two replicas are in sync")
-        .unwrap();
+    let waited = held_until_started(&publisher, &mut cluster, second, "the primary alone").await;
     assert_eq!(waited.version, 3);
     wait_state(&client, "majority", "available").await;
     drop(publisher);
