@@ -144,9 +144,14 @@ impl Connection {
                 format!("this server is joining the cluster; {name:?} is not open here yet: retry");
             return self.outgoing.error(request, ErrorCode::Busy, message).await;
         }
-        match self.server.stream_by_name(&name) {
-            Some(stream) => {
-                let info = self.server.stream_info(&stream);
+        // A server without a replica answers with the stream's placement,
+        // so a client that knows any one server finds the replicas.
+        let info = match self.server.stream_by_name(&name) {
+            Some(stream) => Some(self.server.stream_info(&stream)),
+            None => self.server.placed_info(&name),
+        };
+        match info {
+            Some(info) => {
                 self.outgoing
                     .send(&Frame::StreamInfo { request, info })
                     .await

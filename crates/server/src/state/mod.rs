@@ -375,6 +375,15 @@ impl ServerState {
         info
     }
 
+    /// A stream this server holds no replica of, as the control plane
+    /// places it: its live replicas, primary and epoch. Its versions are
+    /// 0 (this server holds none; a replica has them).
+    pub fn placed_info(&self, name: &str) -> Option<StreamInfo> {
+        let state = self.control_state()?;
+        let placed = state.streams.get(name)?;
+        Some(self.info_for(placed, &placed.live_view(&state).placement))
+    }
+
     pub fn stream_by_id(&self, id: u64) -> Option<Arc<Stream>> {
         self.streams
             .read()

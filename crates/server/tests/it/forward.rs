@@ -2,7 +2,8 @@
 //! reaches a server other than the stream's primary is forwarded there and
 //! the answer relayed, so a retry that lands anywhere gets the message's
 //! one version, flagged duplicate; a client that asks for the redirect
-//! gets `NotPrimary` naming the primary, and nothing is written.
+//! gets `NotPrimary` naming the primary, and nothing is written. A server
+//! without a replica answers `OpenStream` with the placement.
 
 use std::time::Duration;
 
@@ -106,5 +107,52 @@ async fn an_append_to_a_backup_is_forwarded_and_a_retry_anywhere_gets_its_one_ve
     let records = crate::harness::fetch_all(&creator, info.id).await;
     let payloads: Vec<&[u8]> = records.iter().map(|r| r.payload.as_slice()).collect();
     assert_eq!(payloads, [&b"message 1"[..], b"message 3"], "each once");
+    cluster.stop().await;
+}
+
+/// A client that knows only a server holding no replica of the stream
+/// (four servers, R = 3) opens it there: the answer is the placement, and
+/// a publisher built on it writes to the replicas.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_without_a_replica_names_the_replicas_and_a_publisher_follows_them() {
+    let folder = tempfile::tempdir().unwrap();
+    let cluster = LocalCluster::start(4, folder.path(), fast).await.unwrap();
+    let creator = Client::connect(ClientConfig::new(cluster.address(1).to_string()))
+        .await
+        .unwrap();
+    let info = creator
+        .create_stream_with(
+            "placed",
+            DurabilityConfig::Sync,
+            Protocol::OneHopAckClient,
+            3,
+        )
+        .await
+        .unwrap();
+    let outsider = (1..=4)
+        .find(|id| !info.replicas.iter().any(|r| r.id == *id))
+        .unwrap();
+    let client = Client::connect(ClientConfig::new(cluster.address(outsider).to_string()))
+        .await
+        .unwrap();
+    let seen = client.open_stream("placed").await.unwrap();
+    assert_eq!(
+        (seen.id, seen.primary, seen.epoch),
+        (info.id, info.primary, info.epoch)
+    );
+    let ids = |i: &client::StreamInfo| i.replicas.iter().map(|r| r.id).collect::<Vec<_>>();
+    assert_eq!(ids(&seen), ids(&info));
+    assert_eq!(seen.last_version, 0, "it holds no version itself");
+    let publisher = crate::harness::publisher(&seen, 4, 100).await;
+    assert_eq!(
+        publisher
+            .send(b"", b"through the placement")
+            .await
+            .unwrap()
+            .version,
+        1
+    );
+    let unknown = client.open_stream("nowhere").await;
+    assert!(unknown.is_err(), "{unknown:?}");
     cluster.stop().await;
 }
