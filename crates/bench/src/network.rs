@@ -60,6 +60,9 @@ impl Namespaces {
             (1..=200).contains(&servers),
             "between 1 and 200 servers in namespaces"
         );
+        if NETWORKS.load(Ordering::Relaxed) == 0 {
+            remove_stale();
+        }
         let number = NETWORKS.fetch_add(1, Ordering::Relaxed);
         let prefix = format!("sl{}n{number}", std::process::id() % 1_000_000);
         let octet = free_octet(std::process::id().wrapping_add(number))?;
@@ -275,6 +278,37 @@ impl Drop for Namespaces {
         }
         let _ = ip(&["netns", "del", &self.router()]);
         let _ = ip(&["link", "del", &format!("{}c", self.prefix)]);
+    }
+}
+
+/// Removes what a process that made networks and died without cleaning
+/// up (SIGKILL) left: namespaces `sl<pid>n<k>...` and the veth
+/// `sl<pid>n<k>c` of a pid that no longer runs.
+fn remove_stale() {
+    let Ok(listed) = Command::new("ip").args(["netns", "list"]).output() else {
+        return;
+    };
+    let listed = String::from_utf8_lossy(&listed.stdout).into_owned();
+    let mut prefixes = BTreeSet::new();
+    for name in listed.lines().filter_map(|line| line.split_whitespace().next()) {
+        let Some(rest) = name.strip_prefix("sl") else {
+            continue;
+        };
+        let Some((pid, tail)) = rest.split_once('n') else {
+            continue;
+        };
+        let number: String = tail.chars().take_while(char::is_ascii_digit).collect();
+        let Ok(pid) = pid.parse::<u32>() else {
+            continue;
+        };
+        if number.is_empty() || Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        let _ = ip(&["netns", "del", name]);
+        prefixes.insert(format!("sl{pid}n{number}"));
+    }
+    for prefix in prefixes {
+        let _ = ip(&["link", "del", &format!("{prefix}c")]);
     }
 }
 
