@@ -1214,6 +1214,7 @@ fn figures_json(figures: &FailoverFigures, kills: &Table, summary: &Table) -> se
             "number": k.number,
             "fault": k.fault.name(),
             "victim": k.victim,
+            "partners": k.partners,
             "was_primary": k.was_primary,
             "acknowledged_before": k.acknowledged_before,
             "recovery_ms": k.recovery_ms,
