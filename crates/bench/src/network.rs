@@ -290,7 +290,10 @@ fn remove_stale() {
     };
     let listed = String::from_utf8_lossy(&listed.stdout).into_owned();
     let mut prefixes = BTreeSet::new();
-    for name in listed.lines().filter_map(|line| line.split_whitespace().next()) {
+    for name in listed
+        .lines()
+        .filter_map(|line| line.split_whitespace().next())
+    {
         let Some(rest) = name.strip_prefix("sl") else {
             continue;
         };
