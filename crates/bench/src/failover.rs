@@ -1,22 +1,27 @@
 //! `bench failover` (F7): how long writes stop when a server dies or
 //! pauses, and what the history checker says about every fault.
 //!
-//! A cluster of separate `stamplog server` processes on loopback holds one
-//! stream (R = 3, or every server when fewer). One publisher writes at a
-//! steady rate (`--rate`, or as fast as its window allows with 0). At
-//! evenly spaced points of the run a server is killed with SIGKILL: the
-//! stream's primary (`--victims primary`), or any server, the primary half
-//! the time (`--victims random`, the kill loop). The time to recover is
-//! from the kill to the first acknowledgement of a message submitted after
-//! it (messages in flight at the kill complete first, so this is the time
-//! until new writes are acknowledged again). The killed server is started
-//! again on its port and data (it joins as a new member and catches up),
-//! and the next kill waits `--settle-ms` after that. With `--fault pause`
-//! the victim is stopped with SIGSTOP for `--pause-ms` and let run again
-//! with SIGCONT instead, with no restart: removed from the view while it
-//! was stopped, it must come back by itself; `--fault mixed` alternates
-//! the two (a soak). After every fault the victim
-//! is timed until it serves the stream as a replica holding every version
+//! A cluster of separate `stamplog server` processes on loopback (or, with
+//! `--network namespaces`, each in a network namespace of its own on its
+//! own address: `crate::network`) holds one stream (R = 3, or every
+//! server when fewer). One publisher writes at a steady rate (`--rate`, or
+//! as fast as its window allows with 0). At evenly spaced points of the
+//! run a server is killed with SIGKILL: the stream's primary (`--victims
+//! primary`), or any server, the primary half the time (`--victims
+//! random`, the kill loop). The time to recover is from the fault to the
+//! first acknowledgement of a message submitted after it (messages in
+//! flight complete first, so this is the time until new writes are
+//! acknowledged again). The killed server is started again on its port and
+//! data (it joins as a new member and catches up), and the next fault
+//! waits `--settle-ms` after that. With `--fault pause` the victim is
+//! stopped with SIGSTOP for `--fault-ms` and let run again with SIGCONT
+//! instead, with no restart: removed from the view while it was stopped,
+//! it must come back by itself. The network faults (`partition`,
+//! `one-way`, `flap`, `minority`) cut links around the victim for
+//! `--fault-ms` and then heal them; `--fault mixed` runs every kind the
+//! network allows in turn (the soak). After every fault the victim (and
+//! the other servers the fault touched) is timed until it serves the
+//! stream's newest placement, as a replica holding every version
 //! acknowledged by then. Meanwhile one reader
 //! per server subscribes there and keeps reading through its kills and
 //! restarts, resuming after the last version it got. At the end every
@@ -705,7 +710,7 @@ fn start_fault(
     partners: &[u32],
 ) -> anyhow::Result<()> {
     let servers = cluster.addresses.len() as u32;
-    if fault == Fault::Kill || fault == Fault::Mixed {
+    if fault == Fault::Kill {
         return tokio::task::block_in_place(|| cluster.kill(victim));
     }
     if fault == Fault::Pause {
@@ -813,8 +818,8 @@ async fn wait_back(
             })
             .await;
             let newest = tokio::time::timeout(Duration::from_secs(2), placement(cluster, name));
-            if let (Ok(answer), Ok(Ok(newest))) = (answer, newest.await) {
-                if is_back(server, answer, &newest, target) {
+            if let (Ok(Ok(answer)), Ok(Ok(newest))) = (answer, newest.await) {
+                if is_back(server, &answer, &newest, target) {
                     break;
                 }
             }
@@ -826,26 +831,11 @@ async fn wait_back(
 
 /// Whether `server`'s `answer` for the stream shows it back: ready (not
 /// joining) and knowing the newest placement, and holding `target` when
-/// that placement names it. A server without a replica knows no stream
-/// by name, and answers so only once it has joined the view.
-fn is_back(
-    server: u32,
-    answer: Result<StreamInfo, client::ClientError>,
-    newest: &StreamInfo,
-    target: u64,
-) -> bool {
-    let named = newest.replicas.iter().any(|r| r.id == server);
-    match answer {
-        Ok(info) => {
-            let replica = info.replicas.iter().any(|r| r.id == server);
-            info.epoch >= newest.epoch && (!replica || info.last_version >= target)
-        }
-        Err(client::ClientError::Server {
-            code: proto::ErrorCode::UnknownStream,
-            ..
-        }) => !named,
-        Err(_) => false,
-    }
+/// that placement names it (a server without a replica answers with the
+/// placement).
+fn is_back(server: u32, answer: &StreamInfo, newest: &StreamInfo, target: u64) -> bool {
+    let replica = answer.replicas.iter().any(|r| r.id == server);
+    answer.epoch >= newest.epoch && (!replica || answer.last_version >= target)
 }
 
 impl Kill {

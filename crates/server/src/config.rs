@@ -280,25 +280,18 @@ mod tests {
         let wildcard: SocketAddr = "0.0.0.0:7400".parse().unwrap();
         let bound: SocketAddr = "127.0.0.1:7402".parse().unwrap();
         assert_eq!(advertised_address(bound, None, &[]), "127.0.0.1:7402");
-        assert_eq!(
-            advertised_address(wildcard, Some("10.0.0.5:9000"), &[]),
-            "10.0.0.5:9000"
-        );
-        assert_eq!(
-            advertised_address(wildcard, Some("10.0.0.5"), &[]),
-            "10.0.0.5:7400"
-        );
-        assert_eq!(
-            advertised_address(wildcard, Some("db-1.example:7400"), &[]),
-            "db-1.example:7400"
-        );
-        assert_eq!(
-            advertised_address(wildcard, Some("db-1.example"), &[]),
-            "db-1.example:7400"
-        );
-        assert_eq!(
-            advertised_address(wildcard, Some("fd00::5"), &[]),
-            "[fd00::5]:7400"
-        );
+        for (given, advertised) in [
+            ("10.0.0.5:9000", "10.0.0.5:9000"),
+            ("10.0.0.5", "10.0.0.5:7400"),
+            ("db-1.example:7400", "db-1.example:7400"),
+            ("db-1.example", "db-1.example:7400"),
+            ("fd00::5", "[fd00::5]:7400"),
+        ] {
+            assert_eq!(
+                advertised_address(wildcard, Some(given), &[]),
+                advertised,
+                "--advertise {given}"
+            );
+        }
     }
 }

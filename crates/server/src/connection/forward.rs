@@ -159,19 +159,7 @@ impl Connection {
             .drain()
             .collect();
         drop(forwarder);
-        for request in left {
-            let message = format!(
-                "the link to the primary (server {primary}) broke before it answered; send again"
-            );
-            if !self
-                .outgoing
-                .error(request, ErrorCode::NotPrimary, message)
-                .await
-            {
-                return false;
-            }
-        }
-        true
+        answer_unrelayed(&self.outgoing, primary, left).await
     }
 
     /// `NotPrimary` for `request`, naming the primary when there is one.
@@ -229,6 +217,13 @@ async fn relay(
     }
     broken.store(true, Ordering::Release);
     let left: Vec<u64> = pending.lock().expect("pending lock").drain().collect();
+    answer_unrelayed(&outgoing, primary, left).await;
+}
+
+/// Answers forwarded requests that a broken link to server `primary`
+/// left without an answer with `NotPrimary` (the client sends them
+/// again). `false`: the client's connection is gone.
+async fn answer_unrelayed(outgoing: &Outgoing, primary: ServerId, left: Vec<u64>) -> bool {
     for request in left {
         let message = format!(
             "the link to the primary (server {primary}) broke before it answered; send again"
@@ -237,7 +232,8 @@ async fn relay(
             .error(request, ErrorCode::NotPrimary, message)
             .await
         {
-            return;
+            return false;
         }
     }
+    true
 }

@@ -13,7 +13,6 @@ use proto::DurabilityConfig;
 use server::LocalCluster;
 
 use crate::harness::fast;
-use crate::replication::replica_log;
 
 async fn failover(protocol: Protocol) {
     let folder = tempfile::tempdir().unwrap();
@@ -100,17 +99,10 @@ async fn failover(protocol: Protocol) {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
-    let data: Vec<(u32, std::path::PathBuf)> = cluster
-        .servers
-        .iter()
-        .map(|s| (s.id, s.data.clone()))
-        .collect();
+    let data = crate::replication::data_folders(&cluster);
     drop(publisher);
     cluster.stop().await;
-    let logs: Vec<_> = data
-        .iter()
-        .map(|(id, folder)| replica_log(folder, &name, info.id, format!("server-{id}")))
-        .collect();
+    let logs = crate::replication::replica_logs(&data, &name, info.id);
     let mut flagged_total = 0;
     for (id, data) in &data {
         let folder = data.join("streams").join(&name).join("log");
@@ -485,10 +477,7 @@ async fn a_server_no_one_was_configured_with_joins_and_holds_a_replica() {
         .collect();
     drop(publisher);
     cluster.stop().await;
-    let logs: Vec<_> = holders
-        .iter()
-        .map(|(id, data)| replica_log(data, "grown", info.id, format!("server-{id}")))
-        .collect();
+    let logs = crate::replication::replica_logs(&holders, "grown", info.id);
     assert!(logs.len() >= 2);
     let report = checker::check(std::slice::from_ref(&history), &logs, None);
     assert!(report.is_clean(), "{report}");

@@ -14,8 +14,6 @@ use checker::{Acked, ClientHistory, Sent};
 use client::{Client, ClientConfig, Protocol, Publisher};
 use server::{LocalCluster, ServerState};
 
-use crate::replication::replica_log;
-
 const NAME: &str = "rejoined";
 
 fn state_of(cluster: &LocalCluster, id: u32) -> Option<Arc<ServerState>> {
@@ -108,18 +106,11 @@ async fn removed_server_rejoins(victim_is_primary: bool) {
     })
     .await;
 
-    let data: Vec<(u32, std::path::PathBuf)> = cluster
-        .servers
-        .iter()
-        .map(|s| (s.id, s.data.clone()))
-        .collect();
+    let data = crate::replication::data_folders(&cluster);
     drop(publisher);
     drop(observer);
     cluster.stop().await;
-    let logs: Vec<_> = data
-        .iter()
-        .map(|(id, folder)| replica_log(folder, NAME, info.id, format!("server-{id}")))
-        .collect();
+    let logs = crate::replication::replica_logs(&data, NAME, info.id);
     for log in &logs {
         let last = log.records.last().map_or(0, |r| r.version);
         assert!(

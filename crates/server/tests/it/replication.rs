@@ -30,6 +30,28 @@ pub fn replica_log(data: &Path, name: &str, stream: u64, label: String) -> Repli
     }
 }
 
+/// Each server's id and data folder, to read the logs once it stopped.
+pub fn data_folders(cluster: &LocalCluster) -> Vec<(u32, std::path::PathBuf)> {
+    cluster
+        .servers
+        .iter()
+        .map(|s| (s.id, s.data.clone()))
+        .collect()
+}
+
+/// The logs of stream `name` (id `stream`) in each of `folders`, labelled
+/// `server-<id>`.
+pub fn replica_logs(
+    folders: &[(u32, std::path::PathBuf)],
+    name: &str,
+    stream: u64,
+) -> Vec<ReplicaLog> {
+    folders
+        .iter()
+        .map(|(id, folder)| replica_log(folder, name, stream, format!("server-{id}")))
+        .collect()
+}
+
 fn payload(writer: u64, index: u64) -> Vec<u8> {
     format!(
         "writer {writer} message {index} {}",
