@@ -52,7 +52,7 @@ use crate::floor::FlowFloor;
 use crate::output::{self, Output, OutputArgs};
 use crate::progress;
 use crate::replication::{
-    batch_of, binary_or_self, parse_protocol, publish, publish_one_at_a_time, spawn_cluster,
+    batch_of, binary_or_self, parse_protocol, publish, publish_one_at_a_time, spawn_cluster_secure,
     Cluster, Durability, ReplicaLog,
 };
 use crate::units::{fixed, format_bytes, parse_bytes};
@@ -125,6 +125,12 @@ pub struct PatternsArgs {
     /// Batches each of the three disk-limit writers writes and syncs.
     #[arg(long, default_value_t = 1000)]
     pub disk_syncs: usize,
+    /// Run the cluster secure, as `stamplog cluster` does by default: TLS
+    /// on every link (client, peer, control) and the admin token. Without
+    /// it the cluster runs `--insecure` (plain TCP), so a pair of runs
+    /// with and without measures what TLS costs.
+    #[arg(long)]
+    pub tls: bool,
     #[command(flatten)]
     pub output: OutputArgs,
 }
@@ -312,7 +318,7 @@ pub fn run(args: PatternsArgs) -> anyhow::Result<PatternsFigures> {
     };
     let bar = progress::bar(planned_steps(&args), "patterns", args.output.quiet);
     let runtime = output::runtime()?;
-    let process = spawn_cluster(&binary, REPLICAS, data.path())?;
+    let process = spawn_cluster_secure(&binary, REPLICAS, data.path(), args.tls)?;
     let cluster = runtime.block_on(Cluster::connect(process))?;
     let cells = runtime.block_on(measure_cells(&cluster, &args, &bar))?;
     let disk = disk_limit(&args, &cells, headline_payload, data.path(), &bar)?;
@@ -382,9 +388,10 @@ fn planned_steps(args: &PatternsArgs) -> u64 {
     (cells * args.messages + disk + 4 * args.latency_messages + LATENCY_WARMUP) as u64
 }
 
-fn publisher_config(args: &PatternsArgs, window: usize) -> PublisherConfig {
+fn publisher_config(args: &PatternsArgs, cluster: &Cluster, window: usize) -> PublisherConfig {
     PublisherConfig {
         window,
+        credentials: cluster.credentials().clone(),
         retry: Duration::from_millis(args.retry_ms.max(1)),
         ..PublisherConfig::default()
     }
@@ -433,7 +440,7 @@ async fn run_cell(
     let info = cluster
         .create(&name, durability, pattern, REPLICAS as u8)
         .await?;
-    let publisher = Publisher::connect(&info, publisher_config(args, args.window))
+    let publisher = Publisher::connect(&info, publisher_config(args, cluster, args.window))
         .await
         .with_context(|| format!("cannot connect a publisher to {name}"))?;
     let bytes = payload_of(payload);
@@ -553,7 +560,7 @@ async fn window_one_latency(
             REPLICAS as u8,
         )
         .await?;
-    let publisher = Publisher::connect(&info, publisher_config(args, 1))
+    let publisher = Publisher::connect(&info, publisher_config(args, cluster, 1))
         .await
         .context("cannot connect the window-1 publisher")?;
     let publisher = std::sync::Arc::new(publisher);

@@ -166,6 +166,9 @@ pub struct ClusterProcess {
     pub servers: Vec<(u32, SocketAddr)>,
     /// Where the child's stderr goes, named in errors.
     pub log_path: PathBuf,
+    /// What a client of the cluster connects with (the admin token over
+    /// TLS when the cluster runs secure).
+    pub credentials: client::Credentials,
 }
 
 impl ClusterProcess {
@@ -178,6 +181,19 @@ impl ClusterProcess {
         data: &Path,
         log_path: &Path,
     ) -> anyhow::Result<ClusterProcess> {
+        ClusterProcess::spawn_secure(binary, servers, data, log_path, false)
+    }
+
+    /// As [`ClusterProcess::spawn`]; `secure` runs the cluster as
+    /// `stamplog cluster` does by default (TLS on every link, tokens),
+    /// otherwise it runs `--insecure`.
+    pub fn spawn_secure(
+        binary: &Path,
+        servers: usize,
+        data: &Path,
+        log_path: &Path,
+        secure: bool,
+    ) -> anyhow::Result<ClusterProcess> {
         let log = File::create(log_path)
             .with_context(|| format!("cannot create {}", log_path.display()))?;
         let mut child = Command::new(binary)
@@ -186,6 +202,7 @@ impl ClusterProcess {
             .arg(servers.to_string())
             .arg("--data")
             .arg(data)
+            .args((!secure).then_some("--insecure"))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(log)
@@ -196,6 +213,7 @@ impl ClusterProcess {
             child,
             servers: Vec::with_capacity(servers),
             log_path: log_path.to_path_buf(),
+            credentials: client::Credentials::default(),
         };
         let lines = forward_lines(stdout)?;
         let deadline = std::time::Instant::now() + STARTUP_TIMEOUT;
@@ -228,6 +246,14 @@ impl ClusterProcess {
                 process.servers.len(),
                 stderr_tail(&process.log_path)
             );
+        }
+        if secure {
+            // The cluster made its CA and admin token before it was ready.
+            let security = server::LocalSecurity::make(data, servers)?;
+            process.credentials = client::Credentials {
+                token: security.admin_token.clone(),
+                dialer: security.admin_dialer()?,
+            };
         }
         Ok(process)
     }
@@ -358,6 +384,9 @@ pub struct ProcessCluster {
     servers: Vec<Option<ServerProcess>>,
     starts: Vec<u32>,
     extra: Vec<String>,
+    /// TLS certificates and the token file every server is started with,
+    /// when the cluster is secure.
+    security: Option<server::LocalSecurity>,
     /// The namespaces the servers run in, when they do; last, so that
     /// the servers are dropped (killed) before their namespaces go.
     network: Option<Namespaces>,
@@ -385,6 +414,19 @@ impl ProcessCluster {
         extra: &[String],
         network: Option<Namespaces>,
     ) -> anyhow::Result<ProcessCluster> {
+        ProcessCluster::start_secure(binary, data, count, extra, (network, None))
+    }
+
+    /// As [`ProcessCluster::start_in`]; with `security`, every server
+    /// serves TLS with its certificate and checks tokens against its file
+    /// ([`ProcessCluster::credentials`] are then the admin's).
+    pub fn start_secure(
+        binary: &Path,
+        data: &Path,
+        count: u32,
+        extra: &[String],
+        (network, security): (Option<Namespaces>, Option<server::LocalSecurity>),
+    ) -> anyhow::Result<ProcessCluster> {
         let addresses = match &network {
             Some(network) => (1..=count).map(|id| network.listen(id)).collect(),
             None => free_ports(count)?,
@@ -397,6 +439,7 @@ impl ProcessCluster {
             starts: vec![0; count as usize],
             addresses,
             extra: extra.to_vec(),
+            security,
         };
         for id in 1..=count {
             cluster.start_server(id)?;
@@ -406,6 +449,18 @@ impl ProcessCluster {
 
     pub fn data(&self) -> &Path {
         &self.data
+    }
+
+    /// What a client of this cluster connects with: the admin token over
+    /// TLS for a secure cluster, nothing for another.
+    pub fn credentials(&self) -> anyhow::Result<client::Credentials> {
+        Ok(match &self.security {
+            Some(security) => client::Credentials {
+                token: security.admin_token.clone(),
+                dialer: security.admin_dialer()?,
+            },
+            None => client::Credentials::default(),
+        })
     }
 
     /// The namespaces the servers run in, when they do.
@@ -426,6 +481,19 @@ impl ProcessCluster {
                 extra.push("--peer".into());
                 extra.push(format!("{}={address}", other + 1));
             }
+        }
+        if let Some(security) = &self.security {
+            let identity = security.server_identity(id);
+            extra.extend([
+                "--tls-cert".to_string(),
+                identity.certificate.display().to_string(),
+                "--tls-key".to_string(),
+                identity.key.display().to_string(),
+                "--tls-ca".to_string(),
+                security.ca.display().to_string(),
+                "--tokens".to_string(),
+                security.tokens.display().to_string(),
+            ]);
         }
         extra.extend(self.extra.iter().cloned());
         let command = match &self.network {

@@ -107,9 +107,14 @@ impl Cluster {
     pub async fn connect(process: ClusterProcess) -> anyhow::Result<Cluster> {
         let mut admins = Vec::with_capacity(process.servers.len());
         for &(id, address) in &process.servers {
-            admins.push((id, connect_admin(address).await?));
+            admins.push((id, connect_admin(address, &process.credentials).await?));
         }
         Ok(Cluster { process, admins })
+    }
+
+    /// What a client of the cluster connects with.
+    pub fn credentials(&self) -> &client::Credentials {
+        &self.process.credentials
     }
 
     /// The servers' ids, in the order the cluster printed them.
@@ -266,8 +271,12 @@ impl Cluster {
     }
 }
 
-async fn connect_admin(address: SocketAddr) -> anyhow::Result<Client> {
+async fn connect_admin(
+    address: SocketAddr,
+    credentials: &client::Credentials,
+) -> anyhow::Result<Client> {
     let mut config = ClientConfig::new(address.to_string());
+    config.credentials = credentials.clone();
     // Deleting a stream waits for its log to write what it holds, and a
     // status may wait behind a busy server: allow more than the default.
     config.request_timeout = Duration::from_secs(60);
@@ -424,9 +433,20 @@ pub fn spawn_cluster(
     servers: usize,
     folder: &Path,
 ) -> anyhow::Result<ClusterProcess> {
+    spawn_cluster_secure(binary, servers, folder, false)
+}
+
+/// As [`spawn_cluster`]; `secure`: TLS on every link and the admin token.
+pub fn spawn_cluster_secure(
+    binary: &Path,
+    servers: usize,
+    folder: &Path,
+    secure: bool,
+) -> anyhow::Result<ClusterProcess> {
     let data = folder.join("cluster");
     std::fs::create_dir_all(&data).with_context(|| format!("cannot create {}", data.display()))?;
-    ClusterProcess::spawn(binary, servers, &data, &folder.join("cluster-stderr.log"))
+    let log = folder.join("cluster-stderr.log");
+    ClusterProcess::spawn_secure(binary, servers, &data, &log, secure)
 }
 
 /// The stamplog binary to run: `--server-binary`, or this program.

@@ -14,6 +14,11 @@ pub struct ClusterArgs {
     /// folder, removed at exit, when not given.
     #[arg(long)]
     pub data: Option<PathBuf>,
+    /// Plain TCP and no tokens. By default the cluster makes a CA, server
+    /// certificates and an admin token in `<data>/security` (kept when
+    /// the folder is), every link is TLS and clients need the token.
+    #[arg(long)]
+    pub insecure: bool,
 }
 
 pub fn run(args: ClusterArgs) -> anyhow::Result<()> {
@@ -31,9 +36,18 @@ pub fn run(args: ClusterArgs) -> anyhow::Result<()> {
         .unwrap_or_else(|| temporary.as_ref().expect("made above").path().to_path_buf());
     let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
     runtime.block_on(async {
-        let cluster = server::LocalCluster::start(args.servers, &folder, |_| {})
-            .await
-            .map_err(anyhow::Error::msg)?;
+        let security = if args.insecure {
+            None
+        } else {
+            Some(server::LocalSecurity::make(&folder, args.servers)?)
+        };
+        let cluster = server::LocalCluster::start(args.servers, &folder, |config| {
+            if let Some(security) = &security {
+                security.apply(config);
+            }
+        })
+        .await
+        .map_err(anyhow::Error::msg)?;
         for server in &cluster.servers {
             println!("server {} listening on {}", server.id, server.address);
         }
@@ -42,6 +56,16 @@ pub fn run(args: ClusterArgs) -> anyhow::Result<()> {
             args.servers,
             folder.display()
         );
+        match &security {
+            Some(security) => {
+                eprintln!(
+                    "TLS on every link, tokens required. A client connects with:\n  export STAMPLOG_CA={} STAMPLOG_TOKEN=$(cat {})",
+                    security.ca.display(),
+                    security.folder.join("admin.token").display()
+                );
+            }
+            None => eprintln!("insecure: plain TCP, no tokens"),
+        }
         eprintln!(
             "try: stamplog send --server {} --stream demo --create hello",
             cluster.address(1)

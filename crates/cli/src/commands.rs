@@ -16,6 +16,46 @@ pub struct ServerAddress {
         env = "STAMPLOG_SERVER"
     )]
     pub server: String,
+    /// The token to present (a server with a token file needs one; see
+    /// `stamplog token`).
+    #[arg(long, env = "STAMPLOG_TOKEN", hide_env_values = true, default_value = "")]
+    pub token: String,
+    /// Connect with TLS, trusting the CA in this PEM file (the server's
+    /// certificate must name the host of --server).
+    #[arg(long, env = "STAMPLOG_CA", value_name = "FILE")]
+    pub ca: Option<std::path::PathBuf>,
+    /// A client certificate (PEM) to present, for a server that verifies
+    /// client certificates; needs --key and --ca.
+    #[arg(long, env = "STAMPLOG_CERT", value_name = "FILE", requires = "key")]
+    pub cert: Option<std::path::PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[arg(long, env = "STAMPLOG_KEY", value_name = "FILE", requires = "cert")]
+    pub key: Option<std::path::PathBuf>,
+}
+
+impl ServerAddress {
+    /// What the client proves itself with: the token, and TLS when a CA
+    /// is given.
+    pub fn credentials(&self) -> anyhow::Result<client::Credentials> {
+        let identity = match (&self.cert, &self.key) {
+            (Some(certificate), Some(key)) => Some(net::Identity {
+                certificate: certificate.clone(),
+                key: key.clone(),
+            }),
+            _ => None,
+        };
+        let dialer = match &self.ca {
+            Some(ca) => net::Dialer::tls(ca, identity.as_ref())?,
+            None => {
+                anyhow::ensure!(identity.is_none(), "--cert and --key need --ca");
+                net::Dialer::plain()
+            }
+        };
+        Ok(client::Credentials {
+            token: self.token.clone(),
+            dialer,
+        })
+    }
 }
 
 /// A durability mode and its settings.
@@ -226,6 +266,7 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 
 async fn connect(address: &ServerAddress) -> anyhow::Result<Client> {
     let mut config = ClientConfig::new(address.server.clone());
+    config.credentials = address.credentials()?;
     // A command-line user wants an answer, not endless retries.
     config.request_timeout = std::time::Duration::from_secs(10);
     Ok(Client::connect(config).await?)
@@ -258,6 +299,7 @@ pub fn send(args: SendArgs) -> anyhow::Result<()> {
             &stream,
             PublisherConfig {
                 window: args.window,
+                credentials: args.address.credentials()?,
                 ..PublisherConfig::default()
             },
         )

@@ -50,6 +50,11 @@ pub struct DemoArgs {
     /// Hide the progress bar.
     #[arg(long)]
     pub quiet: bool,
+    /// Run the servers without TLS and tokens. By default the demo makes a
+    /// CA, server certificates and an admin token in its folder
+    /// (`security/`) and every link is TLS.
+    #[arg(long)]
+    pub insecure: bool,
 }
 
 /// What the demo measured and checked.
@@ -98,7 +103,20 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
         "--servers must be between 1 and 9"
     );
     let binary = std::env::current_exe().context("finding the stamplog binary")?;
-    let cluster = ProcessCluster::start(&binary, data, args.servers, &[])?;
+    let security = if args.insecure {
+        None
+    } else {
+        Some(server::LocalSecurity::make(data, args.servers as usize)?)
+    };
+    let cluster = ProcessCluster::start_secure(&binary, data, args.servers, &[], (None, security.clone()))?;
+    match &security {
+        Some(security) => println!(
+            "TLS on every link, tokens required: a client connects with --ca {} --token $(cat {})",
+            security.ca.display(),
+            security.folder.join("admin.token").display()
+        ),
+        None => println!("insecure: plain TCP, no tokens"),
+    }
     for id in 1..=args.servers {
         println!(
             "server {id} started: pid {}, {} (data in {})",
@@ -125,9 +143,12 @@ async fn drive(args: &DemoArgs, mut cluster: ProcessCluster) -> anyhow::Result<D
     // The servers form the cluster (elect a control-plane leader, join)
     // within a few seconds of starting.
     let deadline = Instant::now() + Duration::from_secs(30);
+    let credentials = cluster.credentials()?;
     let stream = loop {
         let attempt = async {
-            let client = Client::connect(ClientConfig::new(cluster.address(1).to_string())).await?;
+            let mut config = ClientConfig::new(cluster.address(1).to_string());
+            config.credentials = credentials.clone();
+            let client = Client::connect(config).await?;
             client
                 .create_stream_with(
                     "demo",
@@ -155,6 +176,7 @@ async fn drive(args: &DemoArgs, mut cluster: ProcessCluster) -> anyhow::Result<D
         &stream,
         PublisherConfig {
             window: args.window,
+            credentials: credentials.clone(),
             ..PublisherConfig::default()
         },
     )

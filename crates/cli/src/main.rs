@@ -4,6 +4,7 @@ mod check;
 mod cluster;
 mod commands;
 mod demo;
+mod security;
 mod server_config;
 
 use clap::{Parser, Subcommand};
@@ -62,6 +63,11 @@ enum Command {
     /// data folder: lost, duplicated, conflicting, gaps, reordered,
     /// divergent (non-zero exit when any count is not 0).
     Check(check::CheckArgs),
+    /// Make a token and add its entry to a token file (docs/security.md).
+    Token(security::TokenArgs),
+    /// Make a CA and TLS certificates for servers and a client
+    /// (docs/security.md).
+    Certs(security::CertsArgs),
     /// Run an experiment: print a table, write CSV, JSON and PNG plots.
     Bench {
         #[command(subcommand)]
@@ -82,6 +88,8 @@ fn main() {
         Command::Retire(args) => commands::retire(args),
         Command::Demo(args) => demo::run(args),
         Command::Check(args) => check::run(args),
+        Command::Token(args) => security::token(args),
+        Command::Certs(args) => security::certs(args),
         Command::Bench { experiment } => bench::run(experiment),
     };
     if let Err(error) = result {

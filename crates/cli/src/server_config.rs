@@ -28,6 +28,42 @@ pub struct ServerArgs {
     /// Connections served at once. [default: 1024]
     #[arg(long)]
     pub connections_max: Option<usize>,
+    /// Connections served at once from one IP address; more are refused
+    /// with `Busy`. [default: 256]
+    #[arg(long)]
+    pub connections_per_address_max: Option<usize>,
+    /// Subscriptions one connection may hold at once. [default: 64]
+    #[arg(long)]
+    pub subscriptions_per_connection_max: Option<usize>,
+    /// Token file (TOML, docs/security.md): a client must present a token
+    /// it holds, and each request needs the right the token has for its
+    /// stream (`produce`, `consume`, `admin`). The file is read again
+    /// when it changes. [default: none, every client may do everything]
+    #[arg(long, value_name = "FILE")]
+    pub tokens: Option<PathBuf>,
+    /// TLS: this server's certificate (PEM). It must name
+    /// `server-<id>.stamplog` (the other servers check it) and the hosts
+    /// clients reach it at; `stamplog certs` makes one. With --tls-key and
+    /// --tls-ca, every connection to and from the server is TLS.
+    /// [default: none, plain TCP]
+    #[arg(long, value_name = "FILE")]
+    pub tls_cert: Option<PathBuf>,
+    /// TLS: the certificate's private key (PEM).
+    #[arg(long, value_name = "FILE")]
+    pub tls_key: Option<PathBuf>,
+    /// TLS: the cluster's CA (PEM); the other servers' certificates must
+    /// be issued by it.
+    #[arg(long, value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
+    /// TLS: a CA whose client certificates are accepted too (clients may
+    /// also present none and rely on their token). [default: none]
+    #[arg(long, value_name = "FILE")]
+    pub tls_client_ca: Option<PathBuf>,
+    /// Serve on an address other than loopback without TLS or without a
+    /// token file: anyone who reaches the port can then read, write and
+    /// delete every stream. Only for a network you trust entirely.
+    #[arg(long)]
+    pub insecure: bool,
     /// Appends of one connection awaiting their ack before the server stops
     /// reading from it. [default: 4096]
     #[arg(long)]
@@ -147,6 +183,14 @@ struct ServerFile {
     data: Option<PathBuf>,
     message_bytes_max: Option<usize>,
     connections_max: Option<usize>,
+    connections_per_address_max: Option<usize>,
+    subscriptions_per_connection_max: Option<usize>,
+    tokens: Option<PathBuf>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+    tls_ca: Option<PathBuf>,
+    tls_client_ca: Option<PathBuf>,
+    insecure: Option<bool>,
     in_flight_per_connection_max: Option<usize>,
     segment_bytes_max: Option<u64>,
     pending_bytes_max: Option<usize>,
@@ -197,6 +241,8 @@ pub fn resolve(args: &ServerArgs) -> anyhow::Result<(String, server::ServerConfi
     }
     merge!(message_bytes_max);
     merge!(connections_max);
+    merge!(connections_per_address_max);
+    merge!(subscriptions_per_connection_max);
     merge!(in_flight_per_connection_max);
     merge!(segment_bytes_max);
     merge!(pending_bytes_max);
@@ -217,6 +263,7 @@ pub fn resolve(args: &ServerArgs) -> anyhow::Result<(String, server::ServerConfi
         config.page_flush_interval = Duration::from_millis(milliseconds);
     }
     resolve_cluster(args, &mut file, &mut config)?;
+    resolve_security(args, &mut file, &mut config, &listen)?;
     if let Some(problem) = config.cluster.problem() {
         anyhow::bail!("cluster settings: {problem}");
     }
@@ -225,8 +272,8 @@ pub fn resolve(args: &ServerArgs) -> anyhow::Result<(String, server::ServerConfi
         "message_bytes_max must be at least 1"
     );
     anyhow::ensure!(
-        config.connections_max >= 1,
-        "connections_max must be at least 1"
+        config.connections_max >= 1 && config.connections_per_address_max >= 1,
+        "connections_max and connections_per_address_max must be at least 1"
     );
     anyhow::ensure!(
         config.in_flight_per_connection_max >= 1,
@@ -287,6 +334,51 @@ fn resolve_cluster(
         config.cluster.suspect_timeout = Duration::from_millis(milliseconds);
     }
     Ok(())
+}
+
+/// TLS and the token file, flags over the file; a server that would
+/// listen beyond loopback without both is refused unless `insecure`.
+fn resolve_security(
+    args: &ServerArgs,
+    file: &mut ServerFile,
+    config: &mut server::ServerConfig,
+    listen: &str,
+) -> anyhow::Result<()> {
+    config.tokens = args.tokens.clone().or(file.tokens.take());
+    let cert = args.tls_cert.clone().or(file.tls_cert.take());
+    let key = args.tls_key.clone().or(file.tls_key.take());
+    let ca = args.tls_ca.clone().or(file.tls_ca.take());
+    let client_ca = args.tls_client_ca.clone().or(file.tls_client_ca.take());
+    config.tls = match (cert, key, ca) {
+        (Some(certificate), Some(key), Some(ca)) => Some(server::TlsSettings {
+            identity: net::Identity { certificate, key },
+            ca,
+            client_ca,
+        }),
+        (None, None, None) => {
+            anyhow::ensure!(client_ca.is_none(), "--tls-client-ca needs TLS (--tls-cert, --tls-key, --tls-ca)");
+            None
+        }
+        _ => anyhow::bail!("TLS needs all three of --tls-cert, --tls-key and --tls-ca"),
+    };
+    let insecure = args.insecure || file.insecure.unwrap_or(false);
+    if !insecure && (config.tls.is_none() || config.tokens.is_none()) && !is_loopback(listen) {
+        anyhow::bail!(
+            "refusing to listen on {listen} without TLS and a token file: anyone who reaches it could read, write and delete every stream. Give --tls-cert, --tls-key, --tls-ca and --tokens (docs/security.md), listen on loopback, or start with --insecure on a network you trust"
+        );
+    }
+    Ok(())
+}
+
+/// Whether `listen` (`HOST:PORT`) is a loopback address (`localhost`
+/// counts; a name that is not cannot be checked and is not).
+fn is_loopback(listen: &str) -> bool {
+    if let Ok(address) = listen.parse::<std::net::SocketAddr>() {
+        return address.ip().is_loopback();
+    }
+    listen
+        .rsplit_once(':')
+        .is_some_and(|(host, _)| host == "localhost")
 }
 
 pub fn run(args: ServerArgs) -> anyhow::Result<()> {
@@ -359,5 +451,33 @@ mod tests {
         let (_, defaults) = resolve(&ServerArgs::default()).unwrap();
         assert_eq!(defaults.checkpoint_interval, Duration::from_secs(10));
         assert_eq!((defaults.retain_bytes, defaults.retain_ms), (0, 0));
+    }
+
+    #[test]
+    fn a_server_beyond_loopback_needs_tls_and_tokens_or_insecure() {
+        let open = ServerArgs {
+            listen: Some("0.0.0.0:7400".into()),
+            ..ServerArgs::default()
+        };
+        let error = resolve(&open).err().expect("refused").to_string();
+        assert!(error.contains("without TLS and a token file"), "{error}");
+        let insecure = ServerArgs {
+            insecure: true,
+            ..open
+        };
+        assert!(resolve(&insecure).is_ok());
+        for listen in ["127.0.0.1:7400", "[::1]:7400", "localhost:7400"] {
+            let args = ServerArgs {
+                listen: Some(listen.into()),
+                ..ServerArgs::default()
+            };
+            assert!(resolve(&args).is_ok(), "{listen}");
+        }
+        let half = ServerArgs {
+            tls_cert: Some("cert.pem".into()),
+            ..ServerArgs::default()
+        };
+        let error = resolve(&half).err().expect("refused").to_string();
+        assert!(error.contains("all three"), "{error}");
     }
 }

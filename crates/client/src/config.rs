@@ -11,6 +11,8 @@ pub struct ClientConfig {
     pub address: String,
     /// The client id in every event id; random per client when `None`.
     pub client_id: Option<u128>,
+    /// What the client proves itself with.
+    pub credentials: Credentials,
     /// Appends in flight (sent, not yet acknowledged) across the client.
     pub window: usize,
     /// Records a subscription buffers before the server must wait.
@@ -27,10 +29,19 @@ pub struct ClientConfig {
 }
 
 impl ClientConfig {
+    /// This configuration for the server at `address`.
+    pub fn to(&self, address: &str) -> ClientConfig {
+        ClientConfig {
+            address: address.to_string(),
+            ..self.clone()
+        }
+    }
+
     pub fn new(address: impl Into<String>) -> Self {
         ClientConfig {
             address: address.into(),
             client_id: None,
+            credentials: Credentials::default(),
             window: 256,
             subscription_buffer: 1024,
             request_timeout: Duration::from_secs(10),
@@ -39,6 +50,19 @@ impl ClientConfig {
             reconnect_delay_max: Duration::from_secs(1),
         }
     }
+}
+
+/// What a client proves itself with to a server.
+#[derive(Clone, Debug, Default)]
+pub struct Credentials {
+    /// The token presented in `Hello` (empty: none). A server with a token
+    /// file refuses a client without one it holds, and each request the
+    /// token has no right for.
+    pub token: String,
+    /// How connections are opened: plain TCP, or TLS trusting a CA (and
+    /// presenting a client certificate if the server asks for one), made
+    /// with `net::Dialer::tls`.
+    pub dialer: net::Dialer,
 }
 
 /// How a new stream is set up; everything here is fixed at creation.

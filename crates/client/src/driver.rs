@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use proto::Frame;
 use tokio::io::AsyncWriteExt;
-use tokio::net::tcp::OwnedWriteHalf;
+use net::LinkWriter;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit};
 
 use crate::command::{Ack, Command, ReceivedRecord, SessionTracker, SubscriptionCounters};
@@ -400,7 +400,7 @@ impl Session for Driver {
     }
 }
 
-async fn write_frames(mut writer: OwnedWriteHalf, mut queue: mpsc::UnboundedReceiver<Vec<u8>>) {
+async fn write_frames(mut writer: LinkWriter, mut queue: mpsc::UnboundedReceiver<Vec<u8>>) {
     let mut batch = Vec::new();
     while let Some(first) = queue.recv().await {
         batch.clear();
@@ -411,7 +411,7 @@ async fn write_frames(mut writer: OwnedWriteHalf, mut queue: mpsc::UnboundedRece
                 Err(_) => break,
             }
         }
-        if writer.write_all(&batch).await.is_err() {
+        if writer.write_all(&batch).await.is_err() || writer.flush().await.is_err() {
             return;
         }
     }

@@ -64,7 +64,7 @@ mod subscription;
 
 pub use client::Client;
 pub use command::{Ack, ReceivedRecord};
-pub use config::{ClientConfig, LossAction, StreamOptions};
+pub use config::{ClientConfig, Credentials, LossAction, StreamOptions};
 pub use engine::replication::{HybridMode, Protocol};
 pub use error::ClientError;
 pub use producer::{PendingAck, Producer};

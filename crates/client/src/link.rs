@@ -6,10 +6,9 @@
 
 use std::time::Duration;
 
-use proto::{Frame, FrameBuffer, PROTOCOL_VERSION};
+use proto::{ErrorCode, Frame, FrameBuffer, PROTOCOL_VERSION};
 use tokio::io::AsyncWriteExt;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::net::TcpStream;
+use net::{LinkReader, LinkWriter};
 
 use crate::config::ClientConfig;
 use crate::error::ClientError;
@@ -20,8 +19,8 @@ pub(crate) const READ_BYTES: usize = 64 * 1024;
 const HANDSHAKE_FRAME_BYTES_MAX: usize = 1 << 20;
 
 pub(crate) struct Connection {
-    pub(crate) reader: OwnedReadHalf,
-    pub(crate) writer: OwnedWriteHalf,
+    pub(crate) reader: LinkReader,
+    pub(crate) writer: LinkWriter,
     pub(crate) buffer: FrameBuffer,
     pub(crate) max_frame: usize,
 }
@@ -45,20 +44,23 @@ async fn connect_to(
         reason,
     };
     let attempt = async {
-        let socket = TcpStream::connect(address)
+        let socket = config
+            .credentials
+            .dialer
+            .connect(address)
             .await
             .map_err(|e| failure(e.to_string()))?;
-        let _ = socket.set_nodelay(true);
         let (mut reader, mut writer) = socket.into_split();
         let hello = Frame::Hello {
             version: PROTOCOL_VERSION,
             client: client_id,
-            token: String::new(),
+            token: config.credentials.token.clone(),
         };
         writer
             .write_all(&hello.to_bytes())
             .await
             .map_err(|e| failure(e.to_string()))?;
+        writer.flush().await.map_err(|e| failure(e.to_string()))?;
         let mut buffer = FrameBuffer::new();
         let mut scratch = vec![0u8; READ_BYTES];
         loop {
@@ -73,6 +75,16 @@ async fn connect_to(
                         buffer,
                         max_frame: max_frame as usize,
                     })
+                }
+                // A refused token is not fixed by connecting again.
+                Some(Frame::Error {
+                    code: ErrorCode::Unauthorized,
+                    message,
+                    ..
+                }) => {
+                    let message = format!("{address}: {message}");
+                    let code = ErrorCode::Unauthorized;
+                    return Err(ClientError::Server { code, message });
                 }
                 Some(Frame::Error { message, .. }) => return Err(failure(message)),
                 Some(other) => {

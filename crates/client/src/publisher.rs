@@ -43,7 +43,7 @@ use proto::{ErrorCode, EventId, Frame, StreamInfo};
 use tokio::sync::{mpsc, oneshot, watch, Notify, Semaphore};
 
 use crate::client::Client;
-use crate::config::ClientConfig;
+use crate::config::{ClientConfig, Credentials};
 use crate::error::ClientError;
 use crate::link::{self, Connection, Ended, Session};
 
@@ -118,6 +118,8 @@ pub struct PublisherConfig {
     pub window: usize,
     /// A message not done after this long is sent again.
     pub retry: Duration,
+    /// What the links to the replicas prove themselves with.
+    pub credentials: Credentials,
     /// The client id in the event ids; random when `None`.
     pub client_id: Option<u128>,
     /// The session (producer) number within the client.
@@ -133,6 +135,7 @@ impl Default for PublisherConfig {
         PublisherConfig {
             window: 256,
             retry: Duration::from_millis(500),
+            credentials: Credentials::default(),
             client_id: None,
             session: 1,
             connect_timeout: Duration::from_secs(5),
@@ -365,10 +368,14 @@ impl Publisher {
             epoch: info.epoch,
         };
         let client_id = config.client_id.unwrap_or_else(proto::random_u128);
+        // What every link of the publisher is configured with, whatever
+        // server it reaches.
+        let mut links = ClientConfig::new(String::new());
+        links.connect_timeout = config.connect_timeout;
+        links.credentials = config.credentials.clone();
         let mut first_connections = Vec::new();
         for replica in &info.replicas {
-            let mut link_config = ClientConfig::new(replica.address.clone());
-            link_config.connect_timeout = config.connect_timeout;
+            let link_config = links.to(&replica.address);
             // The first connection must succeed: a wrong address is an
             // error now, not an endless retry.
             let connection = link::connect(&link_config, client_id).await?;
@@ -421,7 +428,7 @@ impl Publisher {
         tokio::spawn(run_refresher(
             info.name.clone(),
             Arc::clone(&addresses),
-            config.connect_timeout,
+            links.clone(),
             refresh_receiver,
             infos,
         ));
@@ -429,7 +436,7 @@ impl Publisher {
             shared: Arc::clone(&shared),
             addresses,
             refresh,
-            connect_timeout: config.connect_timeout,
+            links,
             stop,
         };
         tokio::spawn(background.run(infos_receiver));
@@ -683,7 +690,8 @@ struct Background {
     /// Every server address seen, for placement requests.
     addresses: Arc<Mutex<Vec<String>>>,
     refresh: mpsc::Sender<()>,
-    connect_timeout: Duration,
+    /// The configuration of a new link, but for its address.
+    links: ClientConfig,
     /// Tells the links to end.
     stop: watch::Sender<bool>,
 }
@@ -775,8 +783,7 @@ impl Background {
             }
             let outbox: Arc<Outbox> = Arc::default();
             core.outboxes.insert(replica.id, Arc::clone(&outbox));
-            let mut link_config = ClientConfig::new(replica.address.clone());
-            link_config.connect_timeout = self.connect_timeout;
+            let link_config = self.links.to(&replica.address);
             new_links.push((replica.id, link_config, outbox));
         }
         core.suspect = false;
@@ -983,7 +990,7 @@ fn push_acks(client: u128, frame: Frame, answers: &mut Vec<(ServerId, Msg)>) {
 async fn run_refresher(
     name: String,
     addresses: Arc<Mutex<Vec<String>>>,
-    timeout: Duration,
+    links: ClientConfig,
     mut requests: mpsc::Receiver<()>,
     infos: mpsc::Sender<StreamInfo>,
 ) {
@@ -996,8 +1003,8 @@ async fn run_refresher(
             .collect();
         let mut asking = tokio::task::JoinSet::new();
         for address in known {
-            let mut config = ClientConfig::new(address);
-            config.connect_timeout = timeout.min(Duration::from_secs(1));
+            let mut config = links.to(&address);
+            config.connect_timeout = links.connect_timeout.min(Duration::from_secs(1));
             let name = name.clone();
             asking.spawn(async move {
                 let client = Client::connect(config).await?;
@@ -1218,9 +1225,10 @@ fn refusal_of(code: ErrorCode) -> Option<Refusal> {
             sequence: 0,
             low_water: 0,
         }),
-        ErrorCode::InvalidArgument | ErrorCode::MessageTooLarge | ErrorCode::UnknownStream => {
-            Refusal::Invalid
-        }
+        ErrorCode::InvalidArgument
+        | ErrorCode::MessageTooLarge
+        | ErrorCode::UnknownStream
+        | ErrorCode::Unauthorized => Refusal::Invalid,
         _ => return None,
     })
 }

@@ -34,6 +34,9 @@ pub struct ControlConfig {
     /// The state is written to a snapshot, and the log before it dropped,
     /// every this many log entries.
     pub snapshot_entries: u64,
+    /// Opens the connections to the other servers: TLS with this server's
+    /// certificate when the cluster uses TLS.
+    pub dialer: net::Dialer,
 }
 
 impl ControlConfig {
@@ -52,6 +55,7 @@ impl ControlConfig {
             election_timeout_max: Duration::from_millis(300),
             rpc_timeout: Duration::from_millis(500),
             snapshot_entries: 1000,
+            dialer: net::Dialer::plain(),
         }
     }
 

@@ -23,7 +23,6 @@ use openraft::raft::{
     SnapshotResponse, VoteRequest, VoteResponse,
 };
 use openraft::{AnyError, BasicNode, OptionalSend, Snapshot, StorageError, StorageIOError, Vote};
-use tokio::net::TcpStream;
 
 use crate::machine::Image;
 use crate::state::ServerId;
@@ -54,14 +53,16 @@ pub(crate) enum LinkError {
 /// One outgoing control connection to `address`.
 pub(crate) struct Link {
     from: ServerId,
+    dialer: net::Dialer,
     address: String,
-    stream: Option<TcpStream>,
+    stream: Option<net::Link>,
 }
 
 impl Link {
-    pub(crate) fn new(from: ServerId, address: String) -> Link {
+    pub(crate) fn new((from, dialer): (ServerId, net::Dialer), address: String) -> Link {
         Link {
             from,
+            dialer,
             address,
             stream: None,
         }
@@ -93,7 +94,7 @@ impl Link {
             }
         }
         let stream =
-            dial(&self.address, self.from)
+            dial(&self.dialer, &self.address, self.from)
                 .await
                 .map_err(|source| LinkError::Unreachable {
                     address: self.address.clone(),
@@ -104,7 +105,7 @@ impl Link {
 
     async fn exchange_on(
         &mut self,
-        mut stream: TcpStream,
+        mut stream: net::Link,
         request: &Request,
     ) -> Result<Reply, LinkError> {
         let broken = |detail: String| LinkError::Broken {
@@ -133,13 +134,15 @@ struct PeerLinks {
 /// This server's connections for its own requests, by address.
 pub(crate) struct Peers {
     me: ServerId,
+    dialer: net::Dialer,
     links: Mutex<HashMap<String, Arc<PeerLinks>>>,
 }
 
 impl Peers {
-    pub(crate) fn new(me: ServerId) -> Peers {
+    pub(crate) fn new(me: ServerId, dialer: net::Dialer) -> Peers {
         Peers {
             me,
+            dialer,
             links: Mutex::new(HashMap::new()),
         }
     }
@@ -153,8 +156,14 @@ impl Peers {
             .entry(address.to_string())
             .or_insert_with(|| {
                 Arc::new(PeerLinks {
-                    request: tokio::sync::Mutex::new(Link::new(self.me, address.to_string())),
-                    heartbeat: tokio::sync::Mutex::new(Link::new(self.me, address.to_string())),
+                    request: tokio::sync::Mutex::new(Link::new(
+                        (self.me, self.dialer.clone()),
+                        address.to_string(),
+                    )),
+                    heartbeat: tokio::sync::Mutex::new(Link::new(
+                        (self.me, self.dialer.clone()),
+                        address.to_string(),
+                    )),
                 })
             })
             .clone()
@@ -204,11 +213,16 @@ async fn within(
 pub(crate) struct Network {
     me: ServerId,
     rpc_timeout: Duration,
+    dialer: net::Dialer,
 }
 
 impl Network {
-    pub(crate) fn new(me: ServerId, rpc_timeout: Duration) -> Network {
-        Network { me, rpc_timeout }
+    pub(crate) fn new(me: ServerId, rpc_timeout: Duration, dialer: net::Dialer) -> Network {
+        Network {
+            me,
+            rpc_timeout,
+            dialer,
+        }
     }
 }
 
@@ -217,7 +231,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
 
     async fn new_client(&mut self, _target: u64, node: &BasicNode) -> RaftLink {
         RaftLink {
-            link: Link::new(self.me, node.addr.clone()),
+            link: Link::new((self.me, self.dialer.clone()), node.addr.clone()),
             rpc_timeout: self.rpc_timeout,
         }
     }

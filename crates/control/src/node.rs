@@ -143,7 +143,7 @@ impl Control {
         })?;
         let (log, machine, published) = opened?;
         let pristine = log.is_pristine() && published.applied.borrow().is_none();
-        let network = Network::new(id, config.rpc_timeout);
+        let network = Network::new(id, config.rpc_timeout, config.dialer.clone());
         let raft = Raft::new(u64::from(id), Arc::new(raft_config), network, log, machine)
             .await
             .map_err(|error| ControlError::Start {
@@ -158,6 +158,7 @@ impl Control {
             }
         }
         let (stopped, _) = watch::channel(false);
+        let peers = Peers::new(id, config.dialer.clone());
         let inner = Arc::new(Inner {
             id,
             detector: Mutex::new(Detector::new(config.suspect_timeout)),
@@ -166,7 +167,7 @@ impl Control {
             state: published.state,
             applied: published.applied,
             seeds: voters,
-            peers: Peers::new(id),
+            peers,
             stopped,
             tasks: Mutex::new(Vec::new()),
         });
@@ -232,13 +233,12 @@ impl Control {
     /// Serves one inbound control connection whose `ControlHello` has been
     /// read, until the peer closes it, it breaks, or this server stops.
     pub async fn serve(&self, stream: TcpStream) {
-        self.serve_with(stream, Vec::new()).await;
+        self.serve_with(net::Link::Plain(stream), Vec::new()).await;
     }
 
     /// As [`Control::serve`], for a connection whose first bytes after
     /// the hello were already read (`read_ahead`) by the accepting server.
-    pub async fn serve_with(&self, stream: TcpStream, read_ahead: Vec<u8>) {
-        let _ = stream.set_nodelay(true);
+    pub async fn serve_with(&self, stream: net::Link, read_ahead: Vec<u8>) {
         let (reader, mut writer) = stream.into_split();
         let mut reader = Cursor::new(read_ahead).chain(reader);
         let mut stopped = self.inner.stopped.subscribe();

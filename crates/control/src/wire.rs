@@ -15,7 +15,6 @@ use proto::{Frame, FrameError, FRAME_HEADER_LEN, PROTOCOL_VERSION};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 use crate::error::ControlError;
 use crate::machine::{Image, Proposal};
@@ -173,14 +172,18 @@ where
 }
 
 /// Dials `address` and says hello as server `from`.
-pub(crate) async fn dial(address: &str, from: ServerId) -> std::io::Result<TcpStream> {
-    let mut stream = TcpStream::connect(address).await?;
-    stream.set_nodelay(true)?;
+pub(crate) async fn dial(
+    dialer: &net::Dialer,
+    address: &str,
+    from: ServerId,
+) -> std::io::Result<net::Link> {
+    let mut stream = dialer.connect(address).await?;
     let hello = Frame::ControlHello {
         version: PROTOCOL_VERSION,
         from,
     };
     stream.write_all(&hello.to_bytes()).await?;
+    stream.flush().await?;
     Ok(stream)
 }
 

@@ -14,6 +14,14 @@
 //! all be queued ([`deferring`]), so that it spends no time writing. Every
 //! send lands whole and in the order the senders took the writer's lock:
 //! bytes are never interleaved.
+//!
+//! A link may be TLS ([`tls`]); its bytes are then encrypted by the
+//! flusher alone, as a TLS session cannot be written from two places, so
+//! a send on a TLS link is always queued.
+
+pub mod tls;
+
+pub use tls::{Acceptor, Dialer, Identity, Link, LinkReader, LinkWriter};
 
 use std::cell::Cell;
 use std::collections::VecDeque;
@@ -22,8 +30,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use tokio::io::AsyncReadExt;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::OwnedWriteHalf;
 use tokio::sync::Notify;
 
 /// How long a connection must have written nothing for a send to be
@@ -53,8 +61,8 @@ pub fn deferring<R>(defer: bool, work: impl FnOnce() -> R) -> R {
 /// Reads what a connection has (at most `scratch.len()` bytes) and hands
 /// it to `keep`. Cancel-safe: `keep` sees bytes only once the read has
 /// completed, so a `select!` that drops the read loses nothing.
-pub async fn read_some(
-    reader: &mut OwnedReadHalf,
+pub async fn read_some<R: AsyncRead + Unpin>(
+    reader: &mut R,
     scratch: &mut [u8],
     keep: impl FnOnce(&[u8]),
 ) -> std::io::Result<usize> {
@@ -93,7 +101,7 @@ pub struct WriterStats {
 /// queued send holds until its bytes are written (a permit of a budget,
 /// for example), dropped once they are.
 pub struct SharedWriter<H = ()> {
-    socket: OwnedWriteHalf,
+    socket: Socket,
     state: Mutex<State<H>>,
     queued_max: usize,
     queued_bytes_max: usize,
@@ -103,6 +111,14 @@ pub struct SharedWriter<H = ()> {
     room: Notify,
     direct: AtomicU64,
     flushed: AtomicU64,
+}
+
+/// A writer's socket: a plain one is written by senders and the flusher
+/// in turn (`State::flushing` says whose turn it is); a TLS one by the
+/// flusher only, which alone locks it.
+enum Socket {
+    Plain(OwnedWriteHalf),
+    Tls(tokio::sync::Mutex<LinkWriter>),
 }
 
 /// Whether a send may be written by its sender's thread.
@@ -140,7 +156,11 @@ impl<H: Send + 'static> SharedWriter<H> {
     /// A writer over `socket` whose queue holds at most `queued_max` sends
     /// (at least one). Its flusher, [`SharedWriter::run`], must run for
     /// queued sends to be written.
-    pub fn new(socket: OwnedWriteHalf, queued_max: usize) -> SharedWriter<H> {
+    pub fn new(socket: LinkWriter, queued_max: usize) -> SharedWriter<H> {
+        let socket = match socket {
+            LinkWriter::Plain(socket) => Socket::Plain(socket),
+            tls => Socket::Tls(tokio::sync::Mutex::new(tls)),
+        };
         SharedWriter {
             socket,
             queued_bytes_max: usize::MAX,
@@ -251,7 +271,7 @@ impl<H: Send + 'static> SharedWriter<H> {
                 Taken::Done => return,
             }
             self.room.notify_waiters();
-            if write_all(&self.socket, &batch).await.is_err() {
+            if self.write_batch(&batch).await.is_err() {
                 self.fail();
                 return;
             }
@@ -302,6 +322,7 @@ impl<H: Send + 'static> SharedWriter<H> {
             return Ok(());
         }
         let write = !state.flushing
+            && matches!(self.socket, Socket::Plain(_))
             && match direct {
                 Direct::Always => true,
                 Direct::WhenIdle => {
@@ -330,9 +351,12 @@ impl<H: Send + 'static> SharedWriter<H> {
     /// Writes as much of `bytes` as the socket takes now; `None` when the
     /// socket failed.
     fn write_now(&self, state: &mut State<H>, bytes: &[u8]) -> Option<usize> {
+        let Socket::Plain(socket) = &self.socket else {
+            return Some(0);
+        };
         let mut written = 0;
         while written < bytes.len() {
-            match self.socket.try_write(&bytes[written..]) {
+            match socket.try_write(&bytes[written..]) {
                 Ok(0) => break,
                 Ok(count) => written += count,
                 Err(error) if error.kind() == ErrorKind::Interrupted => {}
@@ -380,6 +404,18 @@ impl<H: Send + 'static> SharedWriter<H> {
         }
         self.flush.notify_one();
         self.room.notify_waiters();
+    }
+
+    /// Writes a batch of the flusher.
+    async fn write_batch(&self, bytes: &[u8]) -> std::io::Result<()> {
+        match &self.socket {
+            Socket::Plain(socket) => write_all(socket, bytes).await,
+            Socket::Tls(socket) => {
+                let mut socket = socket.lock().await;
+                socket.write_all(bytes).await?;
+                socket.flush().await
+            }
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, State<H>> {

@@ -18,6 +18,8 @@ pub const HELLO_MAGIC: [u8; 4] = *b"STLG";
 pub const PEER_MAGIC: [u8; 4] = *b"STLP";
 /// The four bytes that open a server's `ControlHello`.
 pub const CONTROL_MAGIC: [u8; 4] = *b"STLC";
+/// The four bytes that open a server's `ServerHello`.
+pub const SERVER_MAGIC: [u8; 4] = *b"STLS";
 /// `Submit` kinds: the replication message a client sends.
 pub const SUBMIT_WRITE: u8 = 1;
 pub const SUBMIT_TAGGED: u8 = 2;
@@ -141,6 +143,10 @@ pub enum ErrorCode {
     /// its loss action refuses writes (`read-only`, or `block` past its
     /// timeout); reads go on.
     ReadOnly = 14,
+    /// The connection's token lacks the right the request needs, is not
+    /// known, or was revoked; or the request is one only a server may
+    /// make. The message names the right.
+    Unauthorized = 15,
 }
 
 impl ErrorCode {
@@ -161,6 +167,7 @@ impl ErrorCode {
             12 => NotPrimary,
             13 => VersionVoid,
             14 => ReadOnly,
+            15 => Unauthorized,
             _ => return None,
         })
     }
@@ -247,6 +254,15 @@ pub enum Frame {
     ControlHello {
         version: u16,
         from: u32,
+    },
+    /// The first frame of a client-style connection that a server opens
+    /// to another (to create its replica of a stream, or to forward a
+    /// client's appends as `client`): served as a client's, with a
+    /// server's rights. With TLS the certificate must name server `from`.
+    ServerHello {
+        version: u16,
+        from: u32,
+        client: u128,
     },
     /// A replication message between servers for `stream`; its layout
     /// (a sub-kind byte and the sub-kind's fields) belongs to the server.
@@ -782,6 +798,7 @@ crate::layouts! {
         request: U64, name: Str16, min_in_sync: U16, action: U8, block_ms: U32, roles: Roles,
     }
     RetireServer = 0x12, "retire-server" { request: U64, server: U32 }
+    ServerHello = 0x13, "server-hello", magic SERVER_MAGIC { version: U16, from: U32, client: U128 }
     HelloOk = 0x81, "hello-ok" { version: U16, server: U128, max_frame: U32 }
     StreamInfo = 0x82, "stream-info" { request: U64, info: InfoInterval }
     StreamList = 0x83, "stream-list" { request: U64, streams: InfoList }
@@ -957,6 +974,11 @@ mod tests {
             Frame::ControlHello {
                 version: PROTOCOL_VERSION,
                 from: 3,
+            },
+            Frame::ServerHello {
+                version: PROTOCOL_VERSION,
+                from: 2,
+                client: 77,
             },
             Frame::SetRequirement {
                 request: 9,

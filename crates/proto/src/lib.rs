@@ -13,7 +13,7 @@ pub mod record;
 
 pub use frame::{
     AckLevel, DurabilityConfig, ErrorCode, Frame, FrameBuffer, FrameError, ReplicaAddress,
-    RetentionConfig, StreamInfo, SubmitFields, UnknownDurability, CONTROL_MAGIC, FRAME_HEADER_LEN,
+    RetentionConfig, StreamInfo, SubmitFields, UnknownDurability, CONTROL_MAGIC, FRAME_HEADER_LEN, SERVER_MAGIC,
     PROTOCOL_VERSION,
 };
 pub use layout::{Layout, Reader};

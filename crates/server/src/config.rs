@@ -84,6 +84,34 @@ impl ClusterConfig {
     }
 }
 
+/// TLS for a server: every connection to it and every link it opens is
+/// TLS. Its certificate serves clients and, presented as a client
+/// certificate, proves to the other servers that it is server `me` (it
+/// must name `server-<id>.stamplog`, `net::tls::server_name`). Peers are
+/// verified against `ca`; clients' certificates, optional, against `ca`
+/// and `client_ca`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TlsSettings {
+    pub identity: net::Identity,
+    /// The cluster's CA (PEM).
+    pub ca: PathBuf,
+    /// Another CA whose client certificates are accepted (PEM).
+    pub client_ca: Option<PathBuf>,
+}
+
+impl TlsSettings {
+    /// The server's side of TLS.
+    pub fn acceptor(&self) -> Result<net::Acceptor, net::tls::TlsError> {
+        net::Acceptor::new(&self.identity, &self.ca, self.client_ca.as_deref())
+    }
+
+    /// The links this server opens: TLS trusting the cluster's CA,
+    /// presenting the server's certificate.
+    pub fn dialer(&self) -> Result<net::Dialer, net::tls::TlsError> {
+        net::Dialer::tls(&self.ca, Some(&self.identity))
+    }
+}
+
 /// Peer frames may be at least this large (64 MiB), whatever the message
 /// limit.
 pub const PEER_FRAME_BYTES_MIN: usize = 64 * 1024 * 1024;
@@ -99,6 +127,15 @@ pub struct ServerConfig {
     pub message_bytes_max: usize,
     /// Connections served at once; more are refused with an error frame.
     pub connections_max: usize,
+    /// Connections served at once from one IP address; more are refused
+    /// with `Busy`.
+    pub connections_per_address_max: usize,
+    /// TLS on every link (see [`TlsSettings`]); `None`: plain TCP.
+    pub tls: Option<TlsSettings>,
+    /// The token file (see `auth`): with one, a client needs a token it
+    /// holds, and each request the right it names. `None`: every client
+    /// may do everything a client may.
+    pub tokens: Option<PathBuf>,
     /// Appends of one connection waiting for their acknowledgement; past it
     /// the server stops reading from that connection (backpressure).
     pub in_flight_per_connection_max: usize,
@@ -164,6 +201,9 @@ impl ServerConfig {
             storage: Arc::new(wal::FileStorage),
             message_bytes_max: 1024 * 1024,
             connections_max: 1024,
+            connections_per_address_max: 256,
+            tokens: None,
+            tls: None,
             in_flight_per_connection_max: 4096,
             outgoing_frames_max: 1024,
             subscriptions_per_connection_max: 64,

@@ -81,6 +81,14 @@ pub enum LocalError {
     NotJoined(u32),
     #[error("no server {0} in this cluster")]
     NoSuchServer(u32),
+    #[error("{path}: {source}")]
+    Security {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Tls(#[from] net::tls::TlsError),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -95,4 +103,8 @@ pub enum OpenError {
     Stream { path: PathBuf, reason: String },
     #[error("bad cluster configuration: {0}")]
     Cluster(String),
+    #[error(transparent)]
+    Tokens(#[from] crate::auth::TokenFileError),
+    #[error(transparent)]
+    Tls(#[from] net::tls::TlsError),
 }

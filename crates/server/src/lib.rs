@@ -16,6 +16,7 @@
 //! readers never see a record past the stream's visible (committed and
 //! logged) version.
 
+pub mod auth;
 mod config;
 mod connection;
 mod error;
@@ -29,11 +30,11 @@ mod stream;
 mod subscription;
 mod wire;
 
-pub use config::{advertised_address, ClusterConfig, Peer, ServerConfig};
+pub use config::{advertised_address, ClusterConfig, Peer, ServerConfig, TlsSettings};
 pub use error::{
     CheckpointError, LocalError, OpenError, PlaceError, RemoteCreateError, StreamOpenError,
 };
-pub use local::{LocalCluster, LocalServer};
+pub use local::{LocalCluster, LocalSecurity, LocalServer};
 pub use replication::Router;
 pub use run::{run, run_rejoining, CurrentServer};
 pub use state::{ServerState, DEFAULT_REPLICAS};

@@ -124,6 +124,101 @@ fn config_for(folder: &Path, id: u32, addresses: &[SocketAddr]) -> ServerConfig 
     config
 }
 
+/// TLS certificates and an admin token for a local cluster, kept in
+/// `<folder>/security`: the CA (`ca.pem`), each server's certificate and
+/// key, a client certificate, the token file (`tokens.toml`) and the admin
+/// token itself (`admin.token`, readable by its owner only, so a client on
+/// this machine can use it). Made once; a folder that has them keeps them.
+#[derive(Clone, Debug)]
+pub struct LocalSecurity {
+    pub folder: PathBuf,
+    pub ca: PathBuf,
+    pub tokens: PathBuf,
+    pub admin_token: String,
+    /// The client certificate the CA issued.
+    pub client: net::Identity,
+}
+
+impl LocalSecurity {
+    /// Makes (or finds) the security material of servers 1..=`servers`
+    /// under `<folder>/security`.
+    pub fn make(folder: &Path, servers: usize) -> Result<LocalSecurity, LocalError> {
+        let security = folder.join("security");
+        let token_path = security.join("admin.token");
+        let tokens = security.join("tokens.toml");
+        let ids: Vec<u32> = (1..=servers as u32).collect();
+        let missing = |id: &u32| !security.join(format!("server-{id}.pem")).exists();
+        if !token_path.exists() || ids.iter().any(missing) {
+            net::tls::make_certificates(&security, &ids, &[])?;
+            let token = crate::auth::new_token();
+            let rights = [
+                (crate::auth::Right::Admin, "*"),
+                (crate::auth::Right::Produce, "*"),
+                (crate::auth::Right::Consume, "*"),
+            ];
+            let entry = crate::auth::token_entry_toml("admin", &token, &rights);
+            write_secret(&tokens, &entry)?;
+            write_secret(&token_path, &token)?;
+        }
+        let admin_token = std::fs::read_to_string(&token_path)
+            .map_err(|source| LocalError::Security {
+                path: token_path.clone(),
+                source,
+            })?
+            .trim()
+            .to_string();
+        Ok(LocalSecurity {
+            ca: security.join("ca.pem"),
+            client: net::Identity {
+                certificate: security.join("client.pem"),
+                key: security.join("client-key.pem"),
+            },
+            folder: security,
+            tokens,
+            admin_token,
+        })
+    }
+
+    /// Turns TLS and the token file on in a server's configuration (its
+    /// certificate is the one made for `config.cluster.me`).
+    pub fn apply(&self, config: &mut ServerConfig) {
+        config.tls = Some(crate::config::TlsSettings {
+            identity: self.server_identity(config.cluster.me),
+            ca: self.ca.clone(),
+            client_ca: None,
+        });
+        config.tokens = Some(self.tokens.clone());
+    }
+
+    /// Server `id`'s certificate and key.
+    pub fn server_identity(&self, id: u32) -> net::Identity {
+        net::Identity {
+            certificate: self.folder.join(format!("server-{id}.pem")),
+            key: self.folder.join(format!("server-{id}-key.pem")),
+        }
+    }
+
+    /// A client's credentials: the admin token over TLS trusting the CA.
+    pub fn admin_dialer(&self) -> Result<net::Dialer, LocalError> {
+        Ok(net::Dialer::tls(&self.ca, None)?)
+    }
+}
+
+/// Writes a file readable by its owner only.
+fn write_secret(path: &Path, text: &str) -> Result<(), LocalError> {
+    use std::io::Write;
+    let mut options = std::fs::OpenOptions::new();
+    options.create(true).write(true).truncate(true);
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    options
+        .open(path)
+        .and_then(|mut file| file.write_all(text.as_bytes()))
+        .map_err(|source| LocalError::Security {
+            path: path.to_path_buf(),
+            source,
+        })
+}
+
 pub struct LocalCluster {
     /// The running servers, by id.
     pub servers: Vec<LocalServer>,

@@ -107,6 +107,7 @@ async fn start_control(server: &ServerState) -> Option<Control> {
         ControlConfig::new(me, server.address(), server.config.data_dir.join("control"));
     config.heartbeat_interval = cluster.heartbeat_interval;
     config.suspect_timeout = cluster.suspect_timeout;
+    config.dialer = server.router.dialer.clone();
     match Control::start(config, voters).await {
         Ok(control) => Some(control),
         Err(error) => {

@@ -21,7 +21,6 @@ use engine::replication::{Msg, ServerId};
 use net::{Refused, SharedWriter};
 use proto::Frame;
 use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch};
 
 use crate::config::ClusterConfig;
@@ -118,6 +117,8 @@ type ClientConnection = (u64, Arc<Outgoing>);
 
 pub struct Router {
     pub me: ServerId,
+    /// Opens this server's links to the others.
+    pub dialer: net::Dialer,
     /// Each peer's link queue: the configured peers, and servers that
     /// joined later (learned from the control plane's members).
     peers: RwLock<HashMap<ServerId, Arc<PeerLink>>>,
@@ -142,7 +143,10 @@ pub struct Router {
 }
 
 impl Router {
-    pub fn new(cluster: &ClusterConfig, queue_max: usize) -> Router {
+    /// `dialer` opens every link this server starts to another (peer
+    /// links, forwarding, replica creation): TLS with the server's own
+    /// certificate when the server has one.
+    pub fn new(cluster: &ClusterConfig, queue_max: usize, dialer: net::Dialer) -> Router {
         let mut peers = HashMap::new();
         let mut receivers = Vec::new();
         let queue_max = queue_max.max(1);
@@ -153,6 +157,7 @@ impl Router {
         }
         let (events, events_receiver) = mpsc::unbounded_channel();
         Router {
+            dialer,
             me: cluster.me,
             peers: RwLock::new(peers),
             unstarted_links: Mutex::new(receivers),
@@ -205,7 +210,9 @@ impl Router {
         stop: watch::Receiver<bool>,
     ) {
         let incarnation = Arc::clone(&self.incarnation);
-        tokio::spawn(run_link(self.me, incarnation, id, address, link, stop));
+        let dialer = self.dialer.clone();
+        let ends = (id, address, stop);
+        tokio::spawn(run_link((self.me, incarnation, dialer), ends, link));
     }
 
     /// A peer's link to this server opened, announcing the process's
@@ -355,17 +362,14 @@ impl Router {
 /// reconnecting with backoff. Frames sent while the link is down wait in its
 /// bounded backlog; the protocols resend what matters.
 async fn run_link(
-    me: ServerId,
-    incarnation: Arc<AtomicU64>,
-    peer: ServerId,
-    address: String,
+    (me, incarnation, dialer): (ServerId, Arc<AtomicU64>, net::Dialer),
+    (peer, address, mut stop): (ServerId, String, watch::Receiver<bool>),
     link: Arc<PeerLink>,
-    mut stop: watch::Receiver<bool>,
 ) {
     let mut delay = Duration::from_millis(10);
     loop {
         let connected = tokio::select! {
-            connected = tokio::time::timeout(Duration::from_secs(2), TcpStream::connect(&address)) => connected,
+            connected = tokio::time::timeout(Duration::from_secs(2), dialer.connect(&address)) => connected,
             _ = stop.wait_for(|s| *s) => return,
         };
         let mut socket = match connected {
@@ -380,7 +384,6 @@ async fn run_link(
             }
         };
         delay = Duration::from_millis(10);
-        let _ = socket.set_nodelay(true);
         let hello = Frame::PeerHello {
             version: proto::PROTOCOL_VERSION,
             from: me,

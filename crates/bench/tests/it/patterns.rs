@@ -22,6 +22,9 @@ fn patterns_with_tiny_parameters_completes_every_cell_and_writes_its_files() {
         latency_messages: 50,
         latency_payload: 1000,
         disk_syncs: 20,
+        // Secure, as `stamplog cluster` runs by default: every pattern
+        // over TLS links with the admin token.
+        tls: true,
         output: quiet_output(folder.path()),
     };
     let figures = patterns::run(args).unwrap();

@@ -92,7 +92,7 @@ async fn accept(listener: TcpListener, control: Control, read_ahead: bool) {
         tokio::spawn(async move {
             if read_ahead {
                 if let Some(rest) = read_past_hello(&mut stream).await {
-                    control.serve_with(stream, rest).await;
+                    control.serve_with(net::Link::Plain(stream), rest).await;
                 }
             } else if read_hello(&mut stream, Duration::from_secs(2))
                 .await

@@ -19,7 +19,7 @@ async fn pair(queued_max: usize) -> (Arc<SharedWriter<u32>>, TcpStream) {
     let (connected, accepted) = tokio::join!(TcpStream::connect(address), listener.accept());
     let (_, write) = connected.unwrap().into_split();
     (
-        Arc::new(SharedWriter::new(write, queued_max)),
+        Arc::new(SharedWriter::new(net::LinkWriter::Plain(write), queued_max)),
         accepted.unwrap().0,
     )
 }

@@ -2,17 +2,25 @@
 //! opening streams, their requirements, retiring servers, listing and
 //! status. Each answers with one frame.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use engine::replication::Protocol;
 use proto::{DurabilityConfig, ErrorCode, Frame, RetentionConfig, StreamInfo};
 
 use super::Connection;
+use crate::auth::{Right, Unauthorized};
 use crate::state::StreamError;
 
 impl Connection {
     /// An administrative request.
     pub(super) async fn handle_admin(&mut self, frame: Frame) -> bool {
+        if let Err((request, message)) = self.admit_admin(&frame) {
+            self.server
+                .requests_unauthorized
+                .fetch_add(1, Ordering::Relaxed);
+            return self.unauthorized(request, message).await;
+        }
         match frame {
             Frame::CreateStream {
                 request,
@@ -49,6 +57,36 @@ impl Connection {
             Frame::ListStreams { request } => self.list_streams(request).await,
             Frame::Status { request } => self.status(request).await,
             other => self.not_a_request(&other).await,
+        }
+    }
+
+    /// Whether the connection may make an administrative request: `admin`
+    /// on the stream for creating, deleting and requirements, on every
+    /// stream (`*`) for retiring a server, any right on it for opening
+    /// it; `CreateReplica` only from another server. `Err`: the request's
+    /// number and why not.
+    fn admit_admin(&mut self, frame: &Frame) -> Result<(), (u64, String)> {
+        let access = &mut self.access;
+        let checked = match frame {
+            Frame::CreateStream { request, name, .. }
+            | Frame::DeleteStream { request, name }
+            | Frame::SetRequirement { request, name, .. } => {
+                (*request, access.check(Right::Admin, name))
+            }
+            Frame::RetireServer { request, .. } => (*request, access.check_all(Right::Admin)),
+            Frame::CreateReplica { request, .. } if !access.is_server() => {
+                let message = "create-replica is a request between servers; a client link may not send it";
+                (*request, Err(Unauthorized(message.into())))
+            }
+            Frame::OpenStream { request, name } if !access.may_see(name) => {
+                let message = format!("the connection's token has no right on stream {name:?}");
+                (*request, Err(Unauthorized(message)))
+            }
+            _ => return Ok(()),
+        };
+        match checked {
+            (_, Ok(())) => Ok(()),
+            (request, Err(refused)) => Err((request, refused.0)),
         }
     }
 
@@ -170,6 +208,7 @@ impl Connection {
             .server
             .streams()
             .iter()
+            .filter(|s| self.access.may_see(&s.name))
             .map(|s| self.server.stream_info(s))
             .collect();
         self.outgoing

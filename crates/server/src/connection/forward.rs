@@ -28,7 +28,7 @@ const ANSWER_FRAME_BYTES_MAX: usize = 64 << 20;
 /// One connection's link to the primary of the streams it forwards for.
 pub(super) struct Forwarder {
     primary: ServerId,
-    writer: OwnedWriteHalf,
+    writer: LinkWriter,
     /// Requests sent and not answered yet: whoever takes one out answers
     /// it (the relay with the primary's answer, or the connection with
     /// `NotPrimary` when the link goes).
@@ -92,13 +92,14 @@ impl Connection {
         }
         let address = self.server.address_of(primary);
         let opened = tokio::time::timeout(CONNECT_TIMEOUT, async {
-            let socket = TcpStream::connect(&address).await?;
-            let _ = socket.set_nodelay(true);
+            let socket = self.server.router.dialer.connect(&address).await?;
             let (mut reader, mut writer) = socket.into_split();
-            let hello = Frame::Hello {
+            // The client's rights were checked here; the primary takes
+            // this server's word for them.
+            let hello = Frame::ServerHello {
                 version: PROTOCOL_VERSION,
+                from: self.server.config.cluster.me,
                 client: self.client,
-                token: String::new(),
             };
             writer.write_all(&hello.to_bytes()).await?;
             let mut buffer = FrameBuffer::new();
@@ -184,7 +185,7 @@ impl Connection {
 /// Relays the primary's answers to forwarded requests to the client; when
 /// the link ends, answers what is left with `NotPrimary`.
 async fn relay(
-    (mut reader, mut buffer): (OwnedReadHalf, FrameBuffer),
+    (mut reader, mut buffer): (LinkReader, FrameBuffer),
     pending: Arc<Mutex<HashSet<u64>>>,
     broken: Arc<AtomicBool>,
     outgoing: Arc<Outgoing>,

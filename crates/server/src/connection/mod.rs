@@ -15,7 +15,10 @@
 //! stops reading, and TCP pushes back on the client.
 //!
 //! A connection whose first frame is `PeerHello` is a peer link: it carries
-//! replication messages from that server to this one's streams.
+//! replication messages from that server to this one's streams. A client's
+//! `Hello` carries its token, which the handshake checks against the token
+//! file (`auth`); every request is then checked against the token's rights,
+//! and a refused one answered with `Unauthorized`.
 
 mod admin;
 mod forward;
@@ -23,17 +26,21 @@ mod read;
 mod write;
 
 use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use engine::replication::{AckRule, Bytes, Content, HybridMode, Msg, Protocol, ServerId};
 use net::SharedWriter;
 use proto::{ErrorCode, EventId, Frame, FrameBuffer, PROTOCOL_VERSION};
 use tokio::io::AsyncWriteExt;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use net::tls::rustls::pki_types::CertificateDer;
+use net::{Link, LinkReader, LinkWriter};
 use tokio::net::TcpStream;
 use tokio::sync::{watch, Semaphore};
 use tokio::task::{AbortHandle, JoinHandle};
 
+use crate::auth::{Access, Principal, Right};
 use crate::outgoing::{LegacyAppend, Outgoing, READ_BUDGET_BYTES};
 use crate::state::ServerState;
 use crate::stream::{Stream, SubmitFailure};
@@ -42,9 +49,15 @@ use crate::wire;
 
 /// Bytes the read loop asks the socket for at a time.
 const READ_BYTES: usize = 64 * 1024;
+/// How long a hello with a wrong token waits for its refusal: guessing
+/// tokens costs a connection this long each.
+const LOGIN_FAILURE_DELAY: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Who opened the connection.
 enum Opener {
-    Client(u128),
+    /// A client (or a server speaking as one, `ServerHello`), with who it
+    /// speaks for.
+    Client(u128, Principal),
     Peer(ServerId),
     /// A control-plane connection from this server.
     Control,
@@ -56,7 +69,30 @@ pub(crate) async fn serve(
     mut stop: watch::Receiver<bool>,
 ) {
     let _ = socket.set_nodelay(true);
-    let (mut reader, mut writer) = socket.into_split();
+    let address = socket.peer_addr().ok().map(|a| a.ip());
+    // With TLS, everything (even a refusal) is said inside it: a client
+    // that does not speak TLS gets nothing but a closed connection.
+    let link = match &server.acceptor {
+        None => Link::Plain(socket),
+        Some(acceptor) => {
+            let accepted = tokio::select! {
+                accepted = tokio::time::timeout(server.config.handshake_timeout, acceptor.accept(socket)) => accepted,
+                _ = stop.wait_for(|stopping| *stopping) => return,
+            };
+            match accepted {
+                Ok(Ok(link)) => link,
+                Ok(Err(error)) => {
+                    server.tls_refused.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(?address, "TLS handshake failed: {error}");
+                    return;
+                }
+                Err(_) => return,
+            }
+        }
+    };
+    let chain: Option<Vec<CertificateDer<'static>>> =
+        link.peer_certificates().map(|chain| chain.to_vec());
+    let (mut reader, mut writer) = link.into_split();
     let Ok(_slot) = Arc::clone(&server.connection_slots).try_acquire_owned() else {
         let message = format!(
             "the server serves at most {} connections",
@@ -65,20 +101,29 @@ pub(crate) async fn serve(
         refuse(&mut writer, ErrorCode::Busy, message).await;
         return;
     };
+    let _address_slot = match address.map(|ip| AddressSlot::take(&server, ip)) {
+        Some(Err(message)) => {
+            refuse(&mut writer, ErrorCode::Busy, message).await;
+            return;
+        }
+        Some(Ok(slot)) => Some(slot),
+        None => None,
+    };
     let mut buffer = FrameBuffer::new();
     let shaken = tokio::select! {
-        shaken = handshake(&mut reader, &mut writer, &mut buffer, &server) => shaken,
+        shaken = handshake((&mut reader, &mut writer), &mut buffer, &server, chain.as_deref()) => shaken,
         _ = stop.wait_for(|stopping| *stopping) => return,
     };
     match shaken {
-        Ok(Opener::Client(client)) => {
-            serve_client(client, (reader, writer, buffer), server, stop).await
+        Ok(Opener::Client(client, principal)) => {
+            let access = Access::new(principal, server.tokens.clone());
+            serve_client((client, access), (reader, writer, buffer), server, stop).await
         }
         Ok(Opener::Control) => {
             let Some(control) = server.control.get().cloned() else {
                 return;
             };
-            let Ok(socket) = reader.reunite(writer) else {
+            let Some(socket) = reader.reunite(writer) else {
                 return;
             };
             let rest = buffer.take_rest();
@@ -99,20 +144,21 @@ pub(crate) async fn serve(
 }
 
 /// Answers a connection that is not served with one error frame.
-async fn refuse(writer: &mut OwnedWriteHalf, code: ErrorCode, message: String) {
+async fn refuse(writer: &mut LinkWriter, code: ErrorCode, message: String) {
     let frame = Frame::Error {
         request: 0,
         code,
         message,
     };
     let _ = writer.write_all(&frame.to_bytes()).await;
+    let _ = writer.flush().await;
 }
 
 /// Serves a client after its handshake, until it closes or the server
 /// stops; every task of the connection is gone when it returns.
 async fn serve_client(
-    client: u128,
-    (reader, writer, buffer): (OwnedReadHalf, OwnedWriteHalf, FrameBuffer),
+    (client, access): (u128, Access),
+    (reader, writer, buffer): (LinkReader, LinkWriter, FrameBuffer),
     server: Arc<ServerState>,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -143,6 +189,7 @@ async fn serve_client(
     let mut connection = Connection {
         server: Arc::clone(&server),
         client,
+        access,
         outgoing,
         batch: None,
         legacy_slots: Arc::new(Semaphore::new(in_flight)),
@@ -167,7 +214,7 @@ async fn serve_client(
 /// Feeds a peer's replication messages to this server's streams.
 async fn serve_peer(
     from: ServerId,
-    mut reader: OwnedReadHalf,
+    mut reader: LinkReader,
     mut buffer: FrameBuffer,
     server: &Arc<ServerState>,
 ) {
@@ -216,10 +263,10 @@ async fn serve_peer(
 }
 
 async fn handshake(
-    reader: &mut OwnedReadHalf,
-    writer: &mut OwnedWriteHalf,
+    (reader, writer): (&mut LinkReader, &mut LinkWriter),
     buffer: &mut FrameBuffer,
     server: &ServerState,
+    chain: Option<&[CertificateDer<'static>]>,
 ) -> Result<Opener, (ErrorCode, String)> {
     let bad = |message: String| (ErrorCode::BadFrame, message);
     let first = tokio::time::timeout(server.config.handshake_timeout, first_frame(reader, buffer))
@@ -234,17 +281,30 @@ async fn handshake(
             ))
         }
         Frame::Hello {
-            version, client, ..
-        } => (version, Opener::Client(client)),
+            version,
+            client,
+            token,
+        } => (version, Opener::Client(client, log_in(server, &token).await?)),
+        Frame::ServerHello {
+            version,
+            from,
+            client,
+        } => {
+            certified(server, chain, from)?;
+            admit_server(server, from).map_err(|e| bad(e.to_string()))?;
+            (version, Opener::Client(client, Principal::Server(from)))
+        }
         Frame::PeerHello {
             version,
             from,
             incarnation,
         } => {
+            certified(server, chain, from)?;
             admit_peer(server, from, incarnation).map_err(|e| bad(e.to_string()))?;
             (version, Opener::Peer(from))
         }
         Frame::ControlHello { version, from } => {
+            certified(server, chain, from)?;
             // Any server may speak to the control plane: one that is not
             // a member yet joins this way (it asks to be added as a
             // voter, then proposes its `Join`).
@@ -275,6 +335,7 @@ async fn handshake(
         .write_all(&reply.to_bytes())
         .await
         .map_err(|e| bad(e.to_string()))?;
+    writer.flush().await.map_err(|e| bad(e.to_string()))?;
     Ok(opener)
 }
 
@@ -296,7 +357,7 @@ enum HandshakeError {
 
 /// The connection's first frame, read within the handshake's bounds.
 async fn first_frame(
-    reader: &mut OwnedReadHalf,
+    reader: &mut LinkReader,
     buffer: &mut FrameBuffer,
 ) -> Result<Frame, HandshakeError> {
     let mut scratch = vec![0u8; 1024];
@@ -314,6 +375,114 @@ async fn first_frame(
     }
 }
 
+/// With TLS, whether the connection's certificate is the one the cluster's
+/// CA issued to server `from`, as a hello that speaks for a server must
+/// present; without TLS a server is taken at its word (a trusted network).
+fn certified(
+    server: &ServerState,
+    chain: Option<&[CertificateDer<'static>]>,
+    from: ServerId,
+) -> Result<(), (ErrorCode, String)> {
+    let Some(acceptor) = &server.acceptor else {
+        return Ok(());
+    };
+    if acceptor.names_server(chain, from) {
+        return Ok(());
+    }
+    server.tls_refused.fetch_add(1, Ordering::Relaxed);
+    tracing::warn!("refused a connection that claimed to be server {from} without its certificate");
+    Err((
+        ErrorCode::Unauthorized,
+        format!(
+            "a connection that speaks for server {from} must present the certificate the cluster's CA issued to {}",
+            net::tls::server_name(from)
+        ),
+    ))
+}
+
+/// Who a client's `Hello` speaks for: anyone without a token file, else
+/// the token's holder. A token the file does not hold is refused after
+/// [`LOGIN_FAILURE_DELAY`], counted and logged (never the token itself).
+async fn log_in(server: &ServerState, token: &str) -> Result<Principal, (ErrorCode, String)> {
+    let Some(tokens) = &server.tokens else {
+        return Ok(Principal::Open);
+    };
+    let (_, file) = tokens.current();
+    if let Some(entry) = file.find(token) {
+        return Ok(Principal::Token(entry.name.clone()));
+    }
+    server.logins_refused.fetch_add(1, Ordering::Relaxed);
+    let message = if token.is_empty() {
+        tracing::warn!("refused a client without a token");
+        "this server needs a token (--token or STAMPLOG_TOKEN)".to_string()
+    } else {
+        tracing::warn!("refused a client with an unknown or revoked token");
+        "the token is not known to this server (wrong, or revoked)".to_string()
+    };
+    tokio::time::sleep(LOGIN_FAILURE_DELAY).await;
+    Err((ErrorCode::Unauthorized, message))
+}
+
+/// Whether `from` may speak as a server of the cluster on a client-style
+/// link (`ServerHello`): a server this one knows.
+fn admit_server(server: &ServerState, from: ServerId) -> Result<(), HandshakeError> {
+    if is_known_server(server, from) {
+        Ok(())
+    } else {
+        Err(HandshakeError::UnknownPeer(from))
+    }
+}
+
+fn is_known_server(server: &ServerState, from: ServerId) -> bool {
+    server
+        .config
+        .cluster
+        .peers
+        .iter()
+        .any(|peer| peer.id == from)
+        || server.router.knows_peer(from)
+        || server
+            .control_state()
+            .is_some_and(|state| state.members.contains_key(&from))
+}
+
+/// A connection's place in its address's count, given back when dropped.
+struct AddressSlot {
+    server: Arc<ServerState>,
+    ip: IpAddr,
+}
+
+impl AddressSlot {
+    /// Counts a connection from `ip`, or says why it is one too many.
+    fn take(server: &Arc<ServerState>, ip: IpAddr) -> Result<AddressSlot, String> {
+        let limit = server.config.connections_per_address_max;
+        let mut counts = server.per_address.lock().expect("address lock poisoned");
+        let count = counts.entry(ip).or_default();
+        if *count >= limit {
+            return Err(format!(
+                "the server serves at most {limit} connections from one address ({ip})"
+            ));
+        }
+        *count += 1;
+        Ok(AddressSlot {
+            server: Arc::clone(server),
+            ip,
+        })
+    }
+}
+
+impl Drop for AddressSlot {
+    fn drop(&mut self) {
+        let mut counts = self.server.per_address.lock().expect("address lock poisoned");
+        if let Some(count) = counts.get_mut(&self.ip) {
+            *count -= 1;
+            if *count == 0 {
+                counts.remove(&self.ip);
+            }
+        }
+    }
+}
+
 /// Whether `from` may open a peer link as `incarnation`: a configured
 /// peer, or a server that joined since (the control plane's members),
 /// and not a process that has left the view (shunning: its server has
@@ -323,17 +492,7 @@ fn admit_peer(
     from: ServerId,
     incarnation: u64,
 ) -> Result<(), HandshakeError> {
-    let known = server
-        .config
-        .cluster
-        .peers
-        .iter()
-        .any(|peer| peer.id == from)
-        || server.router.knows_peer(from)
-        || server
-            .control_state()
-            .is_some_and(|state| state.members.contains_key(&from));
-    if !known {
+    if !is_known_server(server, from) {
         return Err(HandshakeError::UnknownPeer(from));
     }
     if let Some(state) = server.control_state() {
@@ -371,6 +530,8 @@ const SUBMIT_BATCH_MAX: usize = 1024;
 struct Connection {
     server: Arc<ServerState>,
     client: u128,
+    /// Who the connection speaks for, and what it may do.
+    access: Access,
     /// Submits gathered from the bytes read so far, for one stream.
     batch: Option<(Arc<Stream>, Vec<Msg>)>,
     outgoing: Arc<Outgoing>,
@@ -411,7 +572,7 @@ impl Connection {
         }
     }
 
-    async fn read_loop(&mut self, mut reader: OwnedReadHalf, mut buffer: FrameBuffer) {
+    async fn read_loop(&mut self, mut reader: LinkReader, mut buffer: FrameBuffer) {
         let max_frame = self.server.config.frame_bytes_max();
         let mut scratch = vec![0u8; READ_BYTES];
         loop {
@@ -487,6 +648,24 @@ impl Connection {
             | Frame::Status { .. } => self.handle_admin(frame).await,
             other => self.not_a_request(&other).await,
         }
+    }
+
+    /// Whether the connection may do `right` on stream `name`: `Err` holds
+    /// the refusal's message (the request was counted as unauthorized).
+    fn allow(&mut self, right: Right, name: &str) -> Result<(), String> {
+        self.access.check(right, name).map_err(|refused| {
+            self.server
+                .requests_unauthorized
+                .fetch_add(1, Ordering::Relaxed);
+            refused.0
+        })
+    }
+
+    /// Answers a request that lacks a right with `Unauthorized`.
+    async fn unauthorized(&self, request: u64, message: String) -> bool {
+        self.outgoing
+            .error(request, ErrorCode::Unauthorized, message)
+            .await
     }
 
     /// Answers a frame that a client may not send, and closes.

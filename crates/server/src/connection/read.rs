@@ -47,6 +47,9 @@ impl Connection {
             Ok(stream) => stream,
             Err(open) => return open,
         };
+        if let Err(message) = self.allow(Right::Consume, &stream.name) {
+            return self.unauthorized(request, message).await;
+        }
         let max_bytes = (max_bytes as usize).min(self.server.config.read_batch_bytes_max);
         let Some(budget) = self.outgoing.reserve_read(max_bytes).await else {
             return false;
@@ -86,6 +89,9 @@ impl Connection {
             Ok(stream) => stream,
             Err(open) => return open,
         };
+        if let Err(message) = self.allow(Right::Consume, &stream.name) {
+            return self.unauthorized(id, message).await;
+        }
         if self.subscriptions.contains_key(&id) {
             // Replacing a live subscription could interleave its queued
             // records with the new one's; ids must be fresh.

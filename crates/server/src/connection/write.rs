@@ -60,6 +60,9 @@ impl Connection {
             Ok(stream) => stream,
             Err(open) => return open,
         };
+        if let Err(message) = self.allow(Right::Produce, &stream.name) {
+            return self.unauthorized(request, message).await;
+        }
         if let Some(message) = self.too_large(&key, &payload) {
             return self
                 .outgoing
@@ -180,6 +183,14 @@ impl Connection {
             .is_some_and(|(batched, _)| Arc::ptr_eq(batched, &stream));
         if !same && !self.flush_batch().await {
             return false;
+        }
+        // Checked once per batch: a batch is one stream's submits from
+        // one read.
+        if !same {
+            if let Err(message) = self.allow(Right::Produce, &stream.name) {
+                let refusal = refuse(ErrorCode::Unauthorized, message);
+                return self.outgoing.send(&refusal).await;
+            }
         }
         let (_, messages) = self.batch.get_or_insert_with(|| (stream, Vec::new()));
         messages.push(msg);

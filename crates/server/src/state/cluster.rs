@@ -104,7 +104,7 @@ impl ServerState {
             return Ok(());
         }
         remote_create(
-            &replica.address,
+            (self.config.cluster.me, &self.router.dialer, &replica.address),
             info,
             retention,
             self.config.handshake_timeout,

@@ -5,7 +5,9 @@ mod cluster;
 mod status;
 
 use std::collections::{HashMap, HashSet};
+use std::net::IpAddr;
 use std::path::PathBuf;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Instant;
 
@@ -14,6 +16,7 @@ use proto::{DurabilityConfig, Frame, ReplicaAddress, StreamInfo};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{watch, Semaphore};
 
+use crate::auth::Tokens;
 use crate::config::ServerConfig;
 use crate::error::{OpenError, RemoteCreateError};
 use crate::replication::Router;
@@ -57,6 +60,20 @@ pub struct ServerState {
     streams: RwLock<Registry>,
     /// Bounds the connections served at once (`connections_max`).
     pub connection_slots: Arc<Semaphore>,
+    /// Connections served now per client IP address
+    /// (`connections_per_address_max`).
+    pub(crate) per_address: Mutex<HashMap<IpAddr, usize>>,
+    /// The server's side of TLS, when it has TLS.
+    pub(crate) acceptor: Option<net::Acceptor>,
+    /// The token file, when the server has one.
+    pub tokens: Option<Arc<Tokens>>,
+    /// Hellos refused for a wrong, revoked or missing token.
+    pub logins_refused: AtomicU64,
+    /// Connections refused by TLS: a failed TLS handshake, or a hello
+    /// speaking for a server without that server's certificate.
+    pub tls_refused: AtomicU64,
+    /// Requests refused for a missing right.
+    pub requests_unauthorized: AtomicU64,
     /// Carries replication messages to peers and clients.
     pub router: Arc<Router>,
     /// The address this server serves on (set when it starts serving).
@@ -84,7 +101,15 @@ impl ServerState {
         if let Some(problem) = config.cluster.problem() {
             return Err(OpenError::Cluster(problem));
         }
-        let router = Arc::new(Router::new(&config.cluster, config.peer_queue_max));
+        let (acceptor, dialer) = match &config.tls {
+            Some(tls) => (Some(tls.acceptor()?), tls.dialer()?),
+            None => (None, net::Dialer::plain()),
+        };
+        let router = Arc::new(Router::new(
+            &config.cluster,
+            config.peer_queue_max,
+            dialer,
+        ));
         let storage = config.storage.clone();
         let streams_folder = config.data_dir.join("streams");
         let data_error = |source| OpenError::DataDir {
@@ -126,7 +151,17 @@ impl ServerState {
             registry.by_name.insert(stream.name.clone(), stream);
         }
         let ready = watch::channel(!config.cluster.is_multi()).0;
+        let tokens = match &config.tokens {
+            Some(path) => Some(Arc::new(Tokens::open(path)?)),
+            None => None,
+        };
         Ok(Arc::new(ServerState {
+            per_address: Mutex::default(),
+            acceptor,
+            tokens,
+            logins_refused: AtomicU64::new(0),
+            tls_refused: AtomicU64::new(0),
+            requests_unauthorized: AtomicU64::new(0),
             control: OnceLock::new(),
             pending: Mutex::new(pending),
             ready,
@@ -632,18 +667,18 @@ fn name_hash(bytes: &[u8]) -> u64 {
 
 /// Asks another server to create its replica of a stream.
 async fn remote_create(
-    address: &str,
+    (me, dialer, address): (ServerId, &net::Dialer, &str),
     info: &StreamInfo,
     retention: proto::RetentionConfig,
     timeout: std::time::Duration,
 ) -> Result<(), RemoteCreateError> {
     let work = async {
-        let mut socket = tokio::net::TcpStream::connect(address).await?;
+        let mut socket = dialer.connect(address).await?;
         let mut out = Vec::new();
-        Frame::Hello {
+        Frame::ServerHello {
             version: proto::PROTOCOL_VERSION,
+            from: me,
             client: proto::random_u128(),
-            token: String::new(),
         }
         .encode(&mut out);
         Frame::CreateReplica {

@@ -54,6 +54,8 @@ impl ServerState {
             "client_messages_dropped": self.router.metrics.client_dropped.load(std::sync::atomic::Ordering::Relaxed),
             "uptime_seconds": self.started.elapsed().as_secs_f64(),
             "connections": self.config.connections_max - self.connection_slots.available_permits(),
+            "logins_refused": self.logins_refused.load(std::sync::atomic::Ordering::Relaxed),
+            "requests_unauthorized": self.requests_unauthorized.load(std::sync::atomic::Ordering::Relaxed),
             "streams": streams,
             "cluster": self.cluster_json(),
         })

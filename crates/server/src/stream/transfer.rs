@@ -219,7 +219,7 @@ mod tests {
                 address: "127.0.0.1:9".into(),
             })
             .collect();
-        let router = Arc::new(Router::new(&config.cluster, 16));
+        let router = Arc::new(Router::new(&config.cluster, 16, net::Dialer::plain()));
         let placement = Placement {
             replicas,
             primary: 1,

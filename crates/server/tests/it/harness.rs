@@ -149,8 +149,8 @@ pub async fn raw_hello(address: SocketAddr) -> tokio::net::TcpStream {
 /// Reads frames until `count` have arrived, the server closes the
 /// connection, or `limit` passes. Returns the frames and whether the
 /// connection was closed (end of file or reset).
-pub async fn read_frames(
-    socket: &mut tokio::net::TcpStream,
+pub async fn read_frames<S: tokio::io::AsyncRead + Unpin>(
+    socket: &mut S,
     count: usize,
     limit: std::time::Duration,
 ) -> (Vec<proto::Frame>, bool) {

@@ -15,6 +15,7 @@ mod property;
 mod rejoin;
 mod replication;
 mod restart;
+mod security;
 mod sender;
 mod streams;
 mod transfer;
