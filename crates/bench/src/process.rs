@@ -451,6 +451,23 @@ impl ProcessCluster {
         &self.data
     }
 
+    /// A client configuration for server `id` with the cluster's
+    /// credentials.
+    pub fn client_config(&self, id: u32) -> anyhow::Result<client::ClientConfig> {
+        let mut config = client::ClientConfig::new(self.address(id).to_string());
+        config.credentials = self.credentials()?;
+        Ok(config)
+    }
+
+    /// A publisher's configuration with the cluster's credentials.
+    pub fn publisher_config(&self, window: usize) -> anyhow::Result<client::PublisherConfig> {
+        Ok(client::PublisherConfig {
+            window,
+            credentials: self.credentials()?,
+            ..client::PublisherConfig::default()
+        })
+    }
+
     /// What a client of this cluster connects with: the admin token over
     /// TLS for a secure cluster, nothing for another.
     pub fn credentials(&self) -> anyhow::Result<client::Credentials> {
@@ -481,6 +498,12 @@ impl ProcessCluster {
                 extra.push("--peer".into());
                 extra.push(format!("{}={address}", other + 1));
             }
+        }
+        // Without security the cluster is insecure by choice: servers in
+        // network namespaces listen beyond loopback, which a server
+        // refuses unless told.
+        if self.security.is_none() {
+            extra.push("--insecure".to_string());
         }
         if let Some(security) = &self.security {
             let identity = security.server_identity(id);

@@ -18,26 +18,42 @@ pub struct ServerAddress {
     pub server: String,
     /// The token to present (a server with a token file needs one; see
     /// `stamplog token`).
-    #[arg(long, env = "STAMPLOG_TOKEN", hide_env_values = true, default_value = "")]
+    #[arg(
+        long,
+        env = "STAMPLOG_TOKEN",
+        hide_env_values = true,
+        default_value = ""
+    )]
     pub token: String,
     /// Connect with TLS, trusting the CA in this PEM file (the server's
     /// certificate must name the host of --server).
     #[arg(long, env = "STAMPLOG_CA", value_name = "FILE")]
     pub ca: Option<std::path::PathBuf>,
     /// A client certificate (PEM) to present, for a server that verifies
-    /// client certificates; needs --key and --ca.
-    #[arg(long, env = "STAMPLOG_CERT", value_name = "FILE", requires = "key")]
+    /// client certificates; needs --cert-key and --ca.
+    #[arg(
+        long,
+        env = "STAMPLOG_CERT",
+        value_name = "FILE",
+        requires = "cert_key"
+    )]
     pub cert: Option<std::path::PathBuf>,
-    /// The client certificate's private key (PEM).
-    #[arg(long, env = "STAMPLOG_KEY", value_name = "FILE", requires = "cert")]
-    pub key: Option<std::path::PathBuf>,
+    /// The client certificate's private key (PEM). (`--key` is the
+    /// message key of `send`.)
+    #[arg(
+        long,
+        env = "STAMPLOG_CERT_KEY",
+        value_name = "FILE",
+        requires = "cert"
+    )]
+    pub cert_key: Option<std::path::PathBuf>,
 }
 
 impl ServerAddress {
     /// What the client proves itself with: the token, and TLS when a CA
     /// is given.
     pub fn credentials(&self) -> anyhow::Result<client::Credentials> {
-        let identity = match (&self.cert, &self.key) {
+        let identity = match (&self.cert, &self.cert_key) {
             (Some(certificate), Some(key)) => Some(net::Identity {
                 certificate: certificate.clone(),
                 key: key.clone(),
@@ -47,7 +63,7 @@ impl ServerAddress {
         let dialer = match &self.ca {
             Some(ca) => net::Dialer::tls(ca, identity.as_ref())?,
             None => {
-                anyhow::ensure!(identity.is_none(), "--cert and --key need --ca");
+                anyhow::ensure!(identity.is_none(), "--cert and --cert-key need --ca");
                 net::Dialer::plain()
             }
         };

@@ -11,7 +11,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use client::{Client, ClientConfig, DurabilityConfig, Protocol, Publisher, PublisherConfig};
+use client::{Client, DurabilityConfig, Protocol, Publisher};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use bench::failover::{placement, read_back};
@@ -108,7 +108,8 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
     } else {
         Some(server::LocalSecurity::make(data, args.servers as usize)?)
     };
-    let cluster = ProcessCluster::start_secure(&binary, data, args.servers, &[], (None, security.clone()))?;
+    let cluster =
+        ProcessCluster::start_secure(&binary, data, args.servers, &[], (None, security.clone()))?;
     match &security {
         Some(security) => println!(
             "TLS on every link, tokens required: a client connects with --ca {} --token $(cat {})",
@@ -143,12 +144,10 @@ async fn drive(args: &DemoArgs, mut cluster: ProcessCluster) -> anyhow::Result<D
     // The servers form the cluster (elect a control-plane leader, join)
     // within a few seconds of starting.
     let deadline = Instant::now() + Duration::from_secs(30);
-    let credentials = cluster.credentials()?;
+    let admin = cluster.client_config(1)?;
     let stream = loop {
         let attempt = async {
-            let mut config = ClientConfig::new(cluster.address(1).to_string());
-            config.credentials = credentials.clone();
-            let client = Client::connect(config).await?;
+            let client = Client::connect(admin.clone()).await?;
             client
                 .create_stream_with(
                     "demo",
@@ -172,15 +171,7 @@ async fn drive(args: &DemoArgs, mut cluster: ProcessCluster) -> anyhow::Result<D
         "stream demo: protocol one-hop-ack-client, durability sync, primary server {}, replicas {replicas:?}",
         stream.primary
     );
-    let publisher = Publisher::connect(
-        &stream,
-        PublisherConfig {
-            window: args.window,
-            credentials: credentials.clone(),
-            ..PublisherConfig::default()
-        },
-    )
-    .await?;
+    let publisher = Publisher::connect(&stream, cluster.publisher_config(args.window)?).await?;
     let progress = progress_bar(args.messages, args.quiet);
     let (acks, mut answers) = tokio::sync::mpsc::channel(args.window * 2);
     let (messages, size) = (args.messages, args.size);

@@ -36,7 +36,7 @@ struct Cli {
 enum Command {
     /// Run a server: listen for clients and keep the streams' logs in a
     /// data folder.
-    Server(server_config::ServerArgs),
+    Server(Box<server_config::ServerArgs>),
     /// Start a local cluster of N servers (default 3) on loopback, with
     /// data folders, and serve until Ctrl-C. Prints each server's address.
     Cluster(cluster::ClusterArgs),
@@ -79,7 +79,7 @@ fn main() {
     let cli = Cli::parse();
     init_logging();
     let result = match cli.command {
-        Command::Server(args) => server_config::run(args),
+        Command::Server(args) => server_config::run(*args),
         Command::Cluster(args) => cluster::run(args),
         Command::Send(args) => commands::send(args),
         Command::Tail(args) => commands::tail(args),

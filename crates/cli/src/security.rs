@@ -72,9 +72,8 @@ pub fn add_entry(path: &std::path::Path, name: &str, entry: &str) -> anyhow::Res
         Err(error) => return Err(error).with_context(|| format!("reading {}", path.display())),
     };
     let combined = format!("{existing}\n{entry}");
-    auth::TokenFile::parse(&combined, path).with_context(|| {
-        format!("adding token {name:?} to {}", path.display())
-    })?;
+    auth::TokenFile::parse(&combined, path)
+        .with_context(|| format!("adding token {name:?} to {}", path.display()))?;
     let mut options = std::fs::OpenOptions::new();
     options.create(true).append(true);
     std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
@@ -123,7 +122,7 @@ pub fn certs(args: CertsArgs) -> anyhow::Result<()> {
         );
     }
     println!(
-        "client: --ca {} [--cert {} --key {}]",
+        "client: --ca {} [--cert {} --cert-key {}]",
         made.ca.display(),
         made.client.certificate.display(),
         made.client.key.display()

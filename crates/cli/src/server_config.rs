@@ -356,7 +356,10 @@ fn resolve_security(
             client_ca,
         }),
         (None, None, None) => {
-            anyhow::ensure!(client_ca.is_none(), "--tls-client-ca needs TLS (--tls-cert, --tls-key, --tls-ca)");
+            anyhow::ensure!(
+                client_ca.is_none(),
+                "--tls-client-ca needs TLS (--tls-cert, --tls-key, --tls-ca)"
+            );
             None
         }
         _ => anyhow::bail!("TLS needs all three of --tls-cert, --tls-key and --tls-ca"),

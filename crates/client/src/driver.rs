@@ -7,9 +7,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use net::LinkWriter;
 use proto::Frame;
 use tokio::io::AsyncWriteExt;
-use net::LinkWriter;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit};
 
 use crate::command::{Ack, Command, ReceivedRecord, SessionTracker, SubscriptionCounters};

@@ -6,9 +6,9 @@
 
 use std::time::Duration;
 
+use net::{LinkReader, LinkWriter};
 use proto::{ErrorCode, Frame, FrameBuffer, PROTOCOL_VERSION};
 use tokio::io::AsyncWriteExt;
-use net::{LinkReader, LinkWriter};
 
 use crate::config::ClientConfig;
 use crate::error::ClientError;
@@ -76,17 +76,9 @@ async fn connect_to(
                         max_frame: max_frame as usize,
                     })
                 }
-                // A refused token is not fixed by connecting again.
-                Some(Frame::Error {
-                    code: ErrorCode::Unauthorized,
-                    message,
-                    ..
-                }) => {
-                    let message = format!("{address}: {message}");
-                    let code = ErrorCode::Unauthorized;
-                    return Err(ClientError::Server { code, message });
+                Some(Frame::Error { code, message, .. }) => {
+                    return Err(refusal(address, code, message))
                 }
-                Some(Frame::Error { message, .. }) => return Err(failure(message)),
                 Some(other) => {
                     return Err(failure(format!("unexpected handshake answer {other:?}")))
                 }
@@ -105,6 +97,20 @@ async fn connect_to(
     tokio::time::timeout(config.connect_timeout, attempt)
         .await
         .map_err(|_| failure(format!("no answer within {:?}", config.connect_timeout)))?
+}
+
+/// The error for a handshake the server refused: a refused token is not
+/// fixed by connecting again, so it is the server's answer; anything else
+/// is a failure to connect.
+fn refusal(address: &str, code: ErrorCode, message: String) -> ClientError {
+    if code == ErrorCode::Unauthorized {
+        let message = format!("{address}: {message}");
+        return ClientError::Server { code, message };
+    }
+    ClientError::Connect {
+        address: address.to_string(),
+        reason: message,
+    }
 }
 
 /// How a served connection ended.

@@ -130,6 +130,17 @@ pub struct PublisherConfig {
     pub held_bytes_max: usize,
 }
 
+impl PublisherConfig {
+    /// What every link of the publisher is configured with, whatever
+    /// server it reaches (its address aside).
+    fn links(&self) -> ClientConfig {
+        let mut links = ClientConfig::new(String::new());
+        links.connect_timeout = self.connect_timeout;
+        links.credentials = self.credentials.clone();
+        links
+    }
+}
+
 impl Default for PublisherConfig {
     fn default() -> Self {
         PublisherConfig {
@@ -368,11 +379,7 @@ impl Publisher {
             epoch: info.epoch,
         };
         let client_id = config.client_id.unwrap_or_else(proto::random_u128);
-        // What every link of the publisher is configured with, whatever
-        // server it reaches.
-        let mut links = ClientConfig::new(String::new());
-        links.connect_timeout = config.connect_timeout;
-        links.credentials = config.credentials.clone();
+        let links = config.links();
         let mut first_connections = Vec::new();
         for replica in &info.replicas {
             let link_config = links.to(&replica.address);

@@ -93,13 +93,12 @@ impl Link {
                 return Ok(reply);
             }
         }
-        let stream =
-            dial(&self.dialer, &self.address, self.from)
-                .await
-                .map_err(|source| LinkError::Unreachable {
-                    address: self.address.clone(),
-                    source,
-                })?;
+        let stream = dial(&self.dialer, &self.address, self.from)
+            .await
+            .map_err(|source| LinkError::Unreachable {
+                address: self.address.clone(),
+                source,
+            })?;
         self.exchange_on(stream, request).await
     }
 

@@ -210,7 +210,11 @@ impl Acceptor {
     /// Serves with `identity`. Clients may present a certificate (peers
     /// must): it is verified against `ca`, the cluster's CA, and
     /// `client_ca` when given.
-    pub fn new(identity: &Identity, ca: &Path, client_ca: Option<&Path>) -> Result<Acceptor, TlsError> {
+    pub fn new(
+        identity: &Identity,
+        ca: &Path,
+        client_ca: Option<&Path>,
+    ) -> Result<Acceptor, TlsError> {
         let mut trusted = vec![ca];
         trusted.extend(client_ca);
         let verifier = WebPkiClientVerifier::builder_with_provider(roots(&trusted)?, provider())
@@ -431,23 +435,13 @@ pub fn make_certificates(
     servers: &[u32],
     hosts: &[String],
 ) -> Result<CertificateFiles, TlsError> {
-    use rcgen::{
-        BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
-        KeyUsagePurpose,
-    };
+    use rcgen::{CertificateParams, DnType, ExtendedKeyUsagePurpose, KeyPair, KeyUsagePurpose};
     let generate = |e: rcgen::Error| TlsError::Generate(e.to_string());
     std::fs::create_dir_all(folder).map_err(|source| TlsError::Write {
         path: folder.to_path_buf(),
         source,
     })?;
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).map_err(generate)?;
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, "stamplog cluster CA");
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-    let ca_key = KeyPair::generate().map_err(generate)?;
-    let ca_cert = ca_params.self_signed(&ca_key).map_err(generate)?;
+    let (ca_cert, ca_key) = make_ca()?;
     let ca = folder.join("ca.pem");
     let ca_key_path = folder.join("ca-key.pem");
     write_file(&ca, ca_cert.pem().as_bytes(), false)?;
@@ -500,7 +494,23 @@ pub fn make_certificates(
     })
 }
 
-fn write_file(path: &Path, bytes: &[u8], secret: bool) -> Result<(), TlsError> {
+/// A new self-signed CA and its key.
+fn make_ca() -> Result<(rcgen::Certificate, rcgen::KeyPair), TlsError> {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, KeyUsagePurpose};
+    let generate = |e: rcgen::Error| TlsError::Generate(e.to_string());
+    let mut params = CertificateParams::new(Vec::<String>::new()).map_err(generate)?;
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "stamplog cluster CA");
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    let key = KeyPair::generate().map_err(generate)?;
+    let certificate = params.self_signed(&key).map_err(generate)?;
+    Ok((certificate, key))
+}
+
+/// Writes a file, readable by its owner only when `secret`.
+pub fn write_file(path: &Path, bytes: &[u8], secret: bool) -> Result<(), TlsError> {
     use std::io::Write;
     let mut options = std::fs::OpenOptions::new();
     options.create(true).write(true).truncate(true);

@@ -13,8 +13,8 @@ pub mod record;
 
 pub use frame::{
     AckLevel, DurabilityConfig, ErrorCode, Frame, FrameBuffer, FrameError, ReplicaAddress,
-    RetentionConfig, StreamInfo, SubmitFields, UnknownDurability, CONTROL_MAGIC, FRAME_HEADER_LEN, SERVER_MAGIC,
-    PROTOCOL_VERSION,
+    RetentionConfig, StreamInfo, SubmitFields, UnknownDurability, CONTROL_MAGIC, FRAME_HEADER_LEN,
+    PROTOCOL_VERSION, SERVER_MAGIC,
 };
 pub use layout::{Layout, Reader};
 pub use random::{random_u128, Rng};

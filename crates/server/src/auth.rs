@@ -56,10 +56,12 @@ struct Names(Vec<String>);
 
 impl Names {
     fn covers(&self, stream: &str) -> bool {
-        self.0.iter().any(|pattern| match pattern.strip_suffix('*') {
-            Some(prefix) => stream.starts_with(prefix),
-            None => pattern == stream,
-        })
+        self.0
+            .iter()
+            .any(|pattern| match pattern.strip_suffix('*') {
+                Some(prefix) => stream.starts_with(prefix),
+                None => pattern == stream,
+            })
     }
 
     fn covers_all(&self) -> bool {
@@ -143,7 +145,12 @@ impl TokenFile {
                     entry.name
                 ))
             })?;
-            for pattern in entry.produce.iter().chain(&entry.consume).chain(&entry.admin) {
+            for pattern in entry
+                .produce
+                .iter()
+                .chain(&entry.consume)
+                .chain(&entry.admin)
+            {
                 if pattern.is_empty() || pattern[..pattern.len() - 1].contains('*') {
                     return Err(invalid(format!(
                         "token {:?}: {pattern:?} is not a stream name, a prefix ending in * or *",
@@ -390,7 +397,11 @@ impl Access {
         };
         let tokens = self.tokens.as_ref()?;
         let generation = tokens.generation();
-        if self.seen.as_ref().is_none_or(|(seen, _)| *seen != generation) {
+        if self
+            .seen
+            .as_ref()
+            .is_none_or(|(seen, _)| *seen != generation)
+        {
             let (generation, file) = tokens.current();
             self.seen = Some((generation, file.by_name(label).cloned()));
         }
@@ -428,7 +439,10 @@ mod tests {
     fn a_token_is_found_by_its_hash_only() {
         let text = token_entry_toml("writer", "secret-1", &[(Right::Produce, "a.*")]);
         let tokens = file(&text);
-        assert_eq!(tokens.find("secret-1").map(|e| e.name.as_str()), Some("writer"));
+        assert_eq!(
+            tokens.find("secret-1").map(|e| e.name.as_str()),
+            Some("writer")
+        );
         assert!(tokens.find("secret-2").is_none());
         assert!(tokens.find("").is_none());
         assert!(!text.contains("secret-1"));
@@ -464,7 +478,10 @@ mod tests {
         let mut access = Access::new(Principal::Token("reader".into()), Some(tokens.clone()));
         assert!(access.check(Right::Consume, "a.one").is_ok());
         let error = access.check(Right::Consume, "b").expect_err("b");
-        assert!(error.0.contains("lacks the consume right on stream \"b\""), "{error}");
+        assert!(
+            error.0.contains("lacks the consume right on stream \"b\""),
+            "{error}"
+        );
         let error = access.check(Right::Produce, "a.one").expect_err("produce");
         assert!(error.0.contains("produce"), "{error}");
         assert!(access.check(Right::Admin, "a.x").is_ok());

@@ -206,17 +206,7 @@ impl LocalSecurity {
 
 /// Writes a file readable by its owner only.
 fn write_secret(path: &Path, text: &str) -> Result<(), LocalError> {
-    use std::io::Write;
-    let mut options = std::fs::OpenOptions::new();
-    options.create(true).write(true).truncate(true);
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    options
-        .open(path)
-        .and_then(|mut file| file.write_all(text.as_bytes()))
-        .map_err(|source| LocalError::Security {
-            path: path.to_path_buf(),
-            source,
-        })
+    Ok(net::tls::write_file(path, text.as_bytes(), true)?)
 }
 
 pub struct LocalCluster {

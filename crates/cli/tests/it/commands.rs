@@ -370,3 +370,105 @@ fn check_judges_a_kept_demo_run_and_catches_a_tampered_history_or_log() {
         text(&corrupt.stderr)
     );
 }
+
+#[test]
+fn certs_and_tokens_made_by_the_cli_secure_a_server_end_to_end() {
+    let folder = tempfile::tempdir().unwrap();
+    let tls = folder.path().join("tls");
+    let tls_arg = tls.to_str().unwrap();
+    let made = run(&["certs", "--out", tls_arg, "--servers", "1"], None);
+    assert!(made.status.success(), "{}", text(&made.stderr));
+    let tokens = folder.path().join("tokens.toml");
+    let tokens_arg = tokens.to_str().unwrap();
+    let token_of = |args: &[&str]| {
+        let output = run(args, None);
+        assert!(output.status.success(), "{}", text(&output.stderr));
+        text(&output.stdout).trim().to_string()
+    };
+    let admin = token_of(&[
+        "token",
+        "--name",
+        "ops",
+        "--admin",
+        "*",
+        "--produce",
+        "*",
+        "--consume",
+        "*",
+        "--file",
+        tokens_arg,
+    ]);
+    let reader = token_of(&[
+        "token",
+        "--name",
+        "reader",
+        "--consume",
+        "a.*",
+        "--file",
+        tokens_arg,
+    ]);
+    assert!(
+        !std::fs::read_to_string(&tokens).unwrap().contains(&admin),
+        "the file holds hashes only"
+    );
+    let file = |name: &str| tls.join(name).to_str().unwrap().to_string();
+    let (cert, key, ca) = (
+        file("server-1.pem"),
+        file("server-1-key.pem"),
+        file("ca.pem"),
+    );
+    let (server, _data) = Server::start(&[
+        "--tls-cert",
+        &cert,
+        "--tls-key",
+        &key,
+        "--tls-ca",
+        &ca,
+        "--tokens",
+        tokens_arg,
+    ]);
+    let address = server.address.as_str();
+    let send = |token: &str, stream: &str| {
+        run(
+            &[
+                "send", "-s", address, "--ca", &ca, "--token", token, "--stream", stream,
+                "--create", "hello",
+            ],
+            None,
+        )
+    };
+    let sent = send(&admin, "a.one");
+    assert!(sent.status.success(), "{}", text(&sent.stderr));
+    let refused = send(&reader, "a.one");
+    assert!(!refused.status.success());
+    assert!(
+        text(&refused.stderr).contains("produce"),
+        "{}",
+        text(&refused.stderr)
+    );
+    let tail = run(
+        &[
+            "tail", "-s", address, "--ca", &ca, "--token", &reader, "--stream", "a.one",
+        ],
+        None,
+    );
+    assert!(tail.status.success(), "{}", text(&tail.stderr));
+    assert!(
+        text(&tail.stdout).contains("hello"),
+        "{}",
+        text(&tail.stdout)
+    );
+    // Without the CA the client speaks plaintext, and the server closes.
+    let plain = run(&["status", "-s", address, "--token", &admin], None);
+    assert!(!plain.status.success());
+    let wrong = run(
+        &["status", "-s", address, "--ca", &ca, "--token", "stl_wrong"],
+        None,
+    );
+    assert!(!wrong.status.success());
+    assert!(
+        text(&wrong.stderr).contains("not known"),
+        "{}",
+        text(&wrong.stderr)
+    );
+}

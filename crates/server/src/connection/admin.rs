@@ -15,11 +15,11 @@ use crate::state::StreamError;
 impl Connection {
     /// An administrative request.
     pub(super) async fn handle_admin(&mut self, frame: Frame) -> bool {
-        if let Err((request, message)) = self.admit_admin(&frame) {
+        if let Err((request, refused)) = self.admit_admin(&frame) {
             self.server
                 .requests_unauthorized
                 .fetch_add(1, Ordering::Relaxed);
-            return self.unauthorized(request, message).await;
+            return self.unauthorized(request, refused).await;
         }
         match frame {
             Frame::CreateStream {
@@ -65,7 +65,7 @@ impl Connection {
     /// stream (`*`) for retiring a server, any right on it for opening
     /// it; `CreateReplica` only from another server. `Err`: the request's
     /// number and why not.
-    fn admit_admin(&mut self, frame: &Frame) -> Result<(), (u64, String)> {
+    fn admit_admin(&mut self, frame: &Frame) -> Result<(), (u64, Unauthorized)> {
         let access = &mut self.access;
         let checked = match frame {
             Frame::CreateStream { request, name, .. }
@@ -75,7 +75,8 @@ impl Connection {
             }
             Frame::RetireServer { request, .. } => (*request, access.check_all(Right::Admin)),
             Frame::CreateReplica { request, .. } if !access.is_server() => {
-                let message = "create-replica is a request between servers; a client link may not send it";
+                let message =
+                    "create-replica is a request between servers; a client link may not send it";
                 (*request, Err(Unauthorized(message.into())))
             }
             Frame::OpenStream { request, name } if !access.may_see(name) => {
@@ -86,7 +87,7 @@ impl Connection {
         };
         match checked {
             (_, Ok(())) => Ok(()),
-            (request, Err(refused)) => Err((request, refused.0)),
+            (request, Err(refused)) => Err((request, refused)),
         }
     }
 

@@ -31,16 +31,16 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use engine::replication::{AckRule, Bytes, Content, HybridMode, Msg, Protocol, ServerId};
+use net::tls::rustls::pki_types::CertificateDer;
 use net::SharedWriter;
+use net::{Link, LinkReader, LinkWriter};
 use proto::{ErrorCode, EventId, Frame, FrameBuffer, PROTOCOL_VERSION};
 use tokio::io::AsyncWriteExt;
-use net::tls::rustls::pki_types::CertificateDer;
-use net::{Link, LinkReader, LinkWriter};
 use tokio::net::TcpStream;
 use tokio::sync::{watch, Semaphore};
 use tokio::task::{AbortHandle, JoinHandle};
 
-use crate::auth::{Access, Principal, Right};
+use crate::auth::{Access, Principal, Right, Unauthorized};
 use crate::outgoing::{LegacyAppend, Outgoing, READ_BUDGET_BYTES};
 use crate::state::ServerState;
 use crate::stream::{Stream, SubmitFailure};
@@ -70,25 +70,8 @@ pub(crate) async fn serve(
 ) {
     let _ = socket.set_nodelay(true);
     let address = socket.peer_addr().ok().map(|a| a.ip());
-    // With TLS, everything (even a refusal) is said inside it: a client
-    // that does not speak TLS gets nothing but a closed connection.
-    let link = match &server.acceptor {
-        None => Link::Plain(socket),
-        Some(acceptor) => {
-            let accepted = tokio::select! {
-                accepted = tokio::time::timeout(server.config.handshake_timeout, acceptor.accept(socket)) => accepted,
-                _ = stop.wait_for(|stopping| *stopping) => return,
-            };
-            match accepted {
-                Ok(Ok(link)) => link,
-                Ok(Err(error)) => {
-                    server.tls_refused.fetch_add(1, Ordering::Relaxed);
-                    tracing::debug!(?address, "TLS handshake failed: {error}");
-                    return;
-                }
-                Err(_) => return,
-            }
-        }
+    let Some(link) = accept(socket, &server, &mut stop).await else {
+        return;
     };
     let chain: Option<Vec<CertificateDer<'static>>> =
         link.peer_certificates().map(|chain| chain.to_vec());
@@ -102,7 +85,7 @@ pub(crate) async fn serve(
         return;
     };
     let _address_slot = match address.map(|ip| AddressSlot::take(&server, ip)) {
-        Some(Err(message)) => {
+        Some(Err(TooMany(message))) => {
             refuse(&mut writer, ErrorCode::Busy, message).await;
             return;
         }
@@ -140,6 +123,34 @@ pub(crate) async fn serve(
             }
         }
         Err((code, message)) => refuse(&mut writer, code, message).await,
+    }
+}
+
+/// The connection as a link: with TLS, once its TLS handshake is done
+/// (everything, even a refusal, is then said inside TLS: a client that
+/// does not speak it gets nothing but a closed connection). `None`: the
+/// handshake failed, timed out, or the server stops.
+async fn accept(
+    socket: TcpStream,
+    server: &ServerState,
+    stop: &mut watch::Receiver<bool>,
+) -> Option<Link> {
+    let Some(acceptor) = &server.acceptor else {
+        return Some(Link::Plain(socket));
+    };
+    let address = socket.peer_addr().ok();
+    let accepted = tokio::select! {
+        accepted = tokio::time::timeout(server.config.handshake_timeout, acceptor.accept(socket)) => accepted,
+        _ = stop.wait_for(|stopping| *stopping) => return None,
+    };
+    match accepted {
+        Ok(Ok(link)) => Some(link),
+        Ok(Err(error)) => {
+            server.tls_refused.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(?address, "TLS handshake failed: {error}");
+            None
+        }
+        Err(_) => None,
     }
 }
 
@@ -273,7 +284,38 @@ async fn handshake(
         .await
         .map_err(|_| bad("no hello within the handshake timeout".to_string()))?
         .map_err(|e| bad(e.to_string()))?;
-    let (version, opener) = match first {
+    let (version, opener) = opener_of(first, server, chain).await?;
+    if version != PROTOCOL_VERSION {
+        let message = format!(
+            "protocol version {version} is not supported; this server speaks {PROTOCOL_VERSION}"
+        );
+        return Err((ErrorCode::UnsupportedVersion, message));
+    }
+    if let Opener::Peer(_) | Opener::Control = opener {
+        return Ok(opener);
+    }
+    let reply = Frame::HelloOk {
+        version: PROTOCOL_VERSION,
+        server: server.id,
+        max_frame: server.config.frame_bytes_max() as u32,
+    };
+    writer
+        .write_all(&reply.to_bytes())
+        .await
+        .map_err(|e| bad(e.to_string()))?;
+    writer.flush().await.map_err(|e| bad(e.to_string()))?;
+    Ok(opener)
+}
+
+/// Who opened the connection, by its first frame, and the protocol
+/// version it speaks; `Err` is the refusal to answer with.
+async fn opener_of(
+    first: Frame,
+    server: &ServerState,
+    chain: Option<&[CertificateDer<'static>]>,
+) -> Result<(u16, Opener), (ErrorCode, String)> {
+    let bad = |message: String| (ErrorCode::BadFrame, message);
+    Ok(match first {
         Frame::Hello { client: 0, .. } => {
             return Err((
                 ErrorCode::InvalidArgument,
@@ -284,7 +326,10 @@ async fn handshake(
             version,
             client,
             token,
-        } => (version, Opener::Client(client, log_in(server, &token).await?)),
+        } => (
+            version,
+            Opener::Client(client, log_in(server, &token).await?),
+        ),
         Frame::ServerHello {
             version,
             from,
@@ -316,27 +361,7 @@ async fn handshake(
             (version, Opener::Control)
         }
         _ => return Err(bad("the first frame must be a hello".into())),
-    };
-    if version != PROTOCOL_VERSION {
-        let message = format!(
-            "protocol version {version} is not supported; this server speaks {PROTOCOL_VERSION}"
-        );
-        return Err((ErrorCode::UnsupportedVersion, message));
-    }
-    if let Opener::Peer(_) | Opener::Control = opener {
-        return Ok(opener);
-    }
-    let reply = Frame::HelloOk {
-        version: PROTOCOL_VERSION,
-        server: server.id,
-        max_frame: server.config.frame_bytes_max() as u32,
-    };
-    writer
-        .write_all(&reply.to_bytes())
-        .await
-        .map_err(|e| bad(e.to_string()))?;
-    writer.flush().await.map_err(|e| bad(e.to_string()))?;
-    Ok(opener)
+    })
 }
 
 /// Why a connection's first frame was not taken; answered with one
@@ -446,6 +471,11 @@ fn is_known_server(server: &ServerState, from: ServerId) -> bool {
             .is_some_and(|state| state.members.contains_key(&from))
 }
 
+/// One connection too many from an address: the refusal's message.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct TooMany(String);
+
 /// A connection's place in its address's count, given back when dropped.
 struct AddressSlot {
     server: Arc<ServerState>,
@@ -454,14 +484,14 @@ struct AddressSlot {
 
 impl AddressSlot {
     /// Counts a connection from `ip`, or says why it is one too many.
-    fn take(server: &Arc<ServerState>, ip: IpAddr) -> Result<AddressSlot, String> {
+    fn take(server: &Arc<ServerState>, ip: IpAddr) -> Result<AddressSlot, TooMany> {
         let limit = server.config.connections_per_address_max;
         let mut counts = server.per_address.lock().expect("address lock poisoned");
         let count = counts.entry(ip).or_default();
         if *count >= limit {
-            return Err(format!(
+            return Err(TooMany(format!(
                 "the server serves at most {limit} connections from one address ({ip})"
-            ));
+            )));
         }
         *count += 1;
         Ok(AddressSlot {
@@ -473,7 +503,11 @@ impl AddressSlot {
 
 impl Drop for AddressSlot {
     fn drop(&mut self) {
-        let mut counts = self.server.per_address.lock().expect("address lock poisoned");
+        let mut counts = self
+            .server
+            .per_address
+            .lock()
+            .expect("address lock poisoned");
         if let Some(count) = counts.get_mut(&self.ip) {
             *count -= 1;
             if *count == 0 {
@@ -628,6 +662,22 @@ impl Connection {
         }
     }
 
+    /// [`find_stream`](Self::find_stream), when the connection may do
+    /// `right` on it; otherwise the result of answering `request` with
+    /// `Unauthorized`.
+    async fn find_allowed(
+        &mut self,
+        request: u64,
+        stream_id: u64,
+        right: Right,
+    ) -> Result<Arc<Stream>, bool> {
+        let stream = self.find_stream(request, stream_id).await?;
+        match self.allow(right, &stream.name) {
+            Ok(()) => Ok(stream),
+            Err(refused) => Err(self.unauthorized(request, refused).await),
+        }
+    }
+
     /// Handles one frame; `false` closes the connection. Each request
     /// kind has its own handler: writes in `write.rs`, reads in `read.rs`,
     /// stream and cluster administration in `admin.rs`.
@@ -652,19 +702,18 @@ impl Connection {
 
     /// Whether the connection may do `right` on stream `name`: `Err` holds
     /// the refusal's message (the request was counted as unauthorized).
-    fn allow(&mut self, right: Right, name: &str) -> Result<(), String> {
-        self.access.check(right, name).map_err(|refused| {
+    fn allow(&mut self, right: Right, name: &str) -> Result<(), Unauthorized> {
+        self.access.check(right, name).inspect_err(|_| {
             self.server
                 .requests_unauthorized
                 .fetch_add(1, Ordering::Relaxed);
-            refused.0
         })
     }
 
     /// Answers a request that lacks a right with `Unauthorized`.
-    async fn unauthorized(&self, request: u64, message: String) -> bool {
+    async fn unauthorized(&self, request: u64, refused: Unauthorized) -> bool {
         self.outgoing
-            .error(request, ErrorCode::Unauthorized, message)
+            .error(request, ErrorCode::Unauthorized, refused.0)
             .await
     }
 

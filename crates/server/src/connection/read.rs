@@ -43,13 +43,10 @@ impl Connection {
         max_records: u32,
         max_bytes: u32,
     ) -> bool {
-        let stream = match self.find_stream(request, stream_id).await {
+        let stream = match self.find_allowed(request, stream_id, Right::Consume).await {
             Ok(stream) => stream,
             Err(open) => return open,
         };
-        if let Err(message) = self.allow(Right::Consume, &stream.name) {
-            return self.unauthorized(request, message).await;
-        }
         let max_bytes = (max_bytes as usize).min(self.server.config.read_batch_bytes_max);
         let Some(budget) = self.outgoing.reserve_read(max_bytes).await else {
             return false;
@@ -85,13 +82,10 @@ impl Connection {
         from: u64,
         credit: u32,
     ) -> bool {
-        let stream = match self.find_stream(id, stream_id).await {
+        let stream = match self.find_allowed(id, stream_id, Right::Consume).await {
             Ok(stream) => stream,
             Err(open) => return open,
         };
-        if let Err(message) = self.allow(Right::Consume, &stream.name) {
-            return self.unauthorized(id, message).await;
-        }
         if self.subscriptions.contains_key(&id) {
             // Replacing a live subscription could interleave its queued
             // records with the new one's; ids must be fresh.

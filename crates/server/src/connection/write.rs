@@ -56,13 +56,10 @@ impl Connection {
         flags: u8,
     ) -> bool {
         let echo = flags & proto::frame::APPEND_FLAG_ECHO != 0;
-        let stream = match self.find_stream(request, stream_id).await {
+        let stream = match self.find_allowed(request, stream_id, Right::Produce).await {
             Ok(stream) => stream,
             Err(open) => return open,
         };
-        if let Err(message) = self.allow(Right::Produce, &stream.name) {
-            return self.unauthorized(request, message).await;
-        }
         if let Some(message) = self.too_large(&key, &payload) {
             return self
                 .outgoing
@@ -187,8 +184,8 @@ impl Connection {
         // Checked once per batch: a batch is one stream's submits from
         // one read.
         if !same {
-            if let Err(message) = self.allow(Right::Produce, &stream.name) {
-                let refusal = refuse(ErrorCode::Unauthorized, message);
+            if let Err(refused) = self.allow(Right::Produce, &stream.name) {
+                let refusal = refuse(ErrorCode::Unauthorized, refused.0);
                 return self.outgoing.send(&refusal).await;
             }
         }

@@ -104,7 +104,11 @@ impl ServerState {
             return Ok(());
         }
         remote_create(
-            (self.config.cluster.me, &self.router.dialer, &replica.address),
+            (
+                self.config.cluster.me,
+                &self.router.dialer,
+                &replica.address,
+            ),
             info,
             retention,
             self.config.handshake_timeout,

@@ -101,15 +101,8 @@ impl ServerState {
         if let Some(problem) = config.cluster.problem() {
             return Err(OpenError::Cluster(problem));
         }
-        let (acceptor, dialer) = match &config.tls {
-            Some(tls) => (Some(tls.acceptor()?), tls.dialer()?),
-            None => (None, net::Dialer::plain()),
-        };
-        let router = Arc::new(Router::new(
-            &config.cluster,
-            config.peer_queue_max,
-            dialer,
-        ));
+        let (acceptor, dialer, tokens) = security_of(&config)?;
+        let router = Arc::new(Router::new(&config.cluster, config.peer_queue_max, dialer));
         let storage = config.storage.clone();
         let streams_folder = config.data_dir.join("streams");
         let data_error = |source| OpenError::DataDir {
@@ -151,10 +144,6 @@ impl ServerState {
             registry.by_name.insert(stream.name.clone(), stream);
         }
         let ready = watch::channel(!config.cluster.is_multi()).0;
-        let tokens = match &config.tokens {
-            Some(path) => Some(Arc::new(Tokens::open(path)?)),
-            None => None,
-        };
         Ok(Arc::new(ServerState {
             per_address: Mutex::default(),
             acceptor,
@@ -653,6 +642,22 @@ pub fn durability_name(durability: DurabilityConfig) -> String {
         DurabilityConfig::Paged { pages, page_size } => format!("paged({pages}x{page_size})"),
         DurabilityConfig::Sender { pages, page_size } => format!("sender({pages}x{page_size})"),
     }
+}
+
+/// The server's side of TLS, how it dials the others, and its token file.
+type Security = (Option<net::Acceptor>, net::Dialer, Option<Arc<Tokens>>);
+
+/// The server's [`Security`], as its configuration says.
+fn security_of(config: &ServerConfig) -> Result<Security, OpenError> {
+    let (acceptor, dialer) = match &config.tls {
+        Some(tls) => (Some(tls.acceptor()?), tls.dialer()?),
+        None => (None, net::Dialer::plain()),
+    };
+    let tokens = match &config.tokens {
+        Some(path) => Some(Arc::new(Tokens::open(path)?)),
+        None => None,
+    };
+    Ok((acceptor, dialer, tokens))
 }
 
 /// FNV-1a of the stream name: a stable spread of streams over servers.

@@ -22,12 +22,24 @@ fn write_tokens(path: &Path, with_reader: bool) {
     let mut text = token_entry_toml(
         "admin",
         ADMIN,
-        &[(Right::Admin, "*"), (Right::Produce, "*"), (Right::Consume, "*")],
+        &[
+            (Right::Admin, "*"),
+            (Right::Produce, "*"),
+            (Right::Consume, "*"),
+        ],
     );
     if with_reader {
-        text.push_str(&token_entry_toml("reader-a", READER_A, &[(Right::Consume, "a.*")]));
+        text.push_str(&token_entry_toml(
+            "reader-a",
+            READER_A,
+            &[(Right::Consume, "a.*")],
+        ));
     }
-    text.push_str(&token_entry_toml("writer-a", WRITER_A, &[(Right::Produce, "a.*")]));
+    text.push_str(&token_entry_toml(
+        "writer-a",
+        WRITER_A,
+        &[(Right::Produce, "a.*")],
+    ));
     std::fs::write(path, text).unwrap();
 }
 
@@ -77,7 +89,10 @@ async fn a_token_without_produce_writes_nothing() {
     let refused = tokio::time::timeout(Duration::from_secs(10), publisher.send(b"k", b"forged"))
         .await
         .expect("the refusal comes");
-    assert!(refused.is_err(), "a reader's message was taken: {refused:?}");
+    assert!(
+        refused.is_err(),
+        "a reader's message was taken: {refused:?}"
+    );
     let reader = client_with(&server, READER_A).await.unwrap();
     let mut producer = reader.producer(info.id);
     assert_unauthorized(producer.send(b"k", b"forged").await, "produce");
@@ -89,7 +104,13 @@ async fn a_token_without_produce_writes_nothing() {
     assert_eq!(payloads, vec![&b"real"[..]]);
     // The writer may not read what it wrote.
     assert_unauthorized(writer.fetch(info.id, 1, 10).await, "consume");
-    assert!(server.state.requests_unauthorized.load(std::sync::atomic::Ordering::Relaxed) >= 2);
+    assert!(
+        server
+            .state
+            .requests_unauthorized
+            .load(std::sync::atomic::Ordering::Relaxed)
+            >= 2
+    );
     server.stop().await;
 }
 
@@ -98,14 +119,23 @@ async fn a_token_for_prefix_a_cannot_read_stream_b() {
     let folder = tempfile::tempdir().unwrap();
     let server = start_with_tokens(folder.path()).await;
     let admin = client_with(&server, ADMIN).await.unwrap();
-    let a = admin.create_stream("a.x", DurabilityConfig::Sync).await.unwrap();
-    let b = admin.create_stream("b", DurabilityConfig::Sync).await.unwrap();
+    let a = admin
+        .create_stream("a.x", DurabilityConfig::Sync)
+        .await
+        .unwrap();
+    let b = admin
+        .create_stream("b", DurabilityConfig::Sync)
+        .await
+        .unwrap();
     for info in [&a, &b] {
         admin.producer(info.id).send(b"k", b"secret").await.unwrap();
     }
     let reader = client_with(&server, READER_A).await.unwrap();
     assert_eq!(reader.fetch(a.id, 1, 10).await.unwrap().len(), 1);
-    assert_unauthorized(reader.fetch(b.id, 1, 10).await, "consume right on stream \"b\"");
+    assert_unauthorized(
+        reader.fetch(b.id, 1, 10).await,
+        "consume right on stream \"b\"",
+    );
     assert_unauthorized(reader.open_stream("b").await, "no right on stream \"b\"");
     let mut subscription = reader.subscribe(b.id, 1).await.unwrap();
     let delivered = tokio::time::timeout(Duration::from_secs(10), subscription.next())
@@ -124,7 +154,10 @@ async fn a_token_for_prefix_a_cannot_read_stream_b() {
         .collect();
     assert_eq!(listed, vec!["a.x".to_string()], "b is not even listed");
     // Administration needs `admin`.
-    assert_unauthorized(reader.create_stream("a.new", DurabilityConfig::Sync).await, "admin");
+    assert_unauthorized(
+        reader.create_stream("a.new", DurabilityConfig::Sync).await,
+        "admin",
+    );
     assert_unauthorized(reader.delete_stream("a.x").await, "admin");
     assert_unauthorized(reader.retire_server(9).await, "admin right on every stream");
     server.stop().await;
@@ -143,13 +176,19 @@ async fn a_wrong_missing_or_revoked_token_is_refused() {
     assert_unauthorized(client_with(&server, "").await, "needs a token");
     // A prefix of a real token is no token.
     assert_unauthorized(client_with(&server, &READER_A[..8]).await, "not known");
-    let refused = server.state.logins_refused.load(std::sync::atomic::Ordering::Relaxed);
+    let refused = server
+        .state
+        .logins_refused
+        .load(std::sync::atomic::Ordering::Relaxed);
     assert_eq!(refused, 3);
 
     // Revoked: the reader's entry leaves the file; its open connection is
     // refused from the next request on, and it cannot log in again.
     let admin = client_with(&server, ADMIN).await.unwrap();
-    let info = admin.create_stream("a.y", DurabilityConfig::Sync).await.unwrap();
+    let info = admin
+        .create_stream("a.y", DurabilityConfig::Sync)
+        .await
+        .unwrap();
     let reader = client_with(&server, READER_A).await.unwrap();
     assert!(reader.fetch(info.id, 1, 1).await.is_ok());
     let tokens = folder.path().join("tokens.toml");
@@ -227,7 +266,9 @@ async fn connections_from_one_address_and_in_all_are_bounded() {
         other => panic!("a connection past the limit got {other:?}"),
     };
     // A third from 127.0.0.1 is one too many for the address.
-    let mut third = tokio::net::TcpStream::connect(server.address).await.unwrap();
+    let mut third = tokio::net::TcpStream::connect(server.address)
+        .await
+        .unwrap();
     let (frames, closed) = read_frames(&mut third, 1, Duration::from_secs(5)).await;
     busy(&frames, "from one address");
     let _ = closed;
@@ -245,9 +286,14 @@ async fn connections_from_one_address_and_in_all_are_bounded() {
     };
     fourth.write_all(&hello.to_bytes()).await.unwrap();
     let (frames, _) = read_frames(&mut fourth, 1, Duration::from_secs(5)).await;
-    assert!(matches!(frames.first(), Some(proto::Frame::HelloOk { .. })), "{frames:?}");
+    assert!(
+        matches!(frames.first(), Some(proto::Frame::HelloOk { .. })),
+        "{frames:?}"
+    );
     let socket = tokio::net::TcpSocket::new_v4().unwrap();
-    socket.bind(std::net::SocketAddr::from(([127, 0, 0, 3], 0))).unwrap();
+    socket
+        .bind(std::net::SocketAddr::from(([127, 0, 0, 3], 0)))
+        .unwrap();
     let mut fifth = socket.connect(server.address).await.unwrap();
     let (frames, _) = read_frames(&mut fifth, 1, Duration::from_secs(5)).await;
     busy(&frames, "at most 3 connections");
@@ -255,7 +301,9 @@ async fn connections_from_one_address_and_in_all_are_bounded() {
     drop(first);
     let mut again = None;
     for _ in 0..100 {
-        let mut socket = tokio::net::TcpStream::connect(server.address).await.unwrap();
+        let mut socket = tokio::net::TcpStream::connect(server.address)
+            .await
+            .unwrap();
         socket.write_all(&hello.to_bytes()).await.unwrap();
         let (frames, _) = read_frames(&mut socket, 1, Duration::from_secs(5)).await;
         if matches!(frames.first(), Some(proto::Frame::HelloOk { .. })) {
@@ -264,7 +312,10 @@ async fn connections_from_one_address_and_in_all_are_bounded() {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert!(again.is_some(), "the place of a closed connection was not given back");
+    assert!(
+        again.is_some(),
+        "the place of a closed connection was not given back"
+    );
     server.stop().await;
 }
 
@@ -281,7 +332,10 @@ async fn secure_cluster(folder: &Path) -> (server::LocalCluster, server::LocalSe
     (cluster, security)
 }
 
-fn admin_config(address: std::net::SocketAddr, security: &server::LocalSecurity) -> client::ClientConfig {
+fn admin_config(
+    address: std::net::SocketAddr,
+    security: &server::LocalSecurity,
+) -> client::ClientConfig {
     let mut config = client::ClientConfig::new(address.to_string());
     config.credentials = client::Credentials {
         token: security.admin_token.clone(),
@@ -295,9 +349,16 @@ async fn a_tls_cluster_serves_tls_clients_and_refuses_plaintext() {
     let folder = tempfile::tempdir().unwrap();
     let (cluster, security) = secure_cluster(folder.path()).await;
     let address = cluster.address(1);
-    let admin = Client::connect(admin_config(address, &security)).await.unwrap();
+    let admin = Client::connect(admin_config(address, &security))
+        .await
+        .unwrap();
     let info = admin
-        .create_stream_with("tls", DurabilityConfig::Sync, client::Protocol::OneHopAckClient, 3)
+        .create_stream_with(
+            "tls",
+            DurabilityConfig::Sync,
+            client::Protocol::OneHopAckClient,
+            3,
+        )
         .await
         .unwrap();
     let config = client::PublisherConfig {
@@ -332,12 +393,17 @@ async fn a_tls_cluster_serves_tls_clients_and_refuses_plaintext() {
     let stranger = net::tls::make_certificates(other.path(), &[1], &[]).unwrap();
     let mut wrong_ca = admin_config(address, &security);
     wrong_ca.credentials.dialer = net::Dialer::tls(&stranger.ca, None).unwrap();
-    assert!(Client::connect(wrong_ca).await.is_err(), "a server outside the CA was trusted");
+    assert!(
+        Client::connect(wrong_ca).await.is_err(),
+        "a server outside the CA was trusted"
+    );
     // The servers' own links (peer, control, replica creation) all ran
     // over TLS: the stream was created and replicated on three.
     for server in &cluster.servers {
         let state = server.state();
-        let stream = state.stream_by_name("tls").expect("a replica on every server");
+        let stream = state
+            .stream_by_name("tls")
+            .expect("a replica on every server");
         assert_eq!(stream.visible_version(), 20, "server {}", server.id);
     }
     cluster.stop().await;
@@ -349,9 +415,16 @@ async fn a_peer_impostor_without_the_clusters_certificate_delivers_nothing() {
     let folder = tempfile::tempdir().unwrap();
     let (cluster, security) = secure_cluster(folder.path()).await;
     let address = cluster.address(1);
-    let admin = Client::connect(admin_config(address, &security)).await.unwrap();
+    let admin = Client::connect(admin_config(address, &security))
+        .await
+        .unwrap();
     let info = admin
-        .create_stream_with("guarded", DurabilityConfig::Sync, client::Protocol::OneHopAckClient, 3)
+        .create_stream_with(
+            "guarded",
+            DurabilityConfig::Sync,
+            client::Protocol::OneHopAckClient,
+            3,
+        )
         .await
         .unwrap();
     let config = client::PublisherConfig {
@@ -360,11 +433,25 @@ async fn a_peer_impostor_without_the_clusters_certificate_delivers_nothing() {
     };
     let publisher = client::Publisher::connect(&info, config).await.unwrap();
     publisher.send(b"k", b"real").await.unwrap();
-    let before: Vec<u64> = cluster
-        .servers
-        .iter()
-        .map(|s| s.state().stream_by_name("guarded").unwrap().visible_version())
-        .collect();
+    let visible = |cluster: &server::LocalCluster| -> Vec<u64> {
+        cluster
+            .servers
+            .iter()
+            .map(|s| {
+                s.state()
+                    .stream_by_name("guarded")
+                    .unwrap()
+                    .visible_version()
+            })
+            .collect()
+    };
+    // Every replica has committed the real message before the impostors.
+    crate::harness::wait_until(
+        Duration::from_secs(10),
+        "every replica has the message",
+        || visible(&cluster) == vec![1, 1, 1],
+    )
+    .await;
 
     // Three impostors claim to be server 2 to server 1: with the CA's
     // client certificate (not server 2's), with no certificate, and as
@@ -411,13 +498,19 @@ async fn a_peer_impostor_without_the_clusters_certificate_delivers_nothing() {
             }
         }
     }
-    let refused = cluster.servers[0].state().tls_refused.load(std::sync::atomic::Ordering::Relaxed);
+    let refused = cluster.servers[0]
+        .state()
+        .tls_refused
+        .load(std::sync::atomic::Ordering::Relaxed);
     assert_eq!(refused, 6);
     publisher.send(b"k", b"after").await.unwrap();
-    for (server, before) in cluster.servers.iter().zip(before) {
-        let stream = server.state().stream_by_name("guarded").unwrap();
-        assert_eq!(stream.visible_version(), before + 1, "server {}: only the real message", server.id);
-    }
+    crate::harness::wait_until(Duration::from_secs(10), "every replica has both", || {
+        visible(&cluster) == vec![2, 2, 2]
+    })
+    .await;
+    // Nothing else arrives: only the two real messages, on every replica.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(visible(&cluster), vec![2, 2, 2]);
     let records = crate::harness::fetch_all(&admin, info.id).await;
     let payloads: Vec<&[u8]> = records.iter().map(|r| &r.payload[..]).collect();
     assert_eq!(payloads, vec![&b"real"[..], &b"after"[..]]);
