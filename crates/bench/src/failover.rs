@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context};
 use clap::Parser;
-use client::{Client, ClientConfig, Protocol, Publisher, PublisherConfig, StreamInfo};
+use client::{Client, ClientConfig, Protocol, Publisher, StreamInfo};
 use report::plot::{Chart, Series};
 use report::stats::Summary;
 use report::Table;
@@ -309,7 +309,7 @@ type LiveReader = (
 /// the history is one ordered sequence for the checker.
 async fn read_live(
     id: u32,
-    address: String,
+    config: ClientConfig,
     stream: u64,
     mut until: watch::Receiver<ReadUntil>,
 ) -> checker::ReaderHistory {
@@ -325,7 +325,7 @@ async fn read_live(
             return history;
         }
         let subscribed = tokio::time::timeout(Duration::from_secs(2), async {
-            let client = Client::connect(ClientConfig::new(address.clone())).await?;
+            let client = Client::connect(config.clone()).await?;
             let subscription = client.subscribe(stream, next(&history)).await?;
             Ok::<_, client::ClientError>((client, subscription))
         })
@@ -459,12 +459,9 @@ async fn drive(
     let name = "failover";
     let replicas = args.servers.min(3) as u8;
     let stream = create_stream(&cluster, name, args, replicas).await?;
-    let config = PublisherConfig {
-        window: args.window,
-        ..PublisherConfig::default()
-    };
+    let config = cluster.publisher_config(args.window)?;
     let publisher = Arc::new(Publisher::connect(&stream, config).await?);
-    let readers = start_readers(&cluster, stream.id);
+    let readers = start_readers(&cluster, stream.id)?;
     let started = Instant::now();
     let (completed_sender, mut completed) = watch::channel(Completed::none(started));
     let (to_collector, answers) = tokio::sync::mpsc::channel(args.window * 2);
@@ -526,7 +523,8 @@ async fn drive(
         .iter()
         .map(|r| (r.id, r.address.clone()))
         .collect();
-    let (report, reads) = judge(readers, &addresses, &final_info, &history).await?;
+    let credentials = cluster.credentials()?;
+    let (report, reads) = judge(readers, &addresses, &final_info, &history, &credentials).await?;
     let sent = history.sent.len() as u64;
     Ok(FailoverFigures {
         servers: args.servers,
@@ -548,15 +546,15 @@ async fn drive(
 }
 
 /// A live reader on each running server, from the stream's start.
-fn start_readers(cluster: &ProcessCluster, stream: u64) -> Vec<LiveReader> {
+fn start_readers(cluster: &ProcessCluster, stream: u64) -> anyhow::Result<Vec<LiveReader>> {
     cluster
         .running()
         .into_iter()
         .map(|id| {
-            let address = cluster.address(id).to_string();
+            let config = cluster.client_config(id)?;
             let (until, reading) = watch::channel(ReadUntil::Running);
-            let task = tokio::spawn(read_live(id, address, stream, reading));
-            (id, until, task)
+            let task = tokio::spawn(read_live(id, config, stream, reading));
+            Ok((id, until, task))
         })
         .collect()
 }
@@ -579,6 +577,7 @@ async fn judge(
     addresses: &[(u32, String)],
     final_info: &StreamInfo,
     history: &checker::ClientHistory,
+    credentials: &client::Credentials,
 ) -> anyhow::Result<(checker::Report, checker::ReadReport)> {
     let newest = history.acked.iter().map(|a| a.version).max().unwrap_or(0);
     let mut histories = Vec::new();
@@ -592,7 +591,13 @@ async fn judge(
         }
         histories.push(task);
     }
-    let (report, logs) = read_logs(addresses, final_info, std::slice::from_ref(history)).await?;
+    let (report, logs) = read_logs(
+        addresses,
+        final_info,
+        std::slice::from_ref(history),
+        credentials,
+    )
+    .await?;
     let mut read_histories = Vec::new();
     for task in histories {
         read_histories.push(task.await.context("a reader panicked")?);
@@ -805,7 +810,9 @@ async fn wait_back(
 ) -> Option<f64> {
     let started = Instant::now();
     for &server in touched {
-        let config = ClientConfig::new(cluster.address(server).to_string());
+        let Ok(config) = cluster.client_config(server) else {
+            return None;
+        };
         loop {
             if started.elapsed() >= BACK_TIMEOUT {
                 return None;
@@ -951,9 +958,10 @@ async fn create_stream(
     replicas: u8,
 ) -> anyhow::Result<StreamInfo> {
     let deadline = Instant::now() + Duration::from_secs(30);
+    let admin = cluster.client_config(1)?;
     loop {
         let attempt = async {
-            let client = Client::connect(ClientConfig::new(cluster.address(1).to_string())).await?;
+            let client = Client::connect(admin.clone()).await?;
             client
                 .create_stream_with(name, args.durability.config(), args.protocol, replicas)
                 .await
@@ -977,7 +985,7 @@ pub async fn placement(cluster: &ProcessCluster, name: &str) -> anyhow::Result<S
         // server that has just come back may answer from an older view.
         let mut newest: Option<StreamInfo> = None;
         for id in cluster.running() {
-            let config = ClientConfig::new(cluster.address(id).to_string());
+            let config = cluster.client_config(id)?;
             let answer = tokio::time::timeout(Duration::from_secs(2), async {
                 Client::connect(config).await?.open_stream(name).await
             })
@@ -1009,8 +1017,9 @@ pub async fn read_back(
     replicas: &[(u32, String)],
     stream: &StreamInfo,
     histories: &[checker::ClientHistory],
+    credentials: &client::Credentials,
 ) -> anyhow::Result<checker::Report> {
-    Ok(read_logs(replicas, stream, histories).await?.0)
+    Ok(read_logs(replicas, stream, histories, credentials).await?.0)
 }
 
 /// As [`read_back`], with the logs read.
@@ -1018,6 +1027,7 @@ pub async fn read_logs(
     replicas: &[(u32, String)],
     stream: &StreamInfo,
     histories: &[checker::ClientHistory],
+    credentials: &client::Credentials,
 ) -> anyhow::Result<(checker::Report, Vec<checker::ReplicaLog>)> {
     let mut logs = Vec::new();
     let acknowledged = histories
@@ -1026,7 +1036,11 @@ pub async fn read_logs(
         .max()
         .unwrap_or(0);
     for (id, address) in replicas {
-        let client = Client::connect(ClientConfig::new(address.clone())).await?;
+        let config = ClientConfig {
+            credentials: credentials.clone(),
+            ..ClientConfig::new(address.clone())
+        };
+        let client = Client::connect(config).await?;
         // A replica that was just restarted catches up first.
         let deadline = Instant::now() + Duration::from_secs(60);
         let committed = loop {

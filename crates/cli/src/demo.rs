@@ -295,7 +295,13 @@ async fn drive(args: &DemoArgs, mut cluster: ProcessCluster) -> anyhow::Result<D
         .iter()
         .map(|r| (r.id, r.address.clone()))
         .collect();
-    outcome.report = read_back(&replicas, &last, std::slice::from_ref(&history)).await?;
+    outcome.report = read_back(
+        &replicas,
+        &last,
+        std::slice::from_ref(&history),
+        &cluster.credentials()?,
+    )
+    .await?;
     if let Some(path) = &args.history {
         std::fs::write(path, history.to_lines())
             .with_context(|| format!("writing the history to {}", path.display()))?;

@@ -125,10 +125,14 @@ fn a_client_crashing_with_the_server_loses_only_what_it_alone_held() {
             duplicate: after.duplicate,
         });
         let replicas = [(1, address.to_string())];
-        let (survivor_only, logs) =
-            bench::failover::read_logs(&replicas, &info, std::slice::from_ref(&kept))
-                .await
-                .unwrap();
+        let (survivor_only, logs) = bench::failover::read_logs(
+            &replicas,
+            &info,
+            std::slice::from_ref(&kept),
+            &client::Credentials::default(),
+        )
+        .await
+        .unwrap();
         assert!(
             survivor_only.is_clean(),
             "the surviving client's messages are all back: {survivor_only}"
