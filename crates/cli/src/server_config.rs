@@ -65,9 +65,14 @@ pub struct ServerArgs {
     #[arg(long)]
     pub insecure: bool,
     /// Appends of one connection awaiting their ack before the server stops
-    /// reading from it. [default: 4096]
+    /// reading from it; also the replicated writes one connection may have
+    /// in flight before more are refused with Busy. [default: 4096]
     #[arg(long)]
     pub in_flight_per_connection_max: Option<usize>,
+    /// Bytes of one connection's replicated writes in flight before more
+    /// are refused with Busy (the client retries). [default: 67108864]
+    #[arg(long)]
+    pub bytes_in_flight_per_connection_max: Option<usize>,
     /// A log segment is closed past this size, in bytes. [default: 67108864]
     #[arg(long)]
     pub segment_bytes_max: Option<u64>,
@@ -192,6 +197,7 @@ struct ServerFile {
     tls_client_ca: Option<PathBuf>,
     insecure: Option<bool>,
     in_flight_per_connection_max: Option<usize>,
+    bytes_in_flight_per_connection_max: Option<usize>,
     segment_bytes_max: Option<u64>,
     pending_bytes_max: Option<usize>,
     page_flush_ms: Option<u64>,
@@ -244,6 +250,7 @@ pub fn resolve(args: &ServerArgs) -> anyhow::Result<(String, server::ServerConfi
     merge!(connections_per_address_max);
     merge!(subscriptions_per_connection_max);
     merge!(in_flight_per_connection_max);
+    merge!(bytes_in_flight_per_connection_max);
     merge!(segment_bytes_max);
     merge!(pending_bytes_max);
     merge!(memory_retain_bytes);
@@ -276,8 +283,8 @@ pub fn resolve(args: &ServerArgs) -> anyhow::Result<(String, server::ServerConfi
         "connections_max and connections_per_address_max must be at least 1"
     );
     anyhow::ensure!(
-        config.in_flight_per_connection_max >= 1,
-        "in_flight_per_connection_max must be at least 1"
+        config.in_flight_per_connection_max >= 1 && config.bytes_in_flight_per_connection_max >= 1,
+        "in_flight_per_connection_max and bytes_in_flight_per_connection_max must be at least 1"
     );
     Ok((listen, config))
 }

@@ -137,8 +137,13 @@ pub struct ServerConfig {
     /// may do everything a client may.
     pub tokens: Option<PathBuf>,
     /// Appends of one connection waiting for their acknowledgement; past it
-    /// the server stops reading from that connection (backpressure).
+    /// the server stops reading from that connection (backpressure). Also
+    /// the most replicated writes (`Submit`) one connection may have in
+    /// flight on this server; past it they are refused with `Busy`.
     pub in_flight_per_connection_max: usize,
+    /// Bytes (key + payload) of one connection's replicated writes in
+    /// flight on this server; past it they are refused with `Busy`.
+    pub bytes_in_flight_per_connection_max: usize,
     /// Frames queued for one connection's socket.
     pub outgoing_frames_max: usize,
     /// Subscriptions one connection may hold at once.
@@ -205,6 +210,7 @@ impl ServerConfig {
             tokens: None,
             tls: None,
             in_flight_per_connection_max: 4096,
+            bytes_in_flight_per_connection_max: 64 * 1024 * 1024,
             outgoing_frames_max: 1024,
             subscriptions_per_connection_max: 64,
             subscription_credit_max: 65_536,

@@ -5,10 +5,13 @@
 //! the socket through a `net::SharedWriter`: written at once by that
 //! thread when the connection is idle, queued for the connection's
 //! flusher task otherwise. Single-server `Append`s waiting for their
-//! answer are kept here too, since their answers leave the same way.
+//! answer are kept here too, since their answers leave the same way, and
+//! so are the replicated writes in flight (`WritesInFlight`): their
+//! answers are what frees the connection's room for more.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use engine::replication::{Msg, ServerId};
 use net::{Refused, SharedWriter};
@@ -46,6 +49,108 @@ pub(crate) struct Outgoing {
     /// at most this much of the server's memory, however many
     /// subscriptions it opens.
     pub(crate) read_budget: Arc<Semaphore>,
+    /// Replicated writes this connection handed to its streams and this
+    /// server has not answered yet.
+    pub(crate) writes: Mutex<WritesInFlight>,
+}
+
+/// A write's key: (stream, session, sequence).
+type WriteKey = (u64, u64, u64);
+
+/// A write this server never answers (its primary moved away and the
+/// client sends it to the new one) stops counting after this long.
+pub(crate) const WRITE_ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The replicated writes (`Submit` of a message) one connection has in
+/// flight on this server, with their bytes: taken when the connection
+/// hands a write to its stream, given back when this server answers it
+/// (`Acked` or `Refused`) or after [`WRITE_ANSWER_TIMEOUT`]. Past either
+/// bound a new write is refused with `Busy`, which the client library
+/// retries: one client cannot hold more of the server's memory than this.
+#[derive(Default)]
+pub(crate) struct WritesInFlight {
+    writes: HashMap<WriteKey, (usize, Instant)>,
+    bytes: usize,
+    swept: Option<Instant>,
+}
+
+impl WritesInFlight {
+    /// Takes a write of `bytes` unless it would pass `count_max` writes or
+    /// `bytes_max` bytes (one write alone always fits); the refusal says
+    /// which bound. A write already in flight (a resend) is not counted
+    /// twice.
+    pub(crate) fn admit(
+        &mut self,
+        key: WriteKey,
+        bytes: usize,
+        (count_max, bytes_max): (usize, usize),
+    ) -> Result<(), String> {
+        if self.writes.contains_key(&key) {
+            return Ok(());
+        }
+        let full = |writes: &Self| {
+            writes.writes.len() >= count_max
+                || (!writes.writes.is_empty() && writes.bytes + bytes > bytes_max)
+        };
+        if full(self) {
+            self.sweep(Instant::now());
+        }
+        if full(self) {
+            return Err(format!(
+                "this connection has {} replicated writes ({} bytes) in flight, the most it may (limits {count_max} writes, {bytes_max} bytes); retry once some are acknowledged",
+                self.writes.len(),
+                self.bytes
+            ));
+        }
+        self.writes.insert(key, (bytes, Instant::now()));
+        self.bytes += bytes;
+        Ok(())
+    }
+
+    /// The server answered the write `key`.
+    pub(crate) fn answered(&mut self, key: WriteKey) {
+        if let Some((bytes, _)) = self.writes.remove(&key) {
+            self.bytes -= bytes;
+        }
+    }
+
+    /// Every write `msg` (an answer of `stream`) answers.
+    fn answered_by(&mut self, stream: u64, msg: &Msg) {
+        match msg {
+            Msg::Ack { .. } => {
+                for (event, _) in msg.acked() {
+                    self.answered((stream, event.session, event.sequence));
+                }
+            }
+            Msg::Refused { event, .. } => self.answered((stream, event.session, event.sequence)),
+            _ => {}
+        }
+    }
+
+    /// Drops the writes older than [`WRITE_ANSWER_TIMEOUT`]; at most once
+    /// every 100 ms, since it walks them all.
+    fn sweep(&mut self, now: Instant) {
+        if self
+            .swept
+            .is_some_and(|swept| now.duration_since(swept) < Duration::from_millis(100))
+        {
+            return;
+        }
+        self.swept = Some(now);
+        let mut freed = 0;
+        self.writes.retain(|_, (bytes, taken)| {
+            let keep = now.duration_since(*taken) < WRITE_ANSWER_TIMEOUT;
+            if !keep {
+                freed += *bytes;
+            }
+            keep
+        });
+        self.bytes -= freed;
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.writes.len()
+    }
 }
 
 impl Outgoing {
@@ -79,6 +184,14 @@ impl Outgoing {
         // An append is registered before its stream can answer it, so an
         // empty table means no answer here is a legacy one.
         let any_legacy = !self.legacy.lock().expect("legacy lock").is_empty();
+        {
+            let mut writes = self.writes.lock().expect("writes lock");
+            if writes.len() > 0 {
+                for msg in &msgs {
+                    writes.answered_by(stream, msg);
+                }
+            }
+        }
         let mut frames = wire::ClientFrames::default();
         for msg in msgs {
             if any_legacy {

@@ -131,6 +131,8 @@ struct Faults {
     space_limit: Option<u64>,
     /// Bytes the next write keeps before failing; `None` for a whole write.
     torn_write_keep: Option<usize>,
+    /// Every `sync_data` waits while this is set: a disk that stalls.
+    syncs_held: bool,
 }
 
 /// Counts of calls, for tests.
@@ -233,8 +235,19 @@ impl FaultStorage {
         self.lock().faults.torn_write_keep = Some(keep_bytes);
     }
 
-    /// Removes every injected fault: syncs succeed, space is unlimited and
-    /// no write is torn.
+    /// Makes every `sync_data` wait until [`FaultStorage::release_syncs`],
+    /// like a disk that stalls: what waits for durability waits.
+    pub fn hold_syncs(&self) {
+        self.lock().faults.syncs_held = true;
+    }
+
+    /// Lets the syncs held by [`FaultStorage::hold_syncs`] go on.
+    pub fn release_syncs(&self) {
+        self.lock().faults.syncs_held = false;
+    }
+
+    /// Removes every injected fault: syncs succeed, space is unlimited,
+    /// no write is torn and no sync is held.
     pub fn clear_faults(&self) {
         self.lock().faults = Faults::default();
     }
@@ -453,6 +466,9 @@ impl StorageFile for FaultFile {
     }
 
     fn sync_data(&self) -> io::Result<()> {
+        while lock(&self.shared).faults.syncs_held {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
         let mut state = lock(&self.shared);
         state.content(self.id)?;
         state.begin_sync()?;

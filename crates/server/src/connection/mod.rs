@@ -12,7 +12,10 @@
 //! is idle, queued for the connection's flusher task otherwise. Appends
 //! awaiting their answer are bounded by
 //! `in_flight_per_connection_max`; when the bound is reached the read loop
-//! stops reading, and TCP pushes back on the client.
+//! stops reading, and TCP pushes back on the client. Replicated writes
+//! (`Submit`) in flight are bounded by the same count and by
+//! `bytes_in_flight_per_connection_max`; past either a write is refused
+//! with `Busy` (`WritesInFlight`), which the client retries.
 //!
 //! A connection whose first frame is `PeerHello` is a peer link: it carries
 //! replication messages from that server to this one's streams. A client's
@@ -28,7 +31,7 @@ mod write;
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use engine::replication::{AckRule, Bytes, Content, HybridMode, Msg, Protocol, ServerId};
 use net::tls::rustls::pki_types::CertificateDer;
@@ -179,6 +182,7 @@ async fn serve_client(
         legacy: Arc::default(),
         me: server.config.cluster.me,
         read_budget: Arc::new(Semaphore::new(READ_BUDGET_BYTES)),
+        writes: Mutex::default(),
     });
     let writer_task = tokio::spawn({
         let writer = Arc::clone(&writer);

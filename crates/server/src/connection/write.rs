@@ -189,12 +189,39 @@ impl Connection {
                 return self.outgoing.send(&refusal).await;
             }
         }
+        if let Err(message) = self.take_room(stream_id, &msg) {
+            return self.outgoing.send(&refuse(ErrorCode::Busy, message)).await;
+        }
         let (_, messages) = self.batch.get_or_insert_with(|| (stream, Vec::new()));
         messages.push(msg);
         if messages.len() >= SUBMIT_BATCH_MAX {
             return self.flush_batch().await;
         }
         true
+    }
+
+    /// Counts a write (a message's content) among the connection's writes
+    /// in flight, or says why it may not be taken now.
+    fn take_room(&self, stream: u64, msg: &Msg) -> Result<(), String> {
+        let content = match msg {
+            Msg::Write(content) | Msg::Tagged(content) | Msg::Placed { content, .. } => content,
+            _ => return Ok(()),
+        };
+        let config = &self.server.config;
+        let limits = (
+            config.in_flight_per_connection_max,
+            config.bytes_in_flight_per_connection_max,
+        );
+        let event = content.event;
+        let taken = self.outgoing.writes.lock().expect("writes lock").admit(
+            (stream, event.session, event.sequence),
+            content.key.len() + content.payload.len(),
+            limits,
+        );
+        if taken.is_err() {
+            self.server.writes_busy.fetch_add(1, Ordering::Relaxed);
+        }
+        taken
     }
 
     /// Hands the gathered submits to their stream in one step.
@@ -212,6 +239,11 @@ impl Connection {
             let Some(event) = wire::event_of(&msg) else {
                 continue;
             };
+            self.outgoing.writes.lock().expect("writes lock").answered((
+                stream.id,
+                event.session,
+                event.sequence,
+            ));
             let frame = Frame::Refused {
                 stream: stream.id,
                 session: event.session,

@@ -74,6 +74,9 @@ pub struct ServerState {
     pub tls_refused: AtomicU64,
     /// Requests refused for a missing right.
     pub requests_unauthorized: AtomicU64,
+    /// Replicated writes refused with `Busy` for their connection's
+    /// writes or bytes in flight.
+    pub writes_busy: AtomicU64,
     /// Carries replication messages to peers and clients.
     pub router: Arc<Router>,
     /// The address this server serves on (set when it starts serving).
@@ -151,6 +154,7 @@ impl ServerState {
             logins_refused: AtomicU64::new(0),
             tls_refused: AtomicU64::new(0),
             requests_unauthorized: AtomicU64::new(0),
+            writes_busy: AtomicU64::new(0),
             control: OnceLock::new(),
             pending: Mutex::new(pending),
             ready,

@@ -56,6 +56,7 @@ impl ServerState {
             "connections": self.config.connections_max - self.connection_slots.available_permits(),
             "logins_refused": self.logins_refused.load(std::sync::atomic::Ordering::Relaxed),
             "requests_unauthorized": self.requests_unauthorized.load(std::sync::atomic::Ordering::Relaxed),
+            "writes_busy": self.writes_busy.load(std::sync::atomic::Ordering::Relaxed),
             "streams": streams,
             "cluster": self.cluster_json(),
         })

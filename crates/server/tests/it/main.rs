@@ -11,6 +11,7 @@ mod failover;
 mod faults;
 mod forward;
 mod harness;
+mod limits;
 mod property;
 mod rejoin;
 mod replication;

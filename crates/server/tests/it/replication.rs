@@ -61,7 +61,7 @@ fn payload(writer: u64, index: u64) -> Vec<u8> {
 }
 
 /// Sends `count` messages with `window` in flight; records the history.
-async fn write(
+pub async fn write(
     publisher: &Publisher,
     writer: u64,
     count: u64,
@@ -159,7 +159,7 @@ async fn run_protocol(protocol: Protocol, cluster: &LocalCluster, client: &Clien
     judge(protocol, cluster, &name, info.id, &history, &acks_by_server);
 }
 
-fn judge(
+pub fn judge(
     protocol: Protocol,
     cluster: &LocalCluster,
     name: &str,
