@@ -289,25 +289,29 @@ async fn drive(args: &DemoArgs, mut cluster: ProcessCluster) -> anyhow::Result<D
         tokio::task::block_in_place(|| cluster.start_server(victim))?;
         outcome.restarts += 1;
     }
-    let last = placement(&cluster, "demo").await?;
-    let replicas: Vec<(u32, String)> = last
-        .replicas
-        .iter()
-        .map(|r| (r.id, r.address.clone()))
-        .collect();
-    outcome.report = read_back(
-        &replicas,
-        &last,
-        std::slice::from_ref(&history),
-        &cluster.credentials()?,
-    )
-    .await?;
+    outcome.report = judge(&cluster, &history).await?;
     if let Some(path) = &args.history {
         std::fs::write(path, history.to_lines())
             .with_context(|| format!("writing the history to {}", path.display()))?;
     }
     drop(cluster);
     Ok(outcome)
+}
+
+/// Reads the demo stream back from every replica it has now and judges
+/// the client's history against their logs.
+async fn judge(
+    cluster: &ProcessCluster,
+    history: &checker::ClientHistory,
+) -> anyhow::Result<checker::Report> {
+    let last = placement(cluster, "demo").await?;
+    let replicas: Vec<(u32, String)> = last
+        .replicas
+        .iter()
+        .map(|r| (r.id, r.address.clone()))
+        .collect();
+    let histories = std::slice::from_ref(history);
+    read_back(&replicas, &last, histories, &cluster.credentials()?).await
 }
 
 fn progress_bar(total: u64, quiet: bool) -> ProgressBar {

@@ -271,6 +271,12 @@ pub fn resolve(args: &ServerArgs) -> anyhow::Result<(String, server::ServerConfi
     }
     resolve_cluster(args, &mut file, &mut config)?;
     resolve_security(args, &mut file, &mut config, &listen)?;
+    check(&config)?;
+    Ok((listen, config))
+}
+
+/// Refuses settings no server can run with.
+fn check(config: &server::ServerConfig) -> anyhow::Result<()> {
     if let Some(problem) = config.cluster.problem() {
         anyhow::bail!("cluster settings: {problem}");
     }
@@ -286,7 +292,7 @@ pub fn resolve(args: &ServerArgs) -> anyhow::Result<(String, server::ServerConfi
         config.in_flight_per_connection_max >= 1 && config.bytes_in_flight_per_connection_max >= 1,
         "in_flight_per_connection_max and bytes_in_flight_per_connection_max must be at least 1"
     );
-    Ok((listen, config))
+    Ok(())
 }
 
 /// The cluster's settings (id, peers, roles, advertised address, failure

@@ -24,7 +24,7 @@ pub use state::{
     Availability, Command, ControlState, EpochRecord, LossAction, Member, Requirement, Response,
     ServerId, StreamConfig, StreamPlacement, Transition, WriteRefusal,
 };
-pub use wire::{read_hello, CONTROL_MESSAGE_MAX};
+pub use wire::{check_request, read_hello, CONTROL_MESSAGE_MAX};
 
 openraft::declare_raft_types!(
     /// openraft's types for the control log: its entries carry [`Command`]s

@@ -118,6 +118,20 @@ pub(crate) enum WireError {
     Malformed(#[from] serde_json::Error),
 }
 
+/// Decodes a request body as a control connection does, and checks that
+/// what decodes encodes back to the same request: the fuzzers' way in.
+pub fn check_request(body: &[u8]) -> Result<(), serde_json::Error> {
+    let request: Request = serde_json::from_slice(body)?;
+    let encoded = serde_json::to_vec(&request).expect("a decoded request encodes");
+    let again: Request = serde_json::from_slice(&encoded).expect("an encoded request decodes");
+    assert_eq!(
+        format!("{request:?}"),
+        format!("{again:?}"),
+        "control request round trip"
+    );
+    Ok(())
+}
+
 /// Writes one message.
 pub(crate) async fn write_message<W, T>(writer: &mut W, message: &T) -> Result<(), WireError>
 where

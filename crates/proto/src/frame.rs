@@ -892,320 +892,369 @@ pub fn iter_records(records: &[u8]) -> impl Iterator<Item = Record<'_>> {
     })
 }
 
+/// Fields of a `Submit`, for tests and the fuzzers' seeds.
+pub fn sample_fields() -> SubmitFields {
+    SubmitFields {
+        stream: 5,
+        kind: SUBMIT_PLACED,
+        version: 12,
+        epoch: 2,
+        session: 1,
+        sequence: 44,
+        low_water: 40,
+    }
+}
+
+/// At least one frame of every type in the table, with typical fields:
+/// what the tests round-trip and the fuzzers start from.
+pub fn sample_frames() -> Vec<Frame> {
+    let info = sample_info();
+    let records = sample_records();
+    let mut frames = sample_server_frames(&info);
+    frames.extend(sample_server_answers());
+    frames.extend(sample_creates());
+    frames.extend(sample_requests());
+    frames.extend(sample_infos(&info));
+    frames.extend(sample_answers(records));
+    frames
+}
+
+/// Three records of stream 5, end to end.
+fn sample_records() -> Vec<u8> {
+    use crate::record::{EventId, RecordHeader};
+    let mut records = Vec::new();
+    for version in 1..=3 {
+        Record {
+            header: RecordHeader {
+                flags: 0,
+                stream: 5,
+                version,
+                epoch: 1,
+                event: EventId {
+                    client: 77,
+                    session: 1,
+                    sequence: version,
+                },
+                low_water: 1,
+            },
+            key: b"k",
+            payload: b"hello",
+        }
+        .encode(&mut records);
+    }
+    records
+}
+
+/// A stream of three replicas.
+fn sample_info() -> StreamInfo {
+    StreamInfo {
+        id: 5,
+        name: "orders".into(),
+        durability: DurabilityConfig::Paged {
+            pages: 2,
+            page_size: 4096,
+        },
+        first_version: 1,
+        last_version: 9,
+        committed_version: 8,
+        protocol: 5,
+        epoch: 2,
+        primary: 3,
+        replicas: vec![
+            ReplicaAddress {
+                id: 3,
+                address: "127.0.0.1:7400".into(),
+            },
+            ReplicaAddress {
+                id: 1,
+                address: "127.0.0.1:7401".into(),
+            },
+        ],
+        commit_interval_ms: 0,
+    }
+}
+
+fn sample_server_frames(info: &StreamInfo) -> Vec<Frame> {
+    vec![
+        Frame::CreateReplica {
+            request: 9,
+            info: info.clone(),
+            retention: RetentionConfig::default(),
+        },
+        Frame::Submit {
+            fields: sample_fields(),
+            key: b"k".to_vec(),
+            payload: b"payload".to_vec(),
+        },
+        Frame::PeerHello {
+            version: PROTOCOL_VERSION,
+            from: 2,
+            incarnation: 7,
+        },
+        Frame::ControlHello {
+            version: PROTOCOL_VERSION,
+            from: 3,
+        },
+        Frame::ServerHello {
+            version: PROTOCOL_VERSION,
+            from: 2,
+            client: 77,
+        },
+        Frame::SetRequirement {
+            request: 9,
+            name: "orders".into(),
+            min_in_sync: 2,
+            action: 2,
+            block_ms: 1500,
+            roles: vec!["east".into(), "ssd".into()],
+        },
+        Frame::RetireServer {
+            request: 10,
+            server: 4,
+        },
+        // The server's table lays out the message; here it is bytes.
+        Frame::Peer {
+            stream: 5,
+            message: vec![3, 7, 0, 0, 0, 0, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0],
+        },
+    ]
+}
+
+fn sample_server_answers() -> Vec<Frame> {
+    vec![
+        Frame::Acked {
+            stream: 5,
+            server: 2,
+            session: 1,
+            sequence: 44,
+            version: 12,
+            epoch: 2,
+            flags: ACKED_FLAG_DUPLICATE,
+            hint: 1,
+            more: 0,
+        },
+        Frame::Acked {
+            stream: 5,
+            server: 3,
+            session: 1,
+            sequence: 45,
+            version: 13,
+            epoch: 2,
+            flags: 0,
+            hint: 0,
+            more: 699,
+        },
+        Frame::Stamped {
+            stream: 5,
+            session: 1,
+            sequence: 44,
+            version: 12,
+            epoch: 2,
+            flags: 0,
+        },
+        Frame::Checkpointed {
+            stream: 5,
+            version: 9_000,
+            flags: CHECKPOINTED_FLAG_RESEND,
+        },
+        Frame::Refused {
+            stream: 5,
+            session: 1,
+            sequence: 44,
+            code: ErrorCode::VersionVoid,
+            message: "voided".into(),
+        },
+    ]
+}
+
+fn sample_creates() -> Vec<Frame> {
+    vec![
+        Frame::Hello {
+            version: PROTOCOL_VERSION,
+            client: u128::MAX - 3,
+            token: "secret".into(),
+        },
+        Frame::CreateStream {
+            request: 1,
+            name: "orders".into(),
+            durability: DurabilityConfig::Sync,
+            protocol: 5,
+            replicas: 3,
+            commit_interval_ms: 0,
+            retention: RetentionConfig::default(),
+        },
+        Frame::CreateStream {
+            request: 1,
+            name: "orders".into(),
+            durability: DurabilityConfig::Sync,
+            protocol: 5,
+            replicas: 3,
+            commit_interval_ms: 20,
+            retention: RetentionConfig::default(),
+        },
+        Frame::CreateStream {
+            request: 1,
+            name: "orders".into(),
+            durability: DurabilityConfig::Sender {
+                pages: 4,
+                page_size: 1 << 20,
+            },
+            protocol: 5,
+            replicas: 3,
+            commit_interval_ms: 0,
+            retention: RetentionConfig {
+                bytes: 1 << 30,
+                ms: 0,
+            },
+        },
+        Frame::CreateStream {
+            request: 1,
+            name: "orders".into(),
+            durability: DurabilityConfig::Sync,
+            protocol: 5,
+            replicas: 3,
+            commit_interval_ms: 0,
+            retention: RetentionConfig {
+                bytes: 0,
+                ms: 86_400_000,
+            },
+        },
+    ]
+}
+
+fn sample_requests() -> Vec<Frame> {
+    vec![
+        Frame::DeleteStream {
+            request: 2,
+            name: "orders".into(),
+        },
+        Frame::ListStreams { request: 3 },
+        Frame::OpenStream {
+            request: 4,
+            name: "x".into(),
+        },
+        Frame::Append {
+            request: 5,
+            stream: 5,
+            flags: APPEND_FLAG_ECHO,
+            session: 2,
+            sequence: 3,
+            low_water: 1,
+            key: b"key".to_vec(),
+            payload: vec![9; 100],
+        },
+        Frame::Fetch {
+            request: 6,
+            stream: 5,
+            from: 1,
+            max_records: 10,
+            max_bytes: 1000,
+        },
+        Frame::Subscribe {
+            subscription: 7,
+            stream: 5,
+            from: 2,
+            credit: 64,
+        },
+        Frame::Credit {
+            subscription: 7,
+            credit: 3,
+        },
+        Frame::Unsubscribe { subscription: 7 },
+        Frame::Status { request: 8 },
+        Frame::HelloOk {
+            version: 1,
+            server: 99,
+            max_frame: 1 << 20,
+        },
+    ]
+}
+
+fn sample_infos(info: &StreamInfo) -> Vec<Frame> {
+    vec![
+        Frame::StreamInfo {
+            request: 9,
+            info: info.clone(),
+        },
+        Frame::StreamList {
+            request: 10,
+            streams: vec![info.clone(), info.clone()],
+        },
+        Frame::StreamList {
+            request: 10,
+            streams: vec![
+                StreamInfo {
+                    commit_interval_ms: 160,
+                    ..info.clone()
+                },
+                info.clone(),
+            ],
+        },
+        Frame::StreamInfo {
+            request: 9,
+            info: StreamInfo {
+                commit_interval_ms: 50,
+                ..info.clone()
+            },
+        },
+        Frame::CreateReplica {
+            request: 9,
+            info: StreamInfo {
+                commit_interval_ms: 5,
+                ..info.clone()
+            },
+            retention: RetentionConfig::default(),
+        },
+        Frame::CreateReplica {
+            request: 9,
+            info: StreamInfo {
+                commit_interval_ms: 0,
+                ..info.clone()
+            },
+            retention: RetentionConfig { bytes: 7, ms: 9 },
+        },
+    ]
+}
+
+fn sample_answers(records: Vec<u8>) -> Vec<Frame> {
+    vec![
+        Frame::Ack {
+            request: 11,
+            stream: 5,
+            version: 12,
+            epoch: 1,
+            level: AckLevel::Synced,
+            flags: ACK_FLAG_DUPLICATE,
+            replicas: 1,
+            echo: vec![1, 2, 3],
+        },
+        Frame::Records {
+            request: 12,
+            next: 4,
+            count: 3,
+            records: records.clone(),
+        },
+        Frame::Deliver {
+            subscription: 7,
+            count: 3,
+            records,
+        },
+        Frame::Error {
+            request: 13,
+            code: ErrorCode::UnknownStream,
+            message: "no stream named x".into(),
+        },
+        Frame::Ok { request: 14 },
+        Frame::StatusReply {
+            request: 15,
+            json: "{}".into(),
+        },
+    ]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::{EventId, RecordHeader};
-
-    fn sample_fields() -> SubmitFields {
-        SubmitFields {
-            stream: 5,
-            kind: SUBMIT_PLACED,
-            version: 12,
-            epoch: 2,
-            session: 1,
-            sequence: 44,
-            low_water: 40,
-        }
-    }
-
-    fn samples() -> Vec<Frame> {
-        let mut records = Vec::new();
-        for version in 1..=3 {
-            Record {
-                header: RecordHeader {
-                    flags: 0,
-                    stream: 5,
-                    version,
-                    epoch: 1,
-                    event: EventId {
-                        client: 77,
-                        session: 1,
-                        sequence: version,
-                    },
-                    low_water: 1,
-                },
-                key: b"k",
-                payload: b"hello",
-            }
-            .encode(&mut records);
-        }
-        let info = StreamInfo {
-            id: 5,
-            name: "orders".into(),
-            durability: DurabilityConfig::Paged {
-                pages: 2,
-                page_size: 4096,
-            },
-            first_version: 1,
-            last_version: 9,
-            committed_version: 8,
-            protocol: 5,
-            epoch: 2,
-            primary: 3,
-            replicas: vec![
-                ReplicaAddress {
-                    id: 3,
-                    address: "127.0.0.1:7400".into(),
-                },
-                ReplicaAddress {
-                    id: 1,
-                    address: "127.0.0.1:7401".into(),
-                },
-            ],
-            commit_interval_ms: 0,
-        };
-        vec![
-            Frame::CreateReplica {
-                request: 9,
-                info: info.clone(),
-                retention: RetentionConfig::default(),
-            },
-            Frame::Submit {
-                fields: sample_fields(),
-                key: b"k".to_vec(),
-                payload: b"payload".to_vec(),
-            },
-            Frame::PeerHello {
-                version: PROTOCOL_VERSION,
-                from: 2,
-                incarnation: 7,
-            },
-            Frame::ControlHello {
-                version: PROTOCOL_VERSION,
-                from: 3,
-            },
-            Frame::ServerHello {
-                version: PROTOCOL_VERSION,
-                from: 2,
-                client: 77,
-            },
-            Frame::SetRequirement {
-                request: 9,
-                name: "orders".into(),
-                min_in_sync: 2,
-                action: 2,
-                block_ms: 1500,
-                roles: vec!["east".into(), "ssd".into()],
-            },
-            Frame::RetireServer {
-                request: 10,
-                server: 4,
-            },
-            // The server's table lays out the message; here it is bytes.
-            Frame::Peer {
-                stream: 5,
-                message: vec![3, 7, 0, 0, 0, 0, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0],
-            },
-            Frame::Acked {
-                stream: 5,
-                server: 2,
-                session: 1,
-                sequence: 44,
-                version: 12,
-                epoch: 2,
-                flags: ACKED_FLAG_DUPLICATE,
-                hint: 1,
-                more: 0,
-            },
-            Frame::Acked {
-                stream: 5,
-                server: 3,
-                session: 1,
-                sequence: 45,
-                version: 13,
-                epoch: 2,
-                flags: 0,
-                hint: 0,
-                more: 699,
-            },
-            Frame::Stamped {
-                stream: 5,
-                session: 1,
-                sequence: 44,
-                version: 12,
-                epoch: 2,
-                flags: 0,
-            },
-            Frame::Checkpointed {
-                stream: 5,
-                version: 9_000,
-                flags: CHECKPOINTED_FLAG_RESEND,
-            },
-            Frame::Refused {
-                stream: 5,
-                session: 1,
-                sequence: 44,
-                code: ErrorCode::VersionVoid,
-                message: "voided".into(),
-            },
-            Frame::Hello {
-                version: PROTOCOL_VERSION,
-                client: u128::MAX - 3,
-                token: "secret".into(),
-            },
-            Frame::CreateStream {
-                request: 1,
-                name: "orders".into(),
-                durability: DurabilityConfig::Sync,
-                protocol: 5,
-                replicas: 3,
-                commit_interval_ms: 0,
-                retention: RetentionConfig::default(),
-            },
-            Frame::CreateStream {
-                request: 1,
-                name: "orders".into(),
-                durability: DurabilityConfig::Sync,
-                protocol: 5,
-                replicas: 3,
-                commit_interval_ms: 20,
-                retention: RetentionConfig::default(),
-            },
-            Frame::CreateStream {
-                request: 1,
-                name: "orders".into(),
-                durability: DurabilityConfig::Sender {
-                    pages: 4,
-                    page_size: 1 << 20,
-                },
-                protocol: 5,
-                replicas: 3,
-                commit_interval_ms: 0,
-                retention: RetentionConfig {
-                    bytes: 1 << 30,
-                    ms: 0,
-                },
-            },
-            Frame::CreateStream {
-                request: 1,
-                name: "orders".into(),
-                durability: DurabilityConfig::Sync,
-                protocol: 5,
-                replicas: 3,
-                commit_interval_ms: 0,
-                retention: RetentionConfig {
-                    bytes: 0,
-                    ms: 86_400_000,
-                },
-            },
-            Frame::DeleteStream {
-                request: 2,
-                name: "orders".into(),
-            },
-            Frame::ListStreams { request: 3 },
-            Frame::OpenStream {
-                request: 4,
-                name: "x".into(),
-            },
-            Frame::Append {
-                request: 5,
-                stream: 5,
-                flags: APPEND_FLAG_ECHO,
-                session: 2,
-                sequence: 3,
-                low_water: 1,
-                key: b"key".to_vec(),
-                payload: vec![9; 100],
-            },
-            Frame::Fetch {
-                request: 6,
-                stream: 5,
-                from: 1,
-                max_records: 10,
-                max_bytes: 1000,
-            },
-            Frame::Subscribe {
-                subscription: 7,
-                stream: 5,
-                from: 2,
-                credit: 64,
-            },
-            Frame::Credit {
-                subscription: 7,
-                credit: 3,
-            },
-            Frame::Unsubscribe { subscription: 7 },
-            Frame::Status { request: 8 },
-            Frame::HelloOk {
-                version: 1,
-                server: 99,
-                max_frame: 1 << 20,
-            },
-            Frame::StreamInfo {
-                request: 9,
-                info: info.clone(),
-            },
-            Frame::StreamList {
-                request: 10,
-                streams: vec![info.clone(), info.clone()],
-            },
-            Frame::StreamList {
-                request: 10,
-                streams: vec![
-                    StreamInfo {
-                        commit_interval_ms: 160,
-                        ..info.clone()
-                    },
-                    info.clone(),
-                ],
-            },
-            Frame::StreamInfo {
-                request: 9,
-                info: StreamInfo {
-                    commit_interval_ms: 50,
-                    ..info.clone()
-                },
-            },
-            Frame::CreateReplica {
-                request: 9,
-                info: StreamInfo {
-                    commit_interval_ms: 5,
-                    ..info.clone()
-                },
-                retention: RetentionConfig::default(),
-            },
-            Frame::CreateReplica {
-                request: 9,
-                info: StreamInfo {
-                    commit_interval_ms: 0,
-                    ..info
-                },
-                retention: RetentionConfig { bytes: 7, ms: 9 },
-            },
-            Frame::Ack {
-                request: 11,
-                stream: 5,
-                version: 12,
-                epoch: 1,
-                level: AckLevel::Synced,
-                flags: ACK_FLAG_DUPLICATE,
-                replicas: 1,
-                echo: vec![1, 2, 3],
-            },
-            Frame::Records {
-                request: 12,
-                next: 4,
-                count: 3,
-                records: records.clone(),
-            },
-            Frame::Deliver {
-                subscription: 7,
-                count: 3,
-                records,
-            },
-            Frame::Error {
-                request: 13,
-                code: ErrorCode::UnknownStream,
-                message: "no stream named x".into(),
-            },
-            Frame::Ok { request: 14 },
-            Frame::StatusReply {
-                request: 15,
-                json: "{}".into(),
-            },
-        ]
-    }
 
     #[test]
     fn submit_fields_encode_what_the_frame_encodes() {
@@ -1222,7 +1271,10 @@ mod tests {
 
     #[test]
     fn the_samples_hold_every_frame_type_of_the_table() {
-        let sampled: Vec<u8> = samples().iter().map(|frame| frame.to_bytes()[4]).collect();
+        let sampled: Vec<u8> = sample_frames()
+            .iter()
+            .map(|frame| frame.to_bytes()[4])
+            .collect();
         for (code, name) in KINDS {
             assert!(sampled.contains(code), "no sample of {name} ({code:#04x})");
         }
@@ -1230,7 +1282,7 @@ mod tests {
 
     #[test]
     fn every_frame_round_trips() {
-        for frame in samples() {
+        for frame in sample_frames() {
             let bytes = frame.to_bytes();
             let (decoded, used) = Frame::decode(&bytes, 1 << 20).unwrap().unwrap();
             assert_eq!(used, bytes.len());
@@ -1281,7 +1333,7 @@ mod tests {
 
     #[test]
     fn a_partial_frame_asks_for_more_bytes() {
-        for frame in samples() {
+        for frame in sample_frames() {
             let bytes = frame.to_bytes();
             for cut in 0..bytes.len() {
                 assert_eq!(Frame::decode(&bytes[..cut], 1 << 20), Ok(None));
@@ -1353,7 +1405,7 @@ mod tests {
             state ^= state << 17;
             state
         };
-        for frame in samples() {
+        for frame in sample_frames() {
             let bytes = frame.to_bytes();
             for _ in 0..2000 {
                 let mut damaged = bytes.clone();

@@ -151,7 +151,10 @@ impl TokenFile {
                 .chain(&entry.consume)
                 .chain(&entry.admin)
             {
-                if pattern.is_empty() || pattern[..pattern.len() - 1].contains('*') {
+                // A `*` may only end the pattern (the last character may
+                // be any, so cut by characters, not bytes).
+                let star_inside = pattern.strip_suffix('*').unwrap_or(pattern).contains('*');
+                if pattern.is_empty() || star_inside {
                     return Err(invalid(format!(
                         "token {:?}: {pattern:?} is not a stream name, a prefix ending in * or *",
                         entry.name
@@ -460,6 +463,13 @@ mod tests {
         );
         let error = TokenFile::parse(&star, path).expect_err("star inside");
         assert!(error.to_string().contains("prefix ending in *"), "{error}");
+        // A pattern ending in a character of several bytes (the fuzzer
+        // found it cut inside one).
+        let wide = format!(
+            "[[token]]\nname = \"x\"\nsha256 = \"{}\"\nproduce = [\"ordersé\", \"a.é*\"]\n",
+            "0".repeat(64)
+        );
+        assert!(TokenFile::parse(&wide, path).is_ok());
         let unknown = "[[token]]\nname = \"x\"\nsha256 = \"00\"\nwrite = []\n";
         assert!(TokenFile::parse(unknown, path).is_err());
     }

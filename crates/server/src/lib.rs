@@ -39,3 +39,4 @@ pub use replication::Router;
 pub use run::{run, run_rejoining, CurrentServer};
 pub use state::{ServerState, DEFAULT_REPLICAS};
 pub use stream::{now_ms, stream_name_error, Stream, StreamMeta};
+pub use wire::check_peer_message;

@@ -61,6 +61,11 @@ type WriteKey = (u64, u64, u64);
 /// client sends it to the new one) stops counting after this long.
 pub(crate) const WRITE_ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Why a write was not taken: the connection's bound on writes or bytes
+/// in flight, as the `Busy` refusal says it.
+#[derive(Debug)]
+pub(crate) struct InFlightFull(pub(crate) String);
+
 /// The replicated writes (`Submit` of a message) one connection has in
 /// flight on this server, with their bytes: taken when the connection
 /// hands a write to its stream, given back when this server answers it
@@ -84,7 +89,7 @@ impl WritesInFlight {
         key: WriteKey,
         bytes: usize,
         (count_max, bytes_max): (usize, usize),
-    ) -> Result<(), String> {
+    ) -> Result<(), InFlightFull> {
         if self.writes.contains_key(&key) {
             return Ok(());
         }
@@ -96,11 +101,11 @@ impl WritesInFlight {
             self.sweep(Instant::now());
         }
         if full(self) {
-            return Err(format!(
+            return Err(InFlightFull(format!(
                 "this connection has {} replicated writes ({} bytes) in flight, the most it may (limits {count_max} writes, {bytes_max} bytes); retry once some are acknowledged",
                 self.writes.len(),
                 self.bytes
-            ));
+            )));
         }
         self.writes.insert(key, (bytes, Instant::now()));
         self.bytes += bytes;

@@ -110,6 +110,28 @@ pub(crate) fn peer_msg(message: Vec<u8>) -> Result<Msg, FrameError> {
     get_peer(sub_kind, &mut reader).unwrap_or(Err(FrameError::Malformed("peer")))
 }
 
+/// Decodes a `Peer` frame's message as a server does, and checks that
+/// what decodes encodes back to a message that decodes the same: the
+/// fuzzers' way in. A message that does not decode is an `Err`, never a
+/// panic.
+pub fn check_peer_message(message: &[u8]) -> Result<(), FrameError> {
+    let msg = peer_msg(message.to_vec())?;
+    let Some(frame) = peer_frame(1, &msg) else {
+        return Ok(());
+    };
+    let Ok(Some((Frame::Peer { message: again, .. }, _))) = Frame::decode(&frame, usize::MAX)
+    else {
+        panic!("a decoded peer message did not encode to a Peer frame: {msg:?}");
+    };
+    let again = peer_msg(again).expect("a re-encoded peer message decodes");
+    assert_eq!(
+        format!("{msg:?}"),
+        format!("{again:?}"),
+        "peer message round trip"
+    );
+    Ok(())
+}
+
 /// The records laid end to end in `records`, each a slice of it, up to the
 /// first that does not decode (checksums included).
 pub(crate) fn entries_of(records: Bytes) -> Vec<Entry> {

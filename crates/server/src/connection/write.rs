@@ -3,6 +3,7 @@
 //! replica in batches.
 
 use super::*;
+use crate::outgoing::InFlightFull;
 use proto::SubmitFields;
 
 impl Connection {
@@ -189,7 +190,7 @@ impl Connection {
                 return self.outgoing.send(&refusal).await;
             }
         }
-        if let Err(message) = self.take_room(stream_id, &msg) {
+        if let Err(InFlightFull(message)) = self.take_room(stream_id, &msg) {
             return self.outgoing.send(&refuse(ErrorCode::Busy, message)).await;
         }
         let (_, messages) = self.batch.get_or_insert_with(|| (stream, Vec::new()));
@@ -202,7 +203,7 @@ impl Connection {
 
     /// Counts a write (a message's content) among the connection's writes
     /// in flight, or says why it may not be taken now.
-    fn take_room(&self, stream: u64, msg: &Msg) -> Result<(), String> {
+    fn take_room(&self, stream: u64, msg: &Msg) -> Result<(), InFlightFull> {
         let content = match msg {
             Msg::Write(content) | Msg::Tagged(content) | Msg::Placed { content, .. } => content,
             _ => return Ok(()),
