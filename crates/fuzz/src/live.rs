@@ -51,7 +51,6 @@ impl LiveServer {
             .expect("a runtime");
         let data = tempfile::tempdir().expect("a temporary folder");
         let mut config = ServerConfig::new(data.path());
-        config.handshake_timeout = Duration::from_secs(1);
         config.message_bytes_max = 64 * 1024;
         config.segment_bytes_max = 1024 * 1024;
         let state = ServerState::open(config).expect("the server opens");

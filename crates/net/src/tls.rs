@@ -62,8 +62,16 @@ pub enum TlsError {
     },
 }
 
+/// ring's suites with AES-128-GCM first (TLS 1.3, then 1.2): 128-bit
+/// security, and four rounds of AES per block fewer than AES-256, which
+/// every byte of every message pays on each of its hops. Both ends prefer
+/// it, so a stamplog cluster and its clients agree on it.
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
+    let mut provider = rustls::crypto::ring::default_provider();
+    provider
+        .cipher_suites
+        .sort_by_key(|suite| !format!("{:?}", suite.suite()).contains("AES_128_GCM"));
+    Arc::new(provider)
 }
 
 /// The certificates of a PEM file (`what` names it in errors).
@@ -186,7 +194,7 @@ impl Dialer {
             )
         })?;
         let stream = TlsConnector::from(Arc::clone(config))
-            .connect(name, socket)
+            .connect(name, buffered(socket))
             .await?;
         Ok(Link::Tls(Box::new(TlsStream::Client(stream))))
     }
@@ -241,7 +249,7 @@ impl Acceptor {
 
     /// Runs the TLS handshake on an accepted connection.
     pub async fn accept(&self, socket: TcpStream) -> io::Result<Link> {
-        let stream = self.acceptor.accept(socket).await?;
+        let stream = self.acceptor.accept(buffered(socket)).await?;
         Ok(Link::Tls(Box::new(TlsStream::Server(stream))))
     }
 
@@ -264,10 +272,23 @@ impl Acceptor {
     }
 }
 
+/// The TCP stream under a TLS link: reads go through a buffer of
+/// [`TLS_READ_BUFFER`] bytes, since rustls asks for at most 4 KiB a
+/// time and a stream of 1 KB messages would otherwise pay a read call
+/// for every four.
+pub type Tcp = tokio::io::BufReader<TcpStream>;
+
+/// Bytes a TLS link reads from its socket at once.
+pub const TLS_READ_BUFFER: usize = 64 * 1024;
+
+fn buffered(socket: TcpStream) -> Tcp {
+    tokio::io::BufReader::with_capacity(TLS_READ_BUFFER, socket)
+}
+
 /// A connection: plain TCP, or TLS over TCP.
 pub enum Link {
     Plain(TcpStream),
-    Tls(Box<TlsStream<TcpStream>>),
+    Tls(Box<TlsStream<Tcp>>),
 }
 
 impl Link {
@@ -304,13 +325,13 @@ impl Link {
 /// A link's read side.
 pub enum LinkReader {
     Plain(OwnedReadHalf),
-    Tls(ReadHalf<TlsStream<TcpStream>>),
+    Tls(ReadHalf<TlsStream<Tcp>>),
 }
 
 /// A link's write side.
 pub enum LinkWriter {
     Plain(OwnedWriteHalf),
-    Tls(WriteHalf<TlsStream<TcpStream>>),
+    Tls(WriteHalf<TlsStream<Tcp>>),
 }
 
 impl LinkReader {
