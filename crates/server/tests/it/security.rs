@@ -344,17 +344,26 @@ fn admin_config(
     config
 }
 
-#[tokio::test]
-async fn a_tls_cluster_serves_tls_clients_and_refuses_plaintext() {
-    let folder = tempfile::tempdir().unwrap();
-    let (cluster, security) = secure_cluster(folder.path()).await;
+/// A secure three-server cluster (as [`secure_cluster`]) with a `sync`
+/// stream `name` on all three, its admin client and a publisher of it.
+async fn secure_stream(
+    folder: &Path,
+    name: &str,
+) -> (
+    server::LocalCluster,
+    server::LocalSecurity,
+    Client,
+    client::StreamInfo,
+    client::Publisher,
+) {
+    let (cluster, security) = secure_cluster(folder).await;
     let address = cluster.address(1);
     let admin = Client::connect(admin_config(address, &security))
         .await
         .unwrap();
     let info = admin
         .create_stream_with(
-            "tls",
+            name,
             DurabilityConfig::Sync,
             client::Protocol::OneHopAckClient,
             3,
@@ -366,6 +375,14 @@ async fn a_tls_cluster_serves_tls_clients_and_refuses_plaintext() {
         ..client::PublisherConfig::default()
     };
     let publisher = client::Publisher::connect(&info, config).await.unwrap();
+    (cluster, security, admin, info, publisher)
+}
+
+#[tokio::test]
+async fn a_tls_cluster_serves_tls_clients_and_refuses_plaintext() {
+    let folder = tempfile::tempdir().unwrap();
+    let (cluster, security, admin, info, publisher) = secure_stream(folder.path(), "tls").await;
+    let address = cluster.address(1);
     for index in 0..20u32 {
         publisher.send(b"k", &index.to_le_bytes()).await.unwrap();
     }
@@ -413,25 +430,8 @@ async fn a_tls_cluster_serves_tls_clients_and_refuses_plaintext() {
 async fn a_peer_impostor_without_the_clusters_certificate_delivers_nothing() {
     use tokio::io::AsyncWriteExt;
     let folder = tempfile::tempdir().unwrap();
-    let (cluster, security) = secure_cluster(folder.path()).await;
+    let (cluster, security, admin, info, publisher) = secure_stream(folder.path(), "guarded").await;
     let address = cluster.address(1);
-    let admin = Client::connect(admin_config(address, &security))
-        .await
-        .unwrap();
-    let info = admin
-        .create_stream_with(
-            "guarded",
-            DurabilityConfig::Sync,
-            client::Protocol::OneHopAckClient,
-            3,
-        )
-        .await
-        .unwrap();
-    let config = client::PublisherConfig {
-        credentials: admin_config(address, &security).credentials,
-        ..client::PublisherConfig::default()
-    };
-    let publisher = client::Publisher::connect(&info, config).await.unwrap();
     publisher.send(b"k", b"real").await.unwrap();
     let visible = |cluster: &server::LocalCluster| -> Vec<u64> {
         cluster
