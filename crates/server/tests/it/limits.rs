@@ -61,12 +61,13 @@ async fn answers(socket: &mut tokio::net::TcpStream, count: usize) -> (Vec<u64>,
 }
 
 /// A server configured by `configure` with one `sync` stream, its id,
-/// and the folder that holds its data.
+/// and the in-memory disk under it (whose syncs a test can hold, so that
+/// nothing is acknowledged while it drives past a bound).
 async fn one_stream_server(
     configure: impl Fn(&mut ServerConfig),
-) -> (TestServer, u64, tempfile::TempDir) {
-    let folder = tempfile::tempdir().unwrap();
-    let mut config = ServerConfig::new(folder.path());
+) -> (TestServer, u64, FaultStorage) {
+    let storage = FaultStorage::new();
+    let mut config = fault_config(&storage);
     configure(&mut config);
     let server = TestServer::start(config).await;
     let client = Client::connect(server.client_config()).await.unwrap();
@@ -74,20 +75,27 @@ async fn one_stream_server(
         .create_stream("bounded", DurabilityConfig::Sync)
         .await
         .unwrap();
-    (server, stream.id, folder)
+    (server, stream.id, storage)
 }
 
 #[tokio::test]
 async fn writes_past_a_connections_bound_in_flight_are_answered_busy() {
-    let (server, stream, _folder) =
+    let (server, stream, storage) =
         one_stream_server(|config| config.in_flight_per_connection_max = 4).await;
     let mut socket = raw_hello(server.address).await;
+    storage.hold_syncs();
     socket.write_all(&submits(stream, 1, 10, 16)).await.unwrap();
-    let (mut acked, busy) = answers(&mut socket, 10).await;
-    acked.sort();
-    assert_eq!(acked, vec![1, 2, 3, 4], "the first four are taken");
-    assert_eq!(busy.len(), 6);
+    let (acked, busy) = answers(&mut socket, 6).await;
+    assert!(
+        acked.is_empty(),
+        "acknowledged while the disk holds: {acked:?}"
+    );
+    assert_eq!(busy.len(), 6, "four are taken, six refused");
     assert!(busy[0].contains("4 replicated writes"), "{}", busy[0]);
+    storage.release_syncs();
+    let (mut acked, busy) = answers(&mut socket, 4).await;
+    acked.sort();
+    assert_eq!((acked, busy.len()), (vec![1, 2, 3, 4], 0), "the first four");
     // Once answered, they make room for as many again.
     socket.write_all(&submits(stream, 11, 4, 16)).await.unwrap();
     let (mut acked, busy) = answers(&mut socket, 4).await;
@@ -99,20 +107,27 @@ async fn writes_past_a_connections_bound_in_flight_are_answered_busy() {
 
 #[tokio::test]
 async fn bytes_past_a_connections_bound_in_flight_are_answered_busy() {
-    let (server, stream, _folder) = one_stream_server(|config| {
+    let (server, stream, storage) = one_stream_server(|config| {
         config.bytes_in_flight_per_connection_max = 3000;
     })
     .await;
     let mut socket = raw_hello(server.address).await;
+    storage.hold_syncs();
     socket
         .write_all(&submits(stream, 1, 10, 1000))
         .await
         .unwrap();
-    let (mut acked, busy) = answers(&mut socket, 10).await;
-    acked.sort();
-    assert_eq!(acked, vec![1, 2, 3], "three of 1,000 bytes fit in 3,000");
-    assert_eq!(busy.len(), 7);
+    let (acked, busy) = answers(&mut socket, 7).await;
+    assert!(
+        acked.is_empty(),
+        "acknowledged while the disk holds: {acked:?}"
+    );
+    assert_eq!(busy.len(), 7, "three of 1,000 bytes fit in 3,000");
     assert!(busy[0].contains("3000 bytes"), "{}", busy[0]);
+    storage.release_syncs();
+    let (mut acked, _) = answers(&mut socket, 3).await;
+    acked.sort();
+    assert_eq!(acked, vec![1, 2, 3]);
     server.stop().await;
 }
 
