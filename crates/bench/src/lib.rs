@@ -16,6 +16,7 @@
 //! | [`commit_interval`] | 003, the checkpoint interval sensitivity analysis | throughput, ack latency (p50, p99, mean) and the memory held per interval against the output commit interval T |
 //! | [`failover`] | F7 | time until writes are acknowledged again after a SIGKILL of the primary (or of random servers, the kill loop), with the history checker's counts; also pauses and, in network namespaces, partitions |
 //! | [`soak`] | issue 17 | `failover`'s every fault in turn at random servers for a chosen time |
+//! | [`metrics`] | F15 | how long a scrape of `/metrics` takes on servers holding many streams |
 
 pub mod commit_interval;
 pub mod compute;
@@ -27,6 +28,7 @@ pub mod floor;
 pub mod harness;
 pub mod logging;
 pub mod memory;
+pub mod metrics;
 pub mod network;
 pub mod output;
 pub mod paged;
@@ -43,6 +45,7 @@ pub use duplication::DuplicationArgs;
 pub use failover::FailoverArgs;
 pub use logging::LoggingArgs;
 pub use memory::MemoryArgs;
+pub use metrics::MetricsArgs;
 pub use paged::PagedArgs;
 pub use patterns::PatternsArgs;
 pub use soak::SoakArgs;
@@ -89,6 +92,10 @@ pub enum BenchCommand {
     /// be), killed, paused and partitioned at random; the history
     /// checker's counts and each fault's time to heal.
     Soak(SoakArgs),
+    /// F15: the time a Prometheus scrape of `/metrics` takes (p50, p99,
+    /// max) on separate server processes holding `--streams` replicated
+    /// streams, with the answer's size.
+    Metrics(MetricsArgs),
 }
 
 /// Runs one experiment: progress bar on stderr, table on stdout, files in
@@ -104,5 +111,6 @@ pub fn run(command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::CommitInterval(args) => commit_interval::run(args).map(drop),
         BenchCommand::Failover(args) => failover::run(args).map(drop),
         BenchCommand::Soak(args) => soak::run(args).map(drop),
+        BenchCommand::Metrics(args) => metrics::run(args).map(drop),
     }
 }

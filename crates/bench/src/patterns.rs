@@ -50,12 +50,13 @@ use report::Table;
 use crate::fdatasync::{self, SyncProbe};
 use crate::floor::FlowFloor;
 use crate::output::{self, Output, OutputArgs};
+use crate::process::ClusterOptions;
 use crate::progress;
 use crate::replication::{
     batch_of, binary_or_self, parse_protocol, publish, publish_one_at_a_time, spawn_cluster_secure,
     Cluster, Durability, ReplicaLog,
 };
-use crate::units::{fixed, format_bytes, parse_bytes};
+use crate::units::{fixed, format_bytes, parse_bytes, parse_switch};
 
 /// Servers in the cluster and replicas of every stream: the seed's three.
 pub const REPLICAS: usize = 3;
@@ -131,6 +132,11 @@ pub struct PatternsArgs {
     /// with and without measures what TLS costs.
     #[arg(long)]
     pub tls: bool,
+    /// Whether each server serves its admin port and keeps metrics (`on`,
+    /// as `stamplog cluster` does by default) or not (`off`): a pair of
+    /// runs measures what observability costs.
+    #[arg(long, value_parser = parse_switch, default_value = "on", value_name = "on|off")]
+    pub admin: bool,
     #[command(flatten)]
     pub output: OutputArgs,
 }
@@ -318,7 +324,11 @@ pub fn run(args: PatternsArgs) -> anyhow::Result<PatternsFigures> {
     };
     let bar = progress::bar(planned_steps(&args), "patterns", args.output.quiet);
     let runtime = output::runtime()?;
-    let process = spawn_cluster_secure(&binary, REPLICAS, data.path(), args.tls)?;
+    let options = ClusterOptions {
+        secure: args.tls,
+        admin: args.admin,
+    };
+    let process = spawn_cluster_secure(&binary, REPLICAS, data.path(), options)?;
     let cluster = runtime.block_on(Cluster::connect(process))?;
     let cells = runtime.block_on(measure_cells(&cluster, &args, &bar))?;
     let disk = disk_limit(&args, &cells, headline_payload, data.path(), &bar)?;

@@ -11,12 +11,15 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use anyhow::{bail, Context};
+use anyhow::{bail, ensure, Context};
 
 use crate::network::Namespaces;
 
 /// How long the child may take to print its `listening on` line.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// What a server writes on stderr before its admin port's address.
+const ADMIN_PREFIX: &str = "admin port http://";
 
 /// The first line the server prints on stdout, followed by its address.
 const LISTENING_PREFIX: &str = "listening on ";
@@ -156,6 +159,28 @@ fn first_line(stdout: std::process::ChildStdout) -> anyhow::Result<String> {
 /// The line `stamplog cluster` prints once every server listens.
 const CLUSTER_READY_PREFIX: &str = "cluster ready:";
 
+/// How a `stamplog cluster` child runs.
+#[derive(Clone, Copy, Debug)]
+pub struct ClusterOptions {
+    /// As `stamplog cluster` does by default: TLS on every link and
+    /// tokens; otherwise `--insecure`.
+    pub secure: bool,
+    /// Each server serves its admin port and keeps metrics, as by
+    /// default; otherwise `--no-admin`.
+    pub admin: bool,
+}
+
+impl Default for ClusterOptions {
+    /// Plain links (what the experiments compare with their seeds), the
+    /// admin ports on.
+    fn default() -> Self {
+        ClusterOptions {
+            secure: false,
+            admin: true,
+        }
+    }
+}
+
 /// A running `stamplog cluster` process: several servers in one child,
 /// each on its own loopback port; killed when dropped, like
 /// [`ServerProcess`].
@@ -181,19 +206,18 @@ impl ClusterProcess {
         data: &Path,
         log_path: &Path,
     ) -> anyhow::Result<ClusterProcess> {
-        ClusterProcess::spawn_secure(binary, servers, data, log_path, false)
+        ClusterProcess::spawn_secure(binary, servers, data, log_path, ClusterOptions::default())
     }
 
-    /// As [`ClusterProcess::spawn`]; `secure` runs the cluster as
-    /// `stamplog cluster` does by default (TLS on every link, tokens),
-    /// otherwise it runs `--insecure`.
+    /// As [`ClusterProcess::spawn`], with the cluster's `options`.
     pub fn spawn_secure(
         binary: &Path,
         servers: usize,
         data: &Path,
         log_path: &Path,
-        secure: bool,
+        options: ClusterOptions,
     ) -> anyhow::Result<ClusterProcess> {
+        let ClusterOptions { secure, admin } = options;
         let log = File::create(log_path)
             .with_context(|| format!("cannot create {}", log_path.display()))?;
         let mut child = Command::new(binary)
@@ -203,6 +227,7 @@ impl ClusterProcess {
             .arg("--data")
             .arg(data)
             .args((!secure).then_some("--insecure"))
+            .args((!admin).then_some("--no-admin"))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(log)
@@ -534,6 +559,31 @@ impl ProcessCluster {
         Ok(())
     }
 
+    /// The admin port of server `id`'s current process, from the line
+    /// `admin port http://ADDRESS/` it writes on stderr once it serves
+    /// one (`--admin-listen`, on by default).
+    pub fn admin_address(&self, id: u32) -> anyhow::Result<SocketAddr> {
+        let index = id as usize - 1;
+        let log = self
+            .data
+            .join(format!("server-{id}-start-{}.log", self.starts[index]));
+        let deadline = std::time::Instant::now() + STARTUP_TIMEOUT;
+        loop {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            if let Some(address) = admin_line(&text) {
+                return address
+                    .parse()
+                    .with_context(|| format!("server {id} printed a bad admin address"));
+            }
+            ensure!(
+                std::time::Instant::now() < deadline,
+                "server {id} named no admin port within {STARTUP_TIMEOUT:?} ({})",
+                log.display()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Kills server `id` with SIGKILL (when it runs).
     pub fn kill(&mut self, id: u32) -> anyhow::Result<()> {
         if let Some(server) = self.servers[id as usize - 1].take() {
@@ -589,6 +639,13 @@ impl ProcessCluster {
     }
 }
 
+/// The address in a server's `admin port http://ADDRESS/` line.
+fn admin_line(stderr: &str) -> Option<&str> {
+    let start = stderr.find(ADMIN_PREFIX)? + ADMIN_PREFIX.len();
+    let rest = &stderr[start..];
+    Some(&rest[..rest.find('/')?])
+}
+
 /// `count` free loopback addresses: bound, noted and released; the
 /// servers bind them a moment later.
 fn free_ports(count: u32) -> anyhow::Result<Vec<SocketAddr>> {
@@ -605,6 +662,13 @@ fn free_ports(count: u32) -> anyhow::Result<Vec<SocketAddr>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_admin_address_is_read_from_the_servers_line() {
+        let stderr = "stamplog server 0.1.0 on 127.0.0.1:5000\nadmin port http://127.0.0.1:4242/ (metrics at http://127.0.0.1:4242/metrics)\n";
+        assert_eq!(admin_line(stderr), Some("127.0.0.1:4242"));
+        assert_eq!(admin_line("listening"), None);
+    }
 
     #[test]
     fn memory_usage_of_this_process_is_positive() {

@@ -21,7 +21,7 @@ use client::{
 use indicatif::ProgressBar;
 use tokio::sync::mpsc;
 
-use crate::process::ClusterProcess;
+use crate::process::{ClusterOptions, ClusterProcess};
 
 /// How long the replicas may take, after the client's last ack, to log
 /// what the asynchronous protocols still copy in the background.
@@ -433,20 +433,20 @@ pub fn spawn_cluster(
     servers: usize,
     folder: &Path,
 ) -> anyhow::Result<ClusterProcess> {
-    spawn_cluster_secure(binary, servers, folder, false)
+    spawn_cluster_secure(binary, servers, folder, ClusterOptions::default())
 }
 
-/// As [`spawn_cluster`]; `secure`: TLS on every link and the admin token.
+/// As [`spawn_cluster`], with the cluster's `options` (TLS, admin ports).
 pub fn spawn_cluster_secure(
     binary: &Path,
     servers: usize,
     folder: &Path,
-    secure: bool,
+    options: ClusterOptions,
 ) -> anyhow::Result<ClusterProcess> {
     let data = folder.join("cluster");
     std::fs::create_dir_all(&data).with_context(|| format!("cannot create {}", data.display()))?;
     let log = folder.join("cluster-stderr.log");
-    ClusterProcess::spawn_secure(binary, servers, &data, &log, secure)
+    ClusterProcess::spawn_secure(binary, servers, &data, &log, options)
 }
 
 /// The stamplog binary to run: `--server-binary`, or this program.

@@ -61,6 +61,15 @@ pub fn micros(nanoseconds: u64) -> f64 {
     nanoseconds as f64 / 1000.0
 }
 
+/// `on` or `off` (also `true`/`false`, `yes`/`no`) for a switch flag.
+pub fn parse_switch(text: &str) -> Result<bool, String> {
+    match text.trim().to_ascii_lowercase().as_str() {
+        "on" | "true" | "yes" => Ok(true),
+        "off" | "false" | "no" => Ok(false),
+        other => Err(format!("{other:?} is not on or off")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -19,6 +19,12 @@ pub struct ClusterArgs {
     /// the folder is), every link is TLS and clients need the token.
     #[arg(long)]
     pub insecure: bool,
+    /// Serve no admin HTTP ports (and keep no metrics). By default each
+    /// server has one on a free loopback port, printed as `server <id>
+    /// admin <URL>`: the status page, `/metrics`, `/status` and the health
+    /// checks.
+    #[arg(long)]
+    pub no_admin: bool,
 }
 
 pub fn run(args: ClusterArgs) -> anyhow::Result<()> {
@@ -45,11 +51,17 @@ pub fn run(args: ClusterArgs) -> anyhow::Result<()> {
             if let Some(security) = &security {
                 security.apply(config);
             }
+            if !args.no_admin {
+                config.admin_listen = Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0)));
+            }
         })
         .await
         .map_err(anyhow::Error::msg)?;
         for server in &cluster.servers {
             println!("server {} listening on {}", server.id, server.address);
+            if let Some(admin) = &server.admin {
+                println!("server {} admin {}", server.id, admin.url());
+            }
         }
         println!(
             "cluster ready: {} servers, data in {}",

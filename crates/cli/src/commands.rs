@@ -595,7 +595,14 @@ fn print_status(json: &serde_json::Value) {
         let mut placements = report::Table::new(
             "placement",
             &[
-                "stream", "protocol", "primary", "epoch", "replicas", "in sync", "state",
+                "stream",
+                "protocol",
+                "primary",
+                "epoch",
+                "replicas",
+                "in sync",
+                "requirement",
+                "state",
             ],
         );
         for stream in cluster["streams"].as_array().into_iter().flatten() {
@@ -606,10 +613,15 @@ fn print_status(json: &serde_json::Value) {
                 text(&stream["epoch"]),
                 text(&stream["replicas"]),
                 text(&stream["in_sync"]),
+                text(&stream["requirement"]),
                 text(&stream["availability"]),
             ]);
         }
         print!("{}", placements.render());
+        println!(
+            "under-replicated streams: {}",
+            text(&cluster["under_replicated"])
+        );
         let transitions = cluster["transitions"]
             .as_array()
             .cloned()
@@ -634,6 +646,8 @@ fn print_status(json: &serde_json::Value) {
             "visible",
             "rejoining",
             "commit interval ms",
+            "readers",
+            "reader lag",
         ],
     );
     for stream in json["streams"].as_array().into_iter().flatten() {
@@ -647,6 +661,8 @@ fn print_status(json: &serde_json::Value) {
             text(&replication["visible_version"]),
             text(&replication["rejoining"]),
             text(&replication["commit_interval_ms"]),
+            text(&stream["subscriptions"]),
+            text(&stream["subscription_lag"]),
         ]);
     }
     print!("{}", local.render());

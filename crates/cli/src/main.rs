@@ -30,6 +30,27 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// How log events are written on stderr: `text` (one readable line
+    /// each) or `json` (one JSON object per line, with the span fields:
+    /// server, stream, epoch).
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    /// Which log events to write: a level (`error`, `warn`, `info`,
+    /// `debug`, `trace`) or a filter per crate (`info,server=debug,openraft=warn`).
+    #[arg(
+        long = "log",
+        global = true,
+        env = "STAMPLOG_LOG",
+        default_value = "info",
+        value_name = "FILTER"
+    )]
+    log_filter: String,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Subcommand, Debug)]
@@ -45,7 +66,9 @@ enum Command {
     Send(commands::SendArgs),
     /// Print a stream's committed messages in version order.
     Tail(commands::TailArgs),
-    /// Print a server's status (JSON): its streams, versions and counters.
+    /// Print a server's status as tables: members, placement with the
+    /// in-sync sets, this server's replicas with their versions and reader
+    /// lag (`--json`: the whole document).
     Status(commands::StatusArgs),
     /// Create, list or delete streams.
     Streams(commands::StreamsArgs),
@@ -77,7 +100,10 @@ enum Command {
 
 fn main() {
     let cli = Cli::parse();
-    init_logging();
+    if let Err(error) = init_logging(cli.log_format, &cli.log_filter) {
+        eprintln!("stamplog: {error:#}");
+        std::process::exit(2);
+    }
     let result = match cli.command {
         Command::Server(args) => server_config::run(*args),
         Command::Cluster(args) => cluster::run(args),
@@ -98,15 +124,22 @@ fn main() {
     }
 }
 
-/// The libraries log through `tracing`; the binary writes their events to
-/// stderr, at `info` and above unless `STAMPLOG_LOG` says otherwise (a
-/// filter such as `warn` or `server=debug,info`).
-fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("STAMPLOG_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
+/// The libraries log through `tracing` (openraft's events included); the
+/// binary writes their events to stderr as text or JSON lines, filtered by
+/// `--log` / `STAMPLOG_LOG` (`info` by default).
+fn init_logging(format: LogFormat, filter: &str) -> anyhow::Result<()> {
+    let filter = tracing_subscriber::EnvFilter::try_new(filter)
+        .map_err(|error| anyhow::anyhow!("--log {filter:?} is not a log filter: {error}"))?;
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .init();
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.with_target(false).init(),
+        LogFormat::Json => builder
+            .json()
+            .with_current_span(true)
+            .with_span_list(false)
+            .init(),
+    }
+    Ok(())
 }

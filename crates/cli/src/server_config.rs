@@ -116,6 +116,13 @@ pub struct ServerArgs {
     /// limit). [default: 0]
     #[arg(long)]
     pub retain_ms: Option<u64>,
+    /// The admin HTTP port: `/metrics` (Prometheus), `/status` (JSON),
+    /// `/health/live`, `/health/ready` and `/` (the status page); the
+    /// server prints its URL on stderr. `off` serves none and keeps no
+    /// metrics. It has no TLS and no tokens: keep it on loopback or a
+    /// private network. [default: 127.0.0.1:0, a free loopback port]
+    #[arg(long, value_name = "ADDRESS|off")]
+    pub admin_listen: Option<String>,
     /// This server's id in the cluster (1 and up). [default: 1]
     #[arg(long)]
     pub id: Option<u32>,
@@ -184,6 +191,7 @@ pub fn parse_peer(text: &str) -> anyhow::Result<server::Peer> {
 #[serde(deny_unknown_fields)]
 struct ServerFile {
     listen: Option<String>,
+    admin_listen: Option<String>,
     advertise: Option<String>,
     data: Option<PathBuf>,
     message_bytes_max: Option<usize>,
@@ -271,6 +279,12 @@ pub fn resolve(args: &ServerArgs) -> anyhow::Result<(String, server::ServerConfi
     }
     resolve_cluster(args, &mut file, &mut config)?;
     resolve_security(args, &mut file, &mut config, &listen)?;
+    config.admin_listen = admin_address(
+        args.admin_listen
+            .clone()
+            .or(file.admin_listen.take())
+            .as_deref(),
+    )?;
     check(&config)?;
     Ok((listen, config))
 }
@@ -386,6 +400,18 @@ fn resolve_security(
     Ok(())
 }
 
+/// The admin port's address: `None` for `off`, a free loopback port by
+/// default.
+fn admin_address(flag: Option<&str>) -> anyhow::Result<Option<std::net::SocketAddr>> {
+    match flag.map(str::trim) {
+        None => Ok(Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0)))),
+        Some("off") => Ok(None),
+        Some(address) => address.parse().map(Some).with_context(|| {
+            format!("--admin-listen {address:?} is not an IP:PORT (such as 127.0.0.1:9464) or off")
+        }),
+    }
+}
+
 /// Whether `listen` (`HOST:PORT`) is a loopback address (`localhost`
 /// counts; a name that is not cannot be checked and is not).
 fn is_loopback(listen: &str) -> bool {
@@ -401,6 +427,7 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
     let (listen, config) = resolve(&args)?;
     let data = config.data_dir.clone();
     let (advertise, peers) = (config.advertise.clone(), config.cluster.peers.clone());
+    let admin_listen = config.admin_listen;
     let current = server::CurrentServer::new(
         server::ServerState::open(config)
             .with_context(|| format!("opening data folder {}", data.display()))?,
@@ -418,11 +445,30 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
             env!("CARGO_PKG_VERSION"),
             data.display()
         );
+        let admin = match admin_listen {
+            Some(admin_address) => {
+                let admin_listener = tokio::net::TcpListener::bind(admin_address)
+                    .await
+                    .with_context(|| format!("--admin-listen {admin_address}"))?;
+                let admin = server::observe::serve_admin(admin_listener, current.clone())?;
+                eprintln!(
+                    "admin port {} (metrics at {}metrics)",
+                    admin.url(),
+                    admin.url()
+                );
+                Some(admin)
+            }
+            None => None,
+        };
         // A server the cluster removes (paused, cut off) opens again in
         // place and joins as a new member.
-        server::run_rejoining(listener, &current, shutdown_signal())
+        let served = server::run_rejoining(listener, &current, shutdown_signal())
             .await
-            .with_context(|| format!("opening data folder {} again", data.display()))
+            .with_context(|| format!("opening data folder {} again", data.display()));
+        if let Some(admin) = admin {
+            admin.stop().await;
+        }
+        served
     })?;
     drop(runtime);
     // Dropping the last reference closes the logs: pending records are

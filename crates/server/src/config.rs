@@ -164,6 +164,13 @@ pub struct ServerConfig {
     pub memory_retain_bytes: usize,
     /// Keep per-record log latency samples (the logging experiment).
     pub sample_log_latency: bool,
+    /// The admin HTTP port's address (`/metrics`, `/status`, the health
+    /// checks, the status page). The server keeps metrics only when it
+    /// has one; whoever starts the server binds it (`observe::serve_admin`).
+    pub admin_listen: Option<std::net::SocketAddr>,
+    /// Told of every group commit of every log (the metrics' log
+    /// histograms); set by `ServerState::open` when it keeps metrics.
+    pub(crate) log_observer: Option<Arc<dyn wal::SyncObserver>>,
     /// This server's id and its peers.
     pub cluster: ClusterConfig,
     /// The address peers and clients are told to reach this server at
@@ -221,6 +228,8 @@ impl ServerConfig {
             page_flush_interval: Duration::from_millis(2),
             memory_retain_bytes: 64 * 1024 * 1024,
             sample_log_latency: false,
+            admin_listen: None,
+            log_observer: None,
             cluster: ClusterConfig::default(),
             advertise: None,
             replication: ReplicaSettings::default(),

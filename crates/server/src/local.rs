@@ -23,6 +23,8 @@ pub struct LocalServer {
     pub address: SocketAddr,
     pub data: PathBuf,
     current: CurrentServer,
+    /// The admin HTTP port, when the configuration asks for one.
+    pub admin: Option<crate::observe::AdminServer>,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<()>>,
 }
@@ -50,7 +52,23 @@ impl LocalServer {
             source,
         })?;
         let data = config.data_dir.clone();
+        let admin_listen = config.admin_listen;
         let current = CurrentServer::new(ServerState::open(config)?);
+        let admin = match admin_listen {
+            Some(admin_address) => {
+                let bound = std::net::TcpListener::bind(admin_address)
+                    .and_then(|listener| {
+                        listener.set_nonblocking(true)?;
+                        TcpListener::from_std(listener)
+                    })
+                    .and_then(|listener| crate::observe::serve_admin(listener, current.clone()));
+                Some(bound.map_err(|source| LocalError::Listen {
+                    what: format!("the admin port {admin_address}"),
+                    source,
+                })?)
+            }
+            None => None,
+        };
         let (stop, stopped) = oneshot::channel();
         let serving = current.clone();
         let task = tokio::spawn(async move {
@@ -67,6 +85,7 @@ impl LocalServer {
             address,
             data,
             current,
+            admin,
             stop: Some(stop),
             task: Some(task),
         })
@@ -81,6 +100,9 @@ impl LocalServer {
 
     /// Stops serving and closes the logs (pending records are written).
     pub async fn stop(mut self) {
+        if let Some(admin) = self.admin.take() {
+            admin.stop().await;
+        }
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }

@@ -54,6 +54,8 @@ pub(crate) async fn run(server: Arc<ServerState>, mut stop: watch::Receiver<bool
         server.config.cluster.me,
         state.members.len()
     );
+    // Transitions from here on are logged as they are applied.
+    let mut noted = state.transitions.back().cloned();
     let mut events = server.router.take_events().expect("membership runs once");
     let mut watched = control.state();
     loop {
@@ -69,6 +71,7 @@ pub(crate) async fn run(server: Arc<ServerState>, mut stop: watch::Receiver<bool
             break;
         }
         let state = Arc::clone(&watched.borrow_and_update());
+        log_transitions(&state, &mut noted);
         if removed(&state, server.config.cluster.me, view) {
             tracing::warn!(
                 "server {} joined in view {view} was removed from the view (now view {}); \
@@ -83,6 +86,48 @@ pub(crate) async fn run(server: Arc<ServerState>, mut stop: watch::Receiver<bool
         follow(&server, &state, &mut applied).await;
     }
     control.shutdown().await;
+}
+
+/// Logs each transition of `state` after `noted` (the last one logged)
+/// as an event with its view and kind: `warn` for what an operator must
+/// look at (a member left, a replica fell out of the in-sync set, a
+/// stream without a live in-sync replica, a requirement unmet), `info`
+/// for the rest (joins, failovers, epochs, catching up, reopening).
+fn log_transitions(state: &ControlState, noted: &mut Option<control::Transition>) {
+    let start = noted
+        .as_ref()
+        .and_then(|last| state.transitions.iter().rposition(|t| t == last))
+        .map_or(0, |index| index + 1);
+    for transition in state.transitions.iter().skip(start) {
+        let (kind, warn) = transition_kind(&transition.what);
+        let view = transition.view;
+        if warn {
+            tracing::warn!(view, kind, "{}", transition.what);
+        } else {
+            tracing::info!(view, kind, "{}", transition.what);
+        }
+    }
+    *noted = state.transitions.back().cloned();
+}
+
+/// A transition's kind, from its text, and whether it is a warning.
+fn transition_kind(what: &str) -> (&'static str, bool) {
+    const KINDS: [(&str, &str, bool); 10] = [
+        (" left the in-sync set", "in-sync-shrunk", true),
+        (" left: ", "member-left", true),
+        ("no live in-sync replica", "no-primary", true),
+        (" required", "requirement-unmet", true),
+        (" failed over", "failover", false),
+        (" reopened in epoch", "reopened", false),
+        (" stamps from version", "epoch-started", false),
+        (" is in sync", "in-sync", false),
+        (" joined", "member-joined", false),
+        (" added to the replica set", "replica-added", false),
+    ];
+    KINDS
+        .iter()
+        .find(|(text, _, _)| what.contains(text))
+        .map_or(("change", false), |&(_, kind, warn)| (kind, warn))
 }
 
 /// Whether the cluster removed the incarnation of `me` that joined in

@@ -10,6 +10,7 @@
 //! answers are what frees the connection's room for more.
 
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -18,6 +19,7 @@ use net::{Refused, SharedWriter};
 use proto::{ErrorCode, EventId, Frame};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use crate::observe::{Histogram, Metrics};
 use crate::wire;
 
 /// Bytes of records read for one connection and not yet written to it.
@@ -52,6 +54,9 @@ pub(crate) struct Outgoing {
     /// Replicated writes this connection handed to its streams and this
     /// server has not answered yet.
     pub(crate) writes: Mutex<WritesInFlight>,
+    /// The server's metrics, when it keeps them: acknowledgements are
+    /// timed, refusals and bytes counted, here.
+    pub(crate) metrics: Option<Arc<Metrics>>,
 }
 
 /// A write's key: (stream, session, sequence).
@@ -112,22 +117,30 @@ impl WritesInFlight {
         Ok(())
     }
 
-    /// The server answered the write `key`.
-    pub(crate) fn answered(&mut self, key: WriteKey) {
-        if let Some((bytes, _)) = self.writes.remove(&key) {
-            self.bytes -= bytes;
-        }
+    /// The server answered the write `key`; when it was taken, if it was
+    /// in flight.
+    pub(crate) fn answered(&mut self, key: WriteKey) -> Option<Instant> {
+        let (bytes, taken) = self.writes.remove(&key)?;
+        self.bytes -= bytes;
+        Some(taken)
     }
 
-    /// Every write `msg` (an answer of `stream`) answers.
-    fn answered_by(&mut self, stream: u64, msg: &Msg) {
+    /// Every write `msg` (an answer of `stream`) answers; each one
+    /// acknowledged is timed into `latency` (its ack latency on this
+    /// server: arrival to answer).
+    fn answered_by(&mut self, stream: u64, msg: &Msg, latency: Option<(&Histogram, Instant)>) {
         match msg {
             Msg::Ack { .. } => {
                 for (event, _) in msg.acked() {
-                    self.answered((stream, event.session, event.sequence));
+                    let taken = self.answered((stream, event.session, event.sequence));
+                    if let (Some(taken), Some((histogram, now))) = (taken, latency) {
+                        Metrics::acked(histogram, taken, now);
+                    }
                 }
             }
-            Msg::Refused { event, .. } => self.answered((stream, event.session, event.sequence)),
+            Msg::Refused { event, .. } => {
+                self.answered((stream, event.session, event.sequence));
+            }
             _ => {}
         }
     }
@@ -160,7 +173,21 @@ impl WritesInFlight {
 
 impl Outgoing {
     pub(crate) async fn send(&self, frame: &Frame) -> bool {
-        self.writer.send(frame.to_bytes(), None).await.is_ok()
+        let bytes = frame.to_bytes();
+        self.count_out(frame, bytes.len());
+        self.writer.send(bytes, None).await.is_ok()
+    }
+
+    /// Counts a frame leaving: its bytes, and its code when it refuses.
+    fn count_out(&self, frame: &Frame, bytes: usize) {
+        if let Some(metrics) = &self.metrics {
+            metrics
+                .client_bytes_out
+                .fetch_add(bytes as u64, Ordering::Relaxed);
+            if let Frame::Error { code, .. } | Frame::Refused { code, .. } = frame {
+                metrics.refused(*code);
+            }
+        }
     }
 
     /// Takes `bytes` of the read budget (waiting for room); `None` once the
@@ -175,10 +202,9 @@ impl Outgoing {
 
     /// Queues a frame of records read under `budget`.
     pub(crate) async fn send_read(&self, frame: &Frame, budget: OwnedSemaphorePermit) -> bool {
-        self.writer
-            .send(frame.to_bytes(), Some(budget))
-            .await
-            .is_ok()
+        let bytes = frame.to_bytes();
+        self.count_out(frame, bytes.len());
+        self.writer.send(bytes, Some(budget)).await.is_ok()
     }
 
     /// A stream's messages for this client, from whichever thread produced
@@ -192,8 +218,20 @@ impl Outgoing {
         {
             let mut writes = self.writes.lock().expect("writes lock");
             if writes.len() > 0 {
+                let latency = self
+                    .metrics
+                    .as_ref()
+                    .map(|metrics| (metrics.ack_latency(stream), Instant::now()));
+                let latency = latency.as_ref().map(|(h, now)| (&**h, *now));
                 for msg in &msgs {
-                    writes.answered_by(stream, msg);
+                    writes.answered_by(stream, msg, latency);
+                }
+            }
+        }
+        if let Some(metrics) = &self.metrics {
+            for msg in &msgs {
+                if let Msg::Refused { refusal, .. } = msg {
+                    metrics.refused(refusal.code());
                 }
             }
         }
@@ -212,6 +250,11 @@ impl Outgoing {
             }
         }
         let bytes = frames.finish();
+        if let Some(metrics) = &self.metrics {
+            metrics
+                .client_bytes_out
+                .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        }
         bytes.is_empty() || self.writer.try_send(bytes, None).is_ok()
     }
 
@@ -228,7 +271,9 @@ impl Outgoing {
                 code: ErrorCode::LogFailed,
                 message: format!("not acknowledged: the stream's log failed: {failure}"),
             };
-            if let Err(Refused::Closed) = self.writer.try_send(frame.to_bytes(), None) {
+            let bytes = frame.to_bytes();
+            self.count_out(&frame, bytes.len());
+            if let Err(Refused::Closed) = self.writer.try_send(bytes, None) {
                 return;
             }
         }

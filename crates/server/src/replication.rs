@@ -212,7 +212,11 @@ impl Router {
         let incarnation = Arc::clone(&self.incarnation);
         let dialer = self.dialer.clone();
         let ends = (id, address, stop);
-        tokio::spawn(run_link((self.me, incarnation, dialer), ends, link));
+        let span = tracing::info_span!("link", server = self.me, peer = id);
+        tokio::spawn(tracing::Instrument::instrument(
+            run_link((self.me, incarnation, dialer), ends, link),
+            span,
+        ));
     }
 
     /// A peer's link to this server opened, announcing the process's

@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
+use tracing::Instrument;
 
 use crate::error::OpenError;
 use crate::state::ServerState;
@@ -134,14 +135,16 @@ async fn serve(
         );
         server.set_address(advertised);
     }
+    // Every event of this server's tasks names it: several servers may
+    // run in one process (`stamplog cluster`, the tests).
+    let span = tracing::info_span!("server", id = server.config.cluster.me);
     let mut membership = None;
     if server.config.cluster.is_multi() {
         // Peer links start once this process has joined (its links name
         // its incarnation), and its streams open then.
-        membership = Some(tokio::spawn(crate::membership::run(
-            Arc::clone(&server),
-            stop.subscribe(),
-        )));
+        membership = Some(tokio::spawn(
+            crate::membership::run(Arc::clone(&server), stop.subscribe()).instrument(span.clone()),
+        ));
     } else {
         server.router.start_links(stop.subscribe());
         for stream in server.streams() {
@@ -160,7 +163,8 @@ async fn serve(
             accepted = listener.accept() => match accepted {
                 Ok((socket, _peer)) => {
                     let server = Arc::clone(&server);
-                    connections.spawn(crate::connection::serve(socket, server, stopping.clone()));
+                    let connection = crate::connection::serve(socket, server, stopping.clone());
+                    connections.spawn(connection.instrument(span.clone()));
                 }
                 Err(error) => {
                     // Out of file descriptors and the like: back off rather

@@ -56,6 +56,7 @@ pub(crate) async fn run(
     batch_bytes_max: usize,
 ) {
     let mut next = from;
+    let position = stream.track_reader(from);
     let mut progress = stream.log.progress();
     let mut visible = stream.visible();
     loop {
@@ -121,6 +122,7 @@ pub(crate) async fn run(
             continue;
         }
         next += u64::from(count);
+        position.store(next, std::sync::atomic::Ordering::Relaxed);
         if delivered == 0 {
             // Only void versions: nothing to push.
             continue;

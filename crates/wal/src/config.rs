@@ -1,6 +1,7 @@
 //! How a log reaches the disk, and the bounds on what it buffers.
 
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// The durability mode of one stream's log.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -21,8 +22,36 @@ pub enum Durability {
     Paged { pages: usize, page_size: usize },
 }
 
+/// What one group commit (one write + fdatasync of a batch) did, handed
+/// to the log's [`SyncObserver`] on the I/O thread once the batch is
+/// durable.
+pub struct SyncReport<'a> {
+    /// Records in the batch.
+    pub records: u64,
+    pub bytes: u64,
+    /// The write and fdatasync together.
+    pub io: Duration,
+    /// When the batch became durable.
+    pub durable_at: Instant,
+    pub(crate) appended_at: &'a [Vec<Instant>],
+}
+
+impl SyncReport<'_> {
+    /// When each record of the batch was appended.
+    pub fn appended_at(&self) -> impl Iterator<Item = Instant> + '_ {
+        self.appended_at.iter().flatten().copied()
+    }
+}
+
+/// Watches a log's group commits (the server's metrics): called on the
+/// I/O thread after each batch is durable, before anyone waiting on it is
+/// woken, so it must be quick.
+pub trait SyncObserver: Send + Sync {
+    fn synced(&self, report: &SyncReport<'_>);
+}
+
 /// Configuration of one log.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct LogConfig {
     pub durability: Durability,
     /// A segment is closed and a new one started once it would grow past
@@ -39,6 +68,23 @@ pub struct LogConfig {
     /// Keep a sample of per-record logging latency (append to durable) for
     /// the logging experiment; off on the normal path.
     pub sample_latency: bool,
+    /// Told of every group commit, with when each of its records was
+    /// appended (noted only when there is an observer or a sampler).
+    pub observer: Option<Arc<dyn SyncObserver>>,
+}
+
+impl std::fmt::Debug for LogConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LogConfig")
+            .field("durability", &self.durability)
+            .field("segment_bytes_max", &self.segment_bytes_max)
+            .field("pending_bytes_max", &self.pending_bytes_max)
+            .field("page_flush_interval", &self.page_flush_interval)
+            .field("memory_retain_bytes", &self.memory_retain_bytes)
+            .field("sample_latency", &self.sample_latency)
+            .field("observer", &self.observer.is_some())
+            .finish()
+    }
 }
 
 impl Default for LogConfig {
@@ -50,11 +96,18 @@ impl Default for LogConfig {
             page_flush_interval: Duration::from_millis(2),
             memory_retain_bytes: 64 * 1024 * 1024,
             sample_latency: false,
+            observer: None,
         }
     }
 }
 
 impl LogConfig {
+    /// Whether appends note when they happened (a sampler or an
+    /// observer wants it).
+    pub(crate) fn times_appends(&self) -> bool {
+        self.sample_latency || self.observer.is_some()
+    }
+
     pub fn with_durability(durability: Durability) -> Self {
         LogConfig {
             durability,

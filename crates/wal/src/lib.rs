@@ -27,7 +27,7 @@ mod reset;
 pub mod segment;
 mod writer;
 
-pub use config::{Durability, LogConfig};
+pub use config::{Durability, LogConfig, SyncObserver, SyncReport};
 pub use error::{AppendError, ConfigError, FormatError, LogError, ReadError, RestoreError};
 pub use log::{DurableHook, Log, LogMetrics, Progress};
 pub use maintenance::{CheckpointWritten, Retained, Retention};

@@ -68,8 +68,8 @@ pub(crate) struct Chunk {
     pub(crate) bytes: BlockBuffer,
     pub(crate) last_version: u64,
     pub(crate) records: u64,
-    /// When each record was appended, for latency sampling (empty unless
-    /// sampling is on).
+    /// When each record was appended, for latency sampling and the
+    /// log's observer (empty unless one of them is on).
     pub(crate) appended_at: Vec<Instant>,
     /// When the chunk's first record arrived (paged idle flush).
     pub(crate) opened_at: Instant,
@@ -763,7 +763,7 @@ impl Shared {
         chunk.bytes.extend_from_slice(record);
         chunk.last_version = version;
         chunk.records += 1;
-        if self.config.sample_latency {
+        if self.config.times_appends() {
             chunk.appended_at.push(Instant::now());
         }
         let segment = state.segments.last_mut().expect("a disk log has a segment");

@@ -374,7 +374,7 @@ impl Shared {
         )
     }
 
-    fn complete(&self, batch: Vec<crate::log::Chunk>, started: Instant) {
+    fn complete(&self, mut batch: Vec<crate::log::Chunk>, started: Instant) {
         let now = Instant::now();
         let last_version = batch.last().expect("a batch is never empty").last_version;
         let records: u64 = batch.iter().map(|c| c.records).sum();
@@ -388,6 +388,19 @@ impl Shared {
                     }
                 }
             }
+        }
+        if let Some(observer) = &self.config.observer {
+            let appended_at: Vec<Vec<Instant>> = batch
+                .iter_mut()
+                .map(|chunk| std::mem::take(&mut chunk.appended_at))
+                .collect();
+            observer.synced(&crate::config::SyncReport {
+                records,
+                bytes: bytes as u64,
+                io: now.duration_since(started),
+                durable_at: now,
+                appended_at: &appended_at,
+            });
         }
         let backlog = {
             let mut state = self.lock_state();

@@ -8,6 +8,7 @@
 mod commit_interval;
 mod duplication;
 mod failover;
+mod metrics;
 mod partitions;
 mod patterns;
 mod sender;

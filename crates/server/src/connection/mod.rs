@@ -183,6 +183,7 @@ async fn serve_client(
         me: server.config.cluster.me,
         read_budget: Arc::new(Semaphore::new(READ_BUDGET_BYTES)),
         writes: Mutex::default(),
+        metrics: server.metrics.clone(),
     });
     let writer_task = tokio::spawn({
         let writer = Arc::clone(&writer);
@@ -272,7 +273,13 @@ async fn serve_peer(
         }
         match net::read_some(&mut reader, &mut scratch, |bytes| buffer.extend(bytes)).await {
             Ok(0) | Err(_) => return,
-            Ok(_) => {}
+            Ok(read) => {
+                if let Some(metrics) = &server.metrics {
+                    metrics
+                        .peer_bytes_in
+                        .fetch_add(read as u64, Ordering::Relaxed);
+                }
+            }
         }
     }
 }
@@ -645,7 +652,13 @@ impl Connection {
             }
             match net::read_some(&mut reader, &mut scratch, |bytes| buffer.extend(bytes)).await {
                 Ok(0) | Err(_) => return,
-                Ok(_) => {}
+                Ok(read) => {
+                    if let Some(metrics) = &self.server.metrics {
+                        metrics
+                            .client_bytes_in
+                            .fetch_add(read as u64, Ordering::Relaxed);
+                    }
+                }
             }
         }
     }

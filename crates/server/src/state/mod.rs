@@ -77,6 +77,9 @@ pub struct ServerState {
     /// Replicated writes refused with `Busy` for their connection's
     /// writes or bytes in flight.
     pub writes_busy: AtomicU64,
+    /// The data path's instruments, when the server has an admin port
+    /// (`observe`).
+    pub metrics: Option<Arc<crate::observe::Metrics>>,
     /// Carries replication messages to peers and clients.
     pub router: Arc<Router>,
     /// The address this server serves on (set when it starts serving).
@@ -100,7 +103,13 @@ pub struct ServerState {
 
 impl ServerState {
     /// Opens the data folder and recovers every stream in it.
-    pub fn open(config: ServerConfig) -> Result<Arc<ServerState>, OpenError> {
+    pub fn open(mut config: ServerConfig) -> Result<Arc<ServerState>, OpenError> {
+        let metrics = config
+            .admin_listen
+            .map(|_| Arc::new(crate::observe::Metrics::default()));
+        config.log_observer = metrics
+            .as_ref()
+            .map(|m| Arc::clone(&m.log) as Arc<dyn wal::SyncObserver>);
         if let Some(problem) = config.cluster.problem() {
             return Err(OpenError::Cluster(problem));
         }
@@ -148,6 +157,7 @@ impl ServerState {
         }
         let ready = watch::channel(!config.cluster.is_multi()).0;
         Ok(Arc::new(ServerState {
+            metrics,
             per_address: Mutex::default(),
             acceptor,
             tokens,

@@ -13,6 +13,7 @@ impl ServerState {
             .map(|stream| {
                 let info = self.stream_info(stream);
                 let metrics = stream.log.metrics();
+                let (readers, lag) = stream.reader_lag();
                 let mean_batch = if metrics.syncs == 0 {
                     0.0
                 } else {
@@ -32,6 +33,8 @@ impl ServerState {
                     "failed": stream.log.failure().map(|f| f.to_string()),
                     "dedupe_entries": stream.dedupe_entries(),
                     "checkpoints": stream.log.checkpoints(),
+                    "subscriptions": readers,
+                    "subscription_lag": lag,
                     "replication": stream.replication_status(),
                     "log": {
                         "appends": metrics.appends,

@@ -84,6 +84,30 @@ struct Core {
     backlog_bytes: usize,
 }
 
+/// A stream's replication numbers at one instant (`Stream::gauges`).
+#[derive(Clone, Debug)]
+pub struct StreamGauges {
+    pub last_version: u64,
+    pub committed_version: u64,
+    pub is_primary: bool,
+    pub epoch: u64,
+    /// Acknowledgements held back (the log, the other replicas, or an
+    /// output commit boundary).
+    pub pending_acks: usize,
+    /// Sender-based logging: versions given to clients whose copies are
+    /// not yet confirmed durable here.
+    pub awaiting_confirmation: usize,
+    /// Messages held back (out of order, unbound, reserved).
+    pub held: usize,
+    /// Writes answered from the dedupe table (a retry got its original
+    /// version).
+    pub duplicates: u64,
+    pub dedupe_entries: usize,
+    /// A `hybrid` stream: whether its primary now runs client-async
+    /// (else server-sync).
+    pub hybrid_client_async: Option<bool>,
+}
+
 pub struct Stream {
     /// Set once the stream is deleted: messages are refused from then on.
     deleted: AtomicBool,
@@ -130,6 +154,9 @@ pub struct Stream {
     /// folder being removed.
     deleting: Arc<Notify>,
     boundary_timer: Arc<BoundaryTimer>,
+    /// The next version of each subscription reading this stream (its
+    /// lag, for the metrics); a finished one's is dropped.
+    readers: Mutex<Vec<Weak<AtomicU64>>>,
 }
 
 /// Work a state machine step asks for that runs once the stream's lock is
@@ -164,6 +191,7 @@ pub fn log_config(durability: DurabilityConfig, config: &ServerConfig) -> LogCon
         page_flush_interval: config.page_flush_interval,
         memory_retain_bytes: config.memory_retain_bytes,
         sample_latency: config.sample_log_latency,
+        observer: config.log_observer.clone(),
     }
 }
 
@@ -285,6 +313,7 @@ impl Stream {
             peer_frame_bytes_max: config.peer_frame_bytes_max(),
             checkpoint_task: Mutex::new(None),
             tasks: Mutex::new(Vec::new()),
+            readers: Mutex::new(Vec::new()),
             deleting: Arc::new(Notify::new()),
             boundary_timer: Arc::new(BoundaryTimer {
                 wake: Notify::new(),
@@ -456,6 +485,26 @@ impl Stream {
         })
     }
 
+    /// The replication state's numbers for the metrics, under one lock.
+    pub fn gauges(&self) -> StreamGauges {
+        let core = self.lock();
+        let replica = &core.replica;
+        let metrics = replica.metrics();
+        StreamGauges {
+            last_version: replica.last_version(),
+            committed_version: replica.committed(),
+            is_primary: replica.is_primary(),
+            epoch: replica.placement().epoch,
+            pending_acks: replica.pending_acks(),
+            awaiting_confirmation: replica.awaiting_confirmation(),
+            held: replica.held(),
+            duplicates: metrics.duplicates,
+            dedupe_entries: replica.dedupe_entries(),
+            hybrid_client_async: (self.protocol == Protocol::Hybrid)
+                .then(|| replica.hybrid_mode() == engine::replication::HybridMode::ClientAsync),
+        }
+    }
+
     /// The output commit interval in milliseconds (0: none).
     pub fn commit_interval_ms(&self) -> u32 {
         self.lock().replica.commit_interval_ms() as u32
@@ -465,6 +514,31 @@ impl Stream {
     /// the other replicas or an output commit boundary).
     pub fn pending_acks(&self) -> usize {
         self.lock().replica.pending_acks()
+    }
+
+    /// A subscription's place in this stream, starting at `from`: it
+    /// stores each next version it will push there.
+    pub(crate) fn track_reader(&self, from: u64) -> Arc<AtomicU64> {
+        let position = Arc::new(AtomicU64::new(from));
+        let mut readers = self.readers.lock().expect("readers lock");
+        readers.retain(|reader| reader.strong_count() > 0);
+        readers.push(Arc::downgrade(&position));
+        position
+    }
+
+    /// The subscriptions reading this stream and how far the furthest
+    /// behind is from its visible version (records).
+    pub fn reader_lag(&self) -> (usize, u64) {
+        let visible = self.visible_version();
+        let mut readers = self.readers.lock().expect("readers lock");
+        readers.retain(|reader| reader.strong_count() > 0);
+        let lag = readers
+            .iter()
+            .filter_map(Weak::upgrade)
+            .map(|next| (visible + 1).saturating_sub(next.load(Ordering::Relaxed)))
+            .max()
+            .unwrap_or(0);
+        (readers.len(), lag)
     }
 
     pub fn dedupe_entries(&self) -> usize {

@@ -5,6 +5,7 @@
 
 use super::checkpoints::run_checkpoints;
 use super::*;
+use tracing::Instrument;
 
 impl Stream {
     /// Waits for every background task of the stream to end (each ends
@@ -38,11 +39,16 @@ impl Stream {
         } else {
             checkpoints
         };
+        // Every event of the stream's tasks names the server and the
+        // stream (the epoch is a field of the events that change it).
+        let span = tracing::info_span!("stream", server = self.router.me, stream = %self.name);
         if self.durability != DurabilityConfig::Memory && checkpoints.is_on() {
             let weak = Arc::downgrade(self);
             let stopping = stop.clone();
             let deleting = Arc::clone(&self.deleting);
-            let task = tokio::spawn(run_checkpoints(weak, checkpoints, stopping, deleting));
+            let task = tokio::spawn(
+                run_checkpoints(weak, checkpoints, stopping, deleting).instrument(span.clone()),
+            );
             *self.checkpoint_task.lock().expect("task lock") = Some(task);
         }
         if self.durability == DurabilityConfig::Sync {
@@ -60,17 +66,19 @@ impl Stream {
                 }
             });
         }
-        let progress_task = tokio::spawn(follow_progress(
-            Arc::downgrade(self),
-            self.log.progress(),
-            stop.clone(),
-        ));
-        let clock_task = tokio::spawn(run_clock(
-            Arc::downgrade(self),
-            tick,
-            Arc::clone(&self.boundary_timer),
-            stop,
-        ));
+        let progress_task = tokio::spawn(
+            follow_progress(Arc::downgrade(self), self.log.progress(), stop.clone())
+                .instrument(span.clone()),
+        );
+        let clock_task = tokio::spawn(
+            run_clock(
+                Arc::downgrade(self),
+                tick,
+                Arc::clone(&self.boundary_timer),
+                stop,
+            )
+            .instrument(span),
+        );
         let mut tasks = self.tasks.lock().expect("task lock");
         tasks.retain(|task| !task.is_finished());
         tasks.extend([progress_task, clock_task]);

@@ -12,6 +12,7 @@ mod faults;
 mod forward;
 mod harness;
 mod limits;
+mod observe;
 mod property;
 mod rejoin;
 mod replication;
