@@ -217,17 +217,13 @@ impl ClusterProcess {
         log_path: &Path,
         options: ClusterOptions,
     ) -> anyhow::Result<ClusterProcess> {
-        let ClusterOptions { secure, admin } = options;
         let log = File::create(log_path)
             .with_context(|| format!("cannot create {}", log_path.display()))?;
         let mut child = Command::new(binary)
-            .arg("cluster")
-            .arg("--servers")
-            .arg(servers.to_string())
-            .arg("--data")
+            .args(["cluster", "--servers", &servers.to_string(), "--data"])
             .arg(data)
-            .args((!secure).then_some("--insecure"))
-            .args((!admin).then_some("--no-admin"))
+            .args((!options.secure).then_some("--insecure"))
+            .args((!options.admin).then_some("--no-admin"))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(log)
@@ -272,7 +268,7 @@ impl ClusterProcess {
                 stderr_tail(&process.log_path)
             );
         }
-        if secure {
+        if options.secure {
             // The cluster made its CA and admin token before it was ready.
             let security = server::LocalSecurity::make(data, servers)?;
             process.credentials = client::Credentials {

@@ -542,12 +542,16 @@ async fn require(
 /// The status summary: this server, the cluster's view (members, lead
 /// member, control-plane leader), every stream's placement, the latest
 /// transitions, and this server's replicas.
-fn print_status(json: &serde_json::Value) {
-    let text = |value: &serde_json::Value| match value {
+/// A status value as a table cell: strings bare, null as `-`.
+fn text(value: &serde_json::Value) -> String {
+    match value {
         serde_json::Value::String(s) => s.clone(),
         serde_json::Value::Null => "-".to_string(),
         other => other.to_string(),
-    };
+    }
+}
+
+fn print_status(json: &serde_json::Value) {
     println!(
         "server {} at {}, up {:.0} s, {} connections",
         text(&json["member"]),
@@ -559,82 +563,102 @@ fn print_status(json: &serde_json::Value) {
     if cluster.is_null() {
         println!("a cluster of one (no control plane)");
     } else {
-        println!(
-            "view {}; this process joined in view {}; lead member: server {}; control-plane leader: server {}",
-            text(&cluster["view"]),
-            text(&cluster["incarnation"]),
-            text(&cluster["lead_member"]),
-            text(&cluster["leader"])
-        );
-        let mut members = report::Table::new(
-            "members",
-            &[
-                "id",
-                "member (address/join view)",
-                "join view",
-                "roles",
-                "admin only",
-            ],
-        );
-        for member in cluster["members"].as_array().into_iter().flatten() {
-            let roles: Vec<String> = member["roles"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(text)
-                .collect();
-            members.row(vec![
-                text(&member["id"]),
-                text(&member["member"]),
-                text(&member["join_view"]),
-                roles.join(","),
-                text(&member["admin_only"]),
-            ]);
-        }
-        print!("{}", members.render());
-        let mut placements = report::Table::new(
-            "placement",
-            &[
-                "stream",
-                "protocol",
-                "primary",
-                "epoch",
-                "replicas",
-                "in sync",
-                "requirement",
-                "state",
-            ],
-        );
-        for stream in cluster["streams"].as_array().into_iter().flatten() {
-            placements.row(vec![
-                text(&stream["name"]),
-                text(&stream["protocol"]),
-                text(&stream["primary"]),
-                text(&stream["epoch"]),
-                text(&stream["replicas"]),
-                text(&stream["in_sync"]),
-                text(&stream["requirement"]),
-                text(&stream["availability"]),
-            ]);
-        }
-        print!("{}", placements.render());
-        println!(
-            "under-replicated streams: {}",
-            text(&cluster["under_replicated"])
-        );
-        let transitions = cluster["transitions"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default();
-        println!("latest transitions:");
-        for transition in transitions.iter().rev().take(12).rev() {
-            println!(
-                "  view {}: {}",
-                text(&transition["view"]),
-                text(&transition["what"])
-            );
-        }
+        print_cluster(cluster);
     }
+    print_replicas(json);
+}
+
+/// The cluster's view, members, placement and latest transitions.
+fn print_cluster(cluster: &serde_json::Value) {
+    println!(
+        "view {}; this process joined in view {}; lead member: server {}; control-plane leader: server {}",
+        text(&cluster["view"]),
+        text(&cluster["incarnation"]),
+        text(&cluster["lead_member"]),
+        text(&cluster["leader"])
+    );
+    print_members(cluster);
+    print_placement(cluster);
+    let transitions = cluster["transitions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    println!("latest transitions:");
+    for transition in transitions.iter().rev().take(12).rev() {
+        println!(
+            "  view {}: {}",
+            text(&transition["view"]),
+            text(&transition["what"])
+        );
+    }
+}
+
+/// Every member: id, member id, join view, roles.
+fn print_members(cluster: &serde_json::Value) {
+    let mut members = report::Table::new(
+        "members",
+        &[
+            "id",
+            "member (address/join view)",
+            "join view",
+            "roles",
+            "admin only",
+        ],
+    );
+    for member in cluster["members"].as_array().into_iter().flatten() {
+        let roles: Vec<String> = member["roles"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(text)
+            .collect();
+        members.row(vec![
+            text(&member["id"]),
+            text(&member["member"]),
+            text(&member["join_view"]),
+            roles.join(","),
+            text(&member["admin_only"]),
+        ]);
+    }
+    print!("{}", members.render());
+}
+
+/// Every stream's placement, and how many are under-replicated.
+fn print_placement(cluster: &serde_json::Value) {
+    let mut placements = report::Table::new(
+        "placement",
+        &[
+            "stream",
+            "protocol",
+            "primary",
+            "epoch",
+            "replicas",
+            "in sync",
+            "requirement",
+            "state",
+        ],
+    );
+    for stream in cluster["streams"].as_array().into_iter().flatten() {
+        placements.row(vec![
+            text(&stream["name"]),
+            text(&stream["protocol"]),
+            text(&stream["primary"]),
+            text(&stream["epoch"]),
+            text(&stream["replicas"]),
+            text(&stream["in_sync"]),
+            text(&stream["requirement"]),
+            text(&stream["availability"]),
+        ]);
+    }
+    print!("{}", placements.render());
+    println!(
+        "under-replicated streams: {}",
+        text(&cluster["under_replicated"])
+    );
+}
+
+/// This server's replicas: versions, commit interval, readers.
+fn print_replicas(json: &serde_json::Value) {
     let mut local = report::Table::new(
         "replicas on this server",
         &[

@@ -22,6 +22,7 @@ mod connection;
 mod error;
 mod local;
 mod membership;
+mod metrics;
 pub mod observe;
 mod outgoing;
 mod replication;

@@ -19,7 +19,7 @@ use net::{Refused, SharedWriter};
 use proto::{ErrorCode, EventId, Frame};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::observe::{Histogram, Metrics};
+use crate::metrics::{Histogram, Metrics};
 use crate::wire;
 
 /// Bytes of records read for one connection and not yet written to it.

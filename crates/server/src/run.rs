@@ -115,6 +115,30 @@ pub async fn run(
 
 /// One run of `server` on `listener`: until `shutdown` completes or the
 /// cluster removes the server.
+/// Starts a cluster member's membership task (returned), or a lone
+/// server's peer links and stream tasks.
+fn start_tasks(
+    server: &Arc<ServerState>,
+    stop: &tokio::sync::watch::Sender<bool>,
+    span: &tracing::Span,
+) -> Option<tokio::task::JoinHandle<()>> {
+    if server.config.cluster.is_multi() {
+        // Peer links start once this process has joined (its links name
+        // its incarnation), and its streams open then.
+        let membership = crate::membership::run(Arc::clone(server), stop.subscribe());
+        return Some(tokio::spawn(membership.instrument(span.clone())));
+    }
+    server.router.start_links(stop.subscribe());
+    for stream in server.streams() {
+        stream.start_tasks(
+            server.config.tick_interval,
+            crate::stream::CheckpointSchedule::of(&server.config),
+            stop.subscribe(),
+        );
+    }
+    None
+}
+
 async fn serve(
     listener: &TcpListener,
     server: Arc<ServerState>,
@@ -138,23 +162,7 @@ async fn serve(
     // Every event of this server's tasks names it: several servers may
     // run in one process (`stamplog cluster`, the tests).
     let span = tracing::info_span!("server", id = server.config.cluster.me);
-    let mut membership = None;
-    if server.config.cluster.is_multi() {
-        // Peer links start once this process has joined (its links name
-        // its incarnation), and its streams open then.
-        membership = Some(tokio::spawn(
-            crate::membership::run(Arc::clone(&server), stop.subscribe()).instrument(span.clone()),
-        ));
-    } else {
-        server.router.start_links(stop.subscribe());
-        for stream in server.streams() {
-            stream.start_tasks(
-                server.config.tick_interval,
-                crate::stream::CheckpointSchedule::of(&server.config),
-                stop.subscribe(),
-            );
-        }
-    }
+    let membership = start_tasks(&server, &stop, &span);
     let mut removed = server.removed.subscribe();
     let ended = loop {
         tokio::select! {

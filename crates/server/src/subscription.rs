@@ -45,6 +45,19 @@ pub(crate) fn read_error_code(error: &ReadError) -> ErrorCode {
     }
 }
 
+/// Waits for credit, then takes all there is, up to one frame's worth;
+/// `None` once the subscription is cancelled.
+async fn take_credits(credits: &Semaphore) -> Option<u32> {
+    credits.acquire().await.ok()?.forget();
+    let extra = (credits.available_permits() as u32).min(DELIVER_RECORDS_MAX - 1);
+    if extra > 0 {
+        if let Ok(more) = credits.try_acquire_many(extra) {
+            more.forget();
+        }
+    }
+    Some(1 + extra)
+}
+
 /// Pushes records of `stream` from version `from` on until the connection
 /// closes, the subscription is cancelled, or a read fails.
 pub(crate) async fn run(
@@ -60,18 +73,9 @@ pub(crate) async fn run(
     let mut progress = stream.log.progress();
     let mut visible = stream.visible();
     loop {
-        // Wait for credit, then take all there is (up to one frame's worth).
-        let Ok(first) = credits.acquire().await else {
+        let Some(granted) = take_credits(&credits).await else {
             return;
         };
-        first.forget();
-        let extra = (credits.available_permits() as u32).min(DELIVER_RECORDS_MAX - 1);
-        if extra > 0 {
-            if let Ok(more) = credits.try_acquire_many(extra) {
-                more.forget();
-            }
-        }
-        let granted = 1 + extra;
         // Only committed versions are read: wait until `next` is visible
         // (or the log fails).
         let woken = tokio::select! {

@@ -17,7 +17,7 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Unit;
 
-use super::{Histogram, Metrics};
+use crate::metrics::{Histogram, Metrics};
 use crate::run::CurrentServer;
 use crate::state::ServerState;
 use crate::stream::{Stream, StreamGauges};
@@ -217,113 +217,129 @@ fn server_families(server: &ServerState, out: &mut Out) -> fmt::Result {
 
 /// Each stream's numbers, labelled with its name and protocol.
 fn stream_families(streams: &[Snapshot], out: &mut Out) -> fmt::Result {
-    let each = |value: fn(&Snapshot) -> f64| {
-        streams
-            .iter()
-            .map(move |s| (s.labels.clone(), value(s)))
-            .collect::<Vec<_>>()
-    };
-    let each_count = |value: fn(&Snapshot) -> u64| {
-        streams
-            .iter()
-            .map(move |s| (s.labels.clone(), value(s)))
-            .collect::<Vec<_>>()
-    };
     out.gauges(
         "stamplog_stream_last_version",
         "The newest version this replica holds.",
         None,
-        each(|s| s.gauges.last_version as f64),
+        each(streams, |s| s.gauges.last_version as f64),
     )?;
     out.gauges(
         "stamplog_stream_committed_version",
         "The newest version this replica knows to be committed (readers see up to it).",
         None,
-        each(|s| s.gauges.committed_version as f64),
+        each(streams, |s| s.gauges.committed_version as f64),
     )?;
     out.gauges(
         "stamplog_stream_is_primary",
         "1 on the stream's primary.",
         None,
-        each(|s| u8::from(s.gauges.is_primary) as f64),
+        each(streams, |s| u8::from(s.gauges.is_primary) as f64),
     )?;
+    log_families(streams, out)?;
+    replica_families(streams, out)?;
+    reader_families(streams, out)
+}
+
+/// `value` of each stream, labelled with its name and protocol.
+fn each<T>(streams: &[Snapshot], value: impl Fn(&Snapshot) -> T) -> Vec<(Labels, T)> {
+    streams
+        .iter()
+        .map(|s| (s.labels.clone(), value(s)))
+        .collect()
+}
+
+/// Each stream's log: appends, group commits, bytes, buffer-full waits.
+fn log_families(streams: &[Snapshot], out: &mut Out) -> fmt::Result {
     out.counters(
         "stamplog_log_appends",
         "Records appended to the stream's log on this server.",
         None,
-        each_count(|s| s.log.appends),
+        each(streams, |s| s.log.appends),
     )?;
     out.counters(
         "stamplog_log_fdatasyncs",
         "Group commits (write + fdatasync, or page writes) of the stream's log.",
         None,
-        each_count(|s| s.log.syncs),
+        each(streams, |s| s.log.syncs),
     )?;
     out.counters(
         "stamplog_log_written",
         "Bytes written to the stream's log.",
         Some(Unit::Bytes),
-        each_count(|s| s.log.bytes_written),
+        each(streams, |s| s.log.bytes_written),
     )?;
     out.counters(
         "stamplog_log_buffer_full_waits",
         "Paged logs: appends that found every page full and waited (seed 004's buffer-full events).",
         None,
-        each_count(|s| s.log.buffer_full_waits),
+        each(streams, |s| s.log.buffer_full_waits),
     )?;
     out.gauges(
         "stamplog_log_buffer_full_ratio",
         "Paged logs: buffer-full waits per page written, since the stream opened.",
         None,
-        each(|s| s.log.buffer_full_waits as f64 / s.log.syncs.max(1) as f64),
+        each(streams, |s| {
+            s.log.buffer_full_waits as f64 / s.log.syncs.max(1) as f64
+        }),
     )?;
+    Ok(())
+}
+
+/// Each stream's replica: dedupe, held acknowledgements and messages,
+/// sender-held versions, the newest checkpoint.
+fn replica_families(streams: &[Snapshot], out: &mut Out) -> fmt::Result {
     out.counters(
         "stamplog_dedupe_hits",
         "Writes answered from the dedupe table: a retry given its original version, flagged duplicate.",
         None,
-        each_count(|s| s.gauges.duplicates),
+        each(streams, |s| s.gauges.duplicates),
     )?;
     out.gauges(
         "stamplog_dedupe_entries",
         "Event ids the stream's dedupe table holds.",
         None,
-        each(|s| s.gauges.dedupe_entries as f64),
+        each(streams, |s| s.gauges.dedupe_entries as f64),
     )?;
     out.gauges(
         "stamplog_pending_acks",
         "Acknowledgements held back: waiting for the log, the other replicas or the commit interval's boundary.",
         None,
-        each(|s| s.gauges.pending_acks as f64),
+        each(streams, |s| s.gauges.pending_acks as f64),
     )?;
     out.gauges(
         "stamplog_held_messages",
         "Messages held back by the replica (out of order, not yet bound, reserved versions).",
         None,
-        each(|s| s.gauges.held as f64),
+        each(streams, |s| s.gauges.held as f64),
     )?;
     out.gauges(
         "stamplog_sender_unconfirmed_messages",
         "Sender-based logging: versions given to clients whose copies this server has not confirmed durable (the clients hold them).",
         None,
-        each(|s| s.gauges.awaiting_confirmation as f64),
+        each(streams, |s| s.gauges.awaiting_confirmation as f64),
     )?;
     out.gauges(
         "stamplog_checkpoint_version",
         "The version the stream's newest checkpoint covers (0: none).",
         None,
-        each(|s| s.newest_checkpoint as f64),
+        each(streams, |s| s.newest_checkpoint as f64),
     )?;
+    Ok(())
+}
+
+/// Each stream's readers on this server, and a hybrid stream's choice.
+fn reader_families(streams: &[Snapshot], out: &mut Out) -> fmt::Result {
     out.gauges(
         "stamplog_subscriptions",
         "Subscriptions reading the stream on this server.",
         None,
-        each(|s| s.readers.0 as f64),
+        each(streams, |s| s.readers.0 as f64),
     )?;
     out.gauges(
         "stamplog_subscription_lag_records",
         "Records between the stream's visible version and the furthest-behind subscription on this server.",
         None,
-        each(|s| s.readers.1 as f64),
+        each(streams, |s| s.readers.1 as f64),
     )?;
     let hybrid = streams.iter().filter_map(|s| {
         let client_async = s.gauges.hybrid_client_async?;
@@ -445,6 +461,12 @@ fn cluster_families(server: &ServerState, out: &mut Out) -> fmt::Result {
             .filter(|p| p.is_under_replicated())
             .count() as f64,
     )?;
+    placement_families(&state, out)
+}
+
+/// Each stream's placement, as the control plane has it (the same on
+/// every server), labelled with the stream's name.
+fn placement_families(state: &control::ControlState, out: &mut Out) -> fmt::Result {
     let placed = |value: fn(&control::StreamPlacement) -> f64| {
         state
             .streams

@@ -79,7 +79,7 @@ pub struct ServerState {
     pub writes_busy: AtomicU64,
     /// The data path's instruments, when the server has an admin port
     /// (`observe`).
-    pub metrics: Option<Arc<crate::observe::Metrics>>,
+    pub metrics: Option<Arc<crate::metrics::Metrics>>,
     /// Carries replication messages to peers and clients.
     pub router: Arc<Router>,
     /// The address this server serves on (set when it starts serving).
@@ -104,12 +104,7 @@ pub struct ServerState {
 impl ServerState {
     /// Opens the data folder and recovers every stream in it.
     pub fn open(mut config: ServerConfig) -> Result<Arc<ServerState>, OpenError> {
-        let metrics = config
-            .admin_listen
-            .map(|_| Arc::new(crate::observe::Metrics::default()));
-        config.log_observer = metrics
-            .as_ref()
-            .map(|m| Arc::clone(&m.log) as Arc<dyn wal::SyncObserver>);
+        let metrics = crate::metrics::Metrics::for_config(&mut config);
         if let Some(problem) = config.cluster.problem() {
             return Err(OpenError::Cluster(problem));
         }
@@ -155,7 +150,6 @@ impl ServerState {
             registry.by_id.insert(stream.id, Arc::clone(&stream));
             registry.by_name.insert(stream.name.clone(), stream);
         }
-        let ready = watch::channel(!config.cluster.is_multi()).0;
         Ok(Arc::new(ServerState {
             metrics,
             per_address: Mutex::default(),
@@ -167,7 +161,7 @@ impl ServerState {
             writes_busy: AtomicU64::new(0),
             control: OnceLock::new(),
             pending: Mutex::new(pending),
-            ready,
+            ready: watch::channel(!config.cluster.is_multi()).0,
             removed: watch::channel(false).0,
             id: proto::random_u128(),
             started: Instant::now(),
