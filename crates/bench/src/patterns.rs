@@ -135,7 +135,7 @@ pub struct PatternsArgs {
     /// Whether each server serves its admin port and keeps metrics (`on`,
     /// as `stamplog cluster` does by default) or not (`off`): a pair of
     /// runs measures what observability costs.
-    #[arg(long, value_parser = parse_switch, default_value = "on", value_name = "on|off")]
+    #[arg(long, value_parser = parse_switch, action = clap::ArgAction::Set, default_value = "on", value_name = "on|off")]
     pub admin: bool,
     #[command(flatten)]
     pub output: OutputArgs,

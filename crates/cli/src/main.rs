@@ -36,12 +36,14 @@ struct Cli {
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
     /// Which log events to write: a level (`error`, `warn`, `info`,
-    /// `debug`, `trace`) or a filter per crate (`info,server=debug,openraft=warn`).
+    /// `debug`, `trace`) or a filter per crate (`info,server=debug`). The
+    /// control plane's Raft library (openraft) narrates every vote and
+    /// append at `info`, so by default only its warnings are written.
     #[arg(
         long = "log",
         global = true,
         env = "STAMPLOG_LOG",
-        default_value = "info",
+        default_value = "info,openraft=warn",
         value_name = "FILTER"
     )]
     log_filter: String,
@@ -126,12 +128,14 @@ fn main() {
 
 /// The libraries log through `tracing` (openraft's events included); the
 /// binary writes their events to stderr as text or JSON lines, filtered by
-/// `--log` / `STAMPLOG_LOG` (`info` by default).
+/// `--log` / `STAMPLOG_LOG` (`info,openraft=warn` by default).
 fn init_logging(format: LogFormat, filter: &str) -> anyhow::Result<()> {
     let filter = tracing_subscriber::EnvFilter::try_new(filter)
         .map_err(|error| anyhow::anyhow!("--log {filter:?} is not a log filter: {error}"))?;
+    // Colours only on a terminal: a log file gets plain text.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.with_target(false).init(),

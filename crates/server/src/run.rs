@@ -169,10 +169,13 @@ async fn serve(
             _ = &mut shutdown => break Ended::Shutdown,
             _ = async { removed.wait_for(|removed| *removed).await.is_ok() } => break Ended::Removed,
             accepted = listener.accept() => match accepted {
-                Ok((socket, _peer)) => {
+                Ok((socket, from)) => {
                     let server = Arc::clone(&server);
                     let connection = crate::connection::serve(socket, server, stopping.clone());
-                    connections.spawn(connection.instrument(span.clone()));
+                    // Its events (a refused login, a broken frame) name
+                    // the address it came from.
+                    let span = tracing::info_span!(parent: &span, "connection", %from);
+                    connections.spawn(connection.instrument(span));
                 }
                 Err(error) => {
                     // Out of file descriptors and the like: back off rather

@@ -285,6 +285,21 @@ fn bench_command_line_is_consistent_and_parses_lists_with_units() {
         other => panic!("parsed as {other:?}"),
     }
     assert!(BenchLine::try_parse_from(["bench", "paged", "--page-size", "lots"]).is_err());
+    let admin =
+        |value: &str| match BenchLine::try_parse_from(["bench", "patterns", "--admin", value]) {
+            Ok(BenchLine {
+                command: BenchCommand::Patterns(args),
+            }) => Ok(args.admin),
+            Ok(other) => panic!("parsed as {other:?}"),
+            Err(error) => Err(error.to_string()),
+        };
+    assert_eq!(admin("off"), Ok(false));
+    assert_eq!(admin("on"), Ok(true));
+    assert!(admin("maybe").is_err());
+    assert!(
+        bench::PatternsArgs::default().admin,
+        "the admin ports are on by default"
+    );
 }
 
 #[test]
