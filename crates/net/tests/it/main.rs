@@ -205,6 +205,20 @@ async fn a_closed_writer_refuses_sends_and_a_gone_peer_closes_it() {
         .unwrap();
 }
 
+/// Waits (up to 5 s) until `writer` has made `writes` writes, direct or
+/// batches: its counters move once a write is done.
+async fn written(writer: &SharedWriter<u32>, writes: u64) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let stats = writer.stats();
+        if stats.direct + stats.flushed >= writes {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "{stats:?}");
+        tokio::time::sleep(Duration::from_micros(50)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sends_close_together_and_deferred_sends_go_through_the_flusher() {
     let (writer, mut peer) = pair(16).await;
@@ -220,15 +234,20 @@ async fn sends_close_together_and_deferred_sends_go_through_the_flusher() {
     send(0, false);
     send(1, false);
     let close_together = started.elapsed() < net::IDLE_BEFORE_DIRECT;
+    // Each step starts once the one before is written (two writes, direct
+    // or a batch), however late a loaded machine runs the flusher.
+    written(&writer, 2).await;
     tokio::time::sleep(net::IDLE_BEFORE_DIRECT * 3).await;
     // Idle, but the sender defers: queued.
     send(2, true);
+    written(&writer, 3).await;
     tokio::time::sleep(net::IDLE_BEFORE_DIRECT * 3).await;
     // Idle again, and no longer deferring: written at once.
     send(3, false);
     let mut read = vec![0u8; 4 * 100];
     peer.read_exact(&mut read).await.unwrap();
     assert_eq!(messages(&read), expected);
+    written(&writer, 4).await;
     let stats = writer.stats();
     if close_together {
         assert_eq!(stats.direct, 2, "{stats:?}");
