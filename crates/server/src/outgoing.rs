@@ -31,6 +31,8 @@ pub(crate) struct LegacyAppend {
     pub(crate) request: u64,
     pub(crate) level: proto::AckLevel,
     pub(crate) echo: Vec<u8>,
+    /// When it arrived, when the server keeps metrics (its ack latency).
+    pub(crate) arrived: Option<Instant>,
     pub(crate) _slot: OwnedSemaphorePermit,
 }
 
@@ -215,19 +217,21 @@ impl Outgoing {
         // An append is registered before its stream can answer it, so an
         // empty table means no answer here is a legacy one.
         let any_legacy = !self.legacy.lock().expect("legacy lock").is_empty();
-        {
-            let mut writes = self.writes.lock().expect("writes lock");
-            if writes.len() > 0 {
-                let latency = self
-                    .metrics
-                    .as_ref()
-                    .map(|metrics| (metrics.ack_latency(stream), Instant::now()));
-                let latency = latency.as_ref().map(|(h, now)| (&**h, *now));
-                for msg in &msgs {
-                    writes.answered_by(stream, msg, latency);
-                }
+        let mut writes = self.writes.lock().expect("writes lock");
+        let answers_writes = writes.len() > 0;
+        // The acknowledgements leave now: each write they answer is timed.
+        let latency = self
+            .metrics
+            .as_ref()
+            .filter(|_| answers_writes || any_legacy)
+            .map(|metrics| (metrics.ack_latency(stream), Instant::now()));
+        let latency = latency.as_ref().map(|(h, now)| (&**h, *now));
+        if answers_writes {
+            for msg in &msgs {
+                writes.answered_by(stream, msg, latency);
             }
         }
+        drop(writes);
         if let Some(metrics) = &self.metrics {
             for msg in &msgs {
                 if let Msg::Refused { refusal, .. } = msg {
@@ -238,7 +242,8 @@ impl Outgoing {
         let mut frames = wire::ClientFrames::default();
         for msg in msgs {
             if any_legacy {
-                if let Some(answers) = legacy_answers(&self.legacy, self.me, stream, &msg) {
+                let answers = legacy_answers(&self.legacy, (self.me, stream), &msg, latency);
+                if let Some(answers) = answers {
                     for frame in answers {
                         frames.push(frame);
                     }
@@ -297,12 +302,13 @@ impl Outgoing {
 /// The answers to `msg` when some of its messages answer single-server
 /// `Append`s: each of those as its request-numbered `Ack` (or the
 /// refusal's `Error`), any other message of an ack run as its own
-/// `Acked`. `None` when none of its messages is a legacy append.
+/// `Acked`. `None` when none of its messages is a legacy append. Each
+/// append acknowledged is timed into `latency` (its ack latency here).
 pub(crate) fn legacy_answers(
     legacy: &LegacyAppends,
-    me: ServerId,
-    stream: u64,
+    (me, stream): (ServerId, u64),
     msg: &Msg,
+    latency: Option<(&Histogram, Instant)>,
 ) -> Option<Vec<Frame>> {
     let mut appends = legacy.lock().expect("legacy lock");
     let mut take = |event: EventId| appends.remove(&(stream, event.session, event.sequence));
@@ -329,6 +335,9 @@ pub(crate) fn legacy_answers(
                         return wire::client_frame(me, stream, single);
                     };
                     any = true;
+                    if let (Some(arrived), Some((histogram, now))) = (append.arrived, latency) {
+                        Metrics::acked(histogram, arrived, now);
+                    }
                     Some(Frame::Ack {
                         request: append.request,
                         stream,

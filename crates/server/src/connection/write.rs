@@ -5,6 +5,7 @@
 use super::*;
 use crate::outgoing::InFlightFull;
 use proto::SubmitFields;
+use std::time::Instant;
 
 impl Connection {
     /// A write request: `Append` or `Submit`.
@@ -107,6 +108,7 @@ impl Connection {
                 request,
                 level,
                 echo,
+                arrived: self.outgoing.metrics.as_ref().map(|_| Instant::now()),
                 _slot: slot,
             },
         );

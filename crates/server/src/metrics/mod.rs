@@ -25,8 +25,9 @@ const CODES: usize = 16;
 
 /// The data path's instruments of one server.
 pub struct Metrics {
-    /// Ack latency of replicated writes, per stream id: from the write's
-    /// arrival at this server to the acknowledgement leaving it.
+    /// Ack latency of the writes this server acknowledges (`Append` and
+    /// `Submit`), per stream id: from the write's arrival to the
+    /// acknowledgement leaving it.
     acks: RwLock<HashMap<u64, Arc<Histogram>>>,
     /// Every log of this server's group commits.
     pub(crate) log: Arc<LogInstruments>,

@@ -373,7 +373,7 @@ fn data_path_families(metrics: &Metrics, streams: &[Snapshot], out: &mut Out) ->
     out.family(
         (
             "stamplog_ack_latency",
-            "Replicated writes: from the write's arrival at this server to its acknowledgement leaving it.",
+            "Writes this server acknowledged (Append and Submit): from the write's arrival to its acknowledgement leaving.",
             Some(Unit::Seconds),
         ),
         MetricType::Histogram,

@@ -373,3 +373,35 @@ async fn the_status_page_shows_the_cluster_in_a_headless_browser() {
     }
     cluster.stop().await;
 }
+
+/// A stream of one server written with `Append` (the single-server path):
+/// its ack-latency histogram counts each acknowledged message once.
+#[tokio::test]
+async fn appends_to_a_single_server_stream_are_timed_once_each() {
+    let folder = tempfile::tempdir().unwrap();
+    let cluster = server::LocalCluster::start(1, folder.path(), |config| {
+        config.admin_listen = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
+    })
+    .await
+    .unwrap();
+    let address = cluster.address(1).to_string();
+    let client = client::Client::connect(client::ClientConfig::new(address))
+        .await
+        .unwrap();
+    let info = client
+        .create_stream("single", proto::DurabilityConfig::Sync)
+        .await
+        .unwrap();
+    let mut producer = client.producer(info.id);
+    let mut pending = Vec::new();
+    for index in 0..200u64 {
+        pending.push(producer.submit(b"", &index.to_le_bytes()).await.unwrap());
+    }
+    for ack in pending {
+        ack.await.unwrap();
+    }
+    let (_, metrics) = http_get(admin_address(&cluster, 1), "/metrics").await;
+    let count = r#"stamplog_ack_latency_seconds_count{stream="single",protocol="one-hop-ack-client"}"#;
+    assert_eq!(sample(&metrics, count), Some(200.0), "{metrics}");
+    cluster.stop().await;
+}
