@@ -61,6 +61,7 @@ use report::Table;
 use tokio::sync::mpsc;
 
 use crate::output::{self, Output, OutputArgs};
+use crate::process::{ClusterOptions, ServersAs};
 use crate::progress;
 use crate::replication::{binary_or_self, parse_protocol, spawn_cluster, Cluster};
 use crate::units::{fixed, format_bytes, parse_bytes};
@@ -132,6 +133,11 @@ pub struct CommitIntervalArgs {
     /// The streams' replication protocol.
     #[arg(long, value_parser = parse_protocol, default_value = "one-hop-ack-client")]
     pub protocol: Protocol,
+    /// Where the servers run: `processes` (each its own `stamplog server`
+    /// process, as deployed) or `threads` (one `stamplog cluster`
+    /// process, as these figures were measured before).
+    #[arg(long, value_enum, default_value_t = ServersAs::Processes)]
+    pub servers_as: ServersAs,
     #[command(flatten)]
     pub output: OutputArgs,
 }
@@ -220,7 +226,15 @@ pub fn run(args: CommitIntervalArgs) -> anyhow::Result<CommitIntervalFigures> {
     let binary = binary_or_self(&args.server_binary)?;
     let data = args.output.data_folder("commit-interval")?;
     let runtime = output::runtime()?;
-    let process = spawn_cluster(&binary, usize::from(args.replicas), data.path())?;
+    let process = spawn_cluster(
+        &binary,
+        usize::from(args.replicas),
+        data.path(),
+        ClusterOptions {
+            servers_as: args.servers_as,
+            ..ClusterOptions::default()
+        },
+    )?;
     let cluster = runtime.block_on(Cluster::connect(process))?;
     let total =
         ((args.messages + args.latency_messages) * args.intervals.len() * args.rounds) as u64;

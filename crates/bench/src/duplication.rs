@@ -47,6 +47,7 @@ use report::Table;
 
 use crate::output::{self, Output, OutputArgs};
 use crate::patterns::payload_of;
+use crate::process::{ClusterOptions, ServersAs};
 use crate::progress;
 use crate::replication::{
     binary_or_self, parse_protocol, publish, spawn_cluster, Cluster, Durability, PublishRun,
@@ -99,6 +100,11 @@ pub struct DuplicationArgs {
     /// done again (with the same event id).
     #[arg(long, default_value_t = 500)]
     pub retry_ms: u64,
+    /// Where the servers run: `processes` (each its own `stamplog server`
+    /// process, as deployed) or `threads` (one `stamplog cluster`
+    /// process, as these figures were measured before).
+    #[arg(long, value_enum, default_value_t = ServersAs::Processes)]
+    pub servers_as: ServersAs,
     #[command(flatten)]
     pub output: OutputArgs,
 }
@@ -222,7 +228,15 @@ pub fn run(args: DuplicationArgs) -> anyhow::Result<DuplicationFigures> {
     let total: usize = args.clients.iter().sum::<usize>() * args.messages * variants.len();
     let bar = progress::bar(total as u64, "duplication", args.output.quiet);
     let runtime = output::runtime()?;
-    let process = spawn_cluster(&binary, args.servers, data.path())?;
+    let process = spawn_cluster(
+        &binary,
+        args.servers,
+        data.path(),
+        ClusterOptions {
+            servers_as: args.servers_as,
+            ..ClusterOptions::default()
+        },
+    )?;
     let cluster = runtime.block_on(Cluster::connect(process))?;
     let mut cells = Vec::new();
     for &clients in &args.clients {

@@ -50,10 +50,10 @@ use report::Table;
 use crate::fdatasync::{self, SyncProbe};
 use crate::floor::FlowFloor;
 use crate::output::{self, Output, OutputArgs};
-use crate::process::ClusterOptions;
+use crate::process::{ClusterOptions, ServersAs};
 use crate::progress;
 use crate::replication::{
-    batch_of, binary_or_self, parse_protocol, publish, publish_one_at_a_time, spawn_cluster_secure,
+    batch_of, binary_or_self, parse_protocol, publish, publish_one_at_a_time, spawn_cluster,
     Cluster, Durability, ReplicaLog,
 };
 use crate::units::{fixed, format_bytes, parse_bytes, parse_switch};
@@ -137,6 +137,11 @@ pub struct PatternsArgs {
     /// runs measures what observability costs.
     #[arg(long, value_parser = parse_switch, action = clap::ArgAction::Set, default_value = "on", value_name = "on|off")]
     pub admin: bool,
+    /// Where the servers run: `processes` (each its own `stamplog server`
+    /// process, as deployed) or `threads` (one `stamplog cluster`
+    /// process, as these figures were measured before).
+    #[arg(long, value_enum, default_value_t = ServersAs::Processes)]
+    pub servers_as: ServersAs,
     #[command(flatten)]
     pub output: OutputArgs,
 }
@@ -327,8 +332,9 @@ pub fn run(args: PatternsArgs) -> anyhow::Result<PatternsFigures> {
     let options = ClusterOptions {
         secure: args.tls,
         admin: args.admin,
+        servers_as: args.servers_as,
     };
-    let process = spawn_cluster_secure(&binary, REPLICAS, data.path(), options)?;
+    let process = spawn_cluster(&binary, REPLICAS, data.path(), options)?;
     let cluster = runtime.block_on(Cluster::connect(process))?;
     let cells = runtime.block_on(measure_cells(&cluster, &args, &bar))?;
     let disk = disk_limit(&args, &cells, headline_payload, data.path(), &bar)?;

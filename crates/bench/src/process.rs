@@ -159,24 +159,118 @@ fn first_line(stdout: std::process::ChildStdout) -> anyhow::Result<String> {
 /// The line `stamplog cluster` prints once every server listens.
 const CLUSTER_READY_PREFIX: &str = "cluster ready:";
 
-/// How a `stamplog cluster` child runs.
+/// Where the servers of an experiment run.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum ServersAs {
+    /// Each server a `stamplog server` process of its own, as a cluster
+    /// is deployed (one per host).
+    #[default]
+    Processes,
+    /// Every server a thread pool of one `stamplog cluster` process, for
+    /// comparison with the figures measured that way before.
+    Threads,
+}
+
+/// How an experiment's cluster runs.
 #[derive(Clone, Copy, Debug)]
 pub struct ClusterOptions {
     /// As `stamplog cluster` does by default: TLS on every link and
     /// tokens; otherwise `--insecure`.
     pub secure: bool,
     /// Each server serves its admin port and keeps metrics, as by
-    /// default; otherwise `--no-admin`.
+    /// default; otherwise none (`--no-admin`, `--admin-listen off`).
     pub admin: bool,
+    /// Separate server processes, or one process of threads.
+    pub servers_as: ServersAs,
 }
 
 impl Default for ClusterOptions {
     /// Plain links (what the experiments compare with their seeds), the
-    /// admin ports on.
+    /// admin ports on, one process per server.
     fn default() -> Self {
         ClusterOptions {
             secure: false,
             admin: true,
+            servers_as: ServersAs::Processes,
+        }
+    }
+}
+
+/// An experiment's running servers, as separate processes or as one.
+pub enum Servers {
+    Processes(Box<ProcessCluster>),
+    Threads(ClusterProcess),
+}
+
+impl Servers {
+    /// Starts `servers` servers with their data (and logs) in `folder`
+    /// as `options` say.
+    pub fn start(
+        binary: &Path,
+        servers: usize,
+        folder: &Path,
+        options: ClusterOptions,
+    ) -> anyhow::Result<Servers> {
+        let data = folder.join("cluster");
+        std::fs::create_dir_all(&data)
+            .with_context(|| format!("cannot create {}", data.display()))?;
+        if options.servers_as == ServersAs::Threads {
+            let log = folder.join("cluster-stderr.log");
+            let process = ClusterProcess::spawn_secure(binary, servers, &data, &log, options)?;
+            return Ok(Servers::Threads(process));
+        }
+        let security = match options.secure {
+            true => Some(server::LocalSecurity::make(&data, servers)?),
+            false => None,
+        };
+        let extra: Vec<String> = match options.admin {
+            true => Vec::new(),
+            false => vec!["--admin-listen".into(), "off".into()],
+        };
+        let count = u32::try_from(servers).context("too many servers")?;
+        let cluster = ProcessCluster::start_secure(binary, &data, count, &extra, (None, security))?;
+        Ok(Servers::Processes(Box::new(cluster)))
+    }
+
+    /// Each server's id and address.
+    pub fn addresses(&self) -> Vec<(u32, SocketAddr)> {
+        match self {
+            Servers::Processes(cluster) => (1..).zip(cluster.addresses.iter().copied()).collect(),
+            Servers::Threads(process) => process.servers.clone(),
+        }
+    }
+
+    /// What a client of these servers connects with.
+    pub fn credentials(&self) -> anyhow::Result<client::Credentials> {
+        match self {
+            Servers::Processes(cluster) => cluster.credentials(),
+            Servers::Threads(process) => Ok(process.credentials.clone()),
+        }
+    }
+
+    /// The process ids of the servers (one, shared, for threads).
+    pub fn pids(&self) -> Vec<(u32, u32)> {
+        match self {
+            Servers::Processes(cluster) => cluster
+                .running()
+                .into_iter()
+                .map(|id| (id, cluster.pid(id)))
+                .collect(),
+            Servers::Threads(process) => {
+                let pid = process.child.id();
+                process.servers.iter().map(|(id, _)| (*id, pid)).collect()
+            }
+        }
+    }
+
+    /// Kills every server.
+    pub fn kill(self) -> anyhow::Result<()> {
+        match self {
+            Servers::Processes(cluster) => {
+                drop(cluster);
+                Ok(())
+            }
+            Servers::Threads(process) => process.kill(),
         }
     }
 }

@@ -1,12 +1,15 @@
 //! The client side of the replication experiments (`bench patterns`,
-//! `bench duplication`): a `stamplog cluster` child process, one admin
-//! connection per server, replicated streams created on and deleted from
+//! `bench duplication`, `bench commit-interval`): the servers (each a
+//! `stamplog server` child process by default, or all in one `stamplog
+//! cluster` child with `--servers-as threads`), one admin connection per
+//! server, replicated streams created on and deleted from
 //! every replica, each replica's log counters read from its status, and the
 //! publishing loop that keeps a window of messages in flight.
 //!
-//! The servers run in a child process so that the client's work (this
+//! The servers run in child processes so that the client's work (this
 //! process, its own runtime) and the servers' work are apart, as they are
-//! in the seeds' set-ups; both still share this machine's cores.
+//! in the seeds' set-ups and in a deployment; all still share this
+//! machine's cores.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -21,7 +24,7 @@ use client::{
 use indicatif::ProgressBar;
 use tokio::sync::mpsc;
 
-use crate::process::{ClusterOptions, ClusterProcess};
+use crate::process::{ClusterOptions, Servers};
 
 /// How long the replicas may take, after the client's last ack, to log
 /// what the asynchronous protocols still copy in the background.
@@ -30,6 +33,9 @@ const SETTLE_TIMEOUT: Duration = Duration::from_secs(20);
 /// How many stream names [`Cluster::create_led_by`] tries before it gives
 /// up finding one the cluster places on the wanted primary.
 const PLACEMENT_ATTEMPTS_MAX: usize = 256;
+
+/// How long the servers may take to see each other in the view.
+const FORM_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Durability of the replication experiments' streams.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -96,25 +102,77 @@ pub fn batch_of(logs: &[ReplicaLog]) -> Option<(f64, f64)> {
     Some((records as f64 / syncs as f64, bytes as f64 / records as f64))
 }
 
-/// A `stamplog cluster` child and one admin connection to each server.
+/// The experiment's servers and one admin connection to each.
 pub struct Cluster {
-    process: ClusterProcess,
+    servers: Servers,
+    credentials: client::Credentials,
     admins: Vec<(u32, Client)>,
 }
 
 impl Cluster {
-    /// Connects to every server of a started cluster process.
-    pub async fn connect(process: ClusterProcess) -> anyhow::Result<Cluster> {
-        let mut admins = Vec::with_capacity(process.servers.len());
-        for &(id, address) in &process.servers {
-            admins.push((id, connect_admin(address, &process.credentials).await?));
+    /// Connects to every server of started servers, once every one of
+    /// them sees all of them in the view.
+    pub async fn connect(servers: Servers) -> anyhow::Result<Cluster> {
+        let credentials = servers.credentials()?;
+        let addresses = servers.addresses();
+        let mut admins = Vec::with_capacity(addresses.len());
+        for &(id, address) in &addresses {
+            admins.push((id, connect_admin(address, &credentials).await?));
         }
-        Ok(Cluster { process, admins })
+        let cluster = Cluster {
+            servers,
+            credentials,
+            admins,
+        };
+        cluster.wait_formed().await?;
+        Ok(cluster)
+    }
+
+    /// Waits until every server's status names every server as a member
+    /// (a lone server has no view and is formed at once).
+    async fn wait_formed(&self) -> anyhow::Result<()> {
+        let deadline = Instant::now() + FORM_TIMEOUT;
+        for (id, admin) in &self.admins {
+            loop {
+                let status = admin
+                    .status()
+                    .await
+                    .with_context(|| format!("cannot read the status of server {id}"))?;
+                let document: serde_json::Value = serde_json::from_str(&status)
+                    .with_context(|| format!("server {id} sent a status that is not JSON"))?;
+                let members = document["cluster"]["members"].as_array().map(Vec::len);
+                if self.admins.len() == 1 || members == Some(self.admins.len()) {
+                    break;
+                }
+                ensure!(
+                    Instant::now() < deadline,
+                    "server {id} saw {members:?} members, not {}, after {FORM_TIMEOUT:?}",
+                    self.admins.len()
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        Ok(())
+    }
+
+    /// The client address of server `server`.
+    pub fn address(&self, server: u32) -> anyhow::Result<SocketAddr> {
+        let addresses = self.servers.addresses();
+        let found = addresses.iter().find(|(id, _)| *id == server);
+        found
+            .map(|(_, address)| *address)
+            .with_context(|| format!("the cluster has no server {server}"))
     }
 
     /// What a client of the cluster connects with.
     pub fn credentials(&self) -> &client::Credentials {
-        &self.process.credentials
+        &self.credentials
+    }
+
+    /// The process id of each server (the same one for all when they run
+    /// as threads of one process).
+    pub fn pids(&self) -> Vec<(u32, u32)> {
+        self.servers.pids()
     }
 
     /// The servers' ids, in the order the cluster printed them.
@@ -264,10 +322,10 @@ impl Cluster {
         }
     }
 
-    /// Closes the admin connections and kills the cluster process.
+    /// Closes the admin connections and kills the servers.
     pub fn stop(self) -> anyhow::Result<()> {
         drop(self.admins);
-        self.process.kill()
+        self.servers.kill()
     }
 }
 
@@ -426,27 +484,16 @@ pub async fn publish_one_at_a_time(
     .context("the window-1 sends panicked")?
 }
 
-/// Starts `<binary> cluster --servers <servers>` with its data in
-/// `<folder>/cluster` and its stderr in `<folder>/cluster-stderr.log`.
+/// Starts `servers` servers as `options` say (by default each its own
+/// `stamplog server` process, plain links, admin ports on), with their
+/// data and logs in `<folder>/cluster`.
 pub fn spawn_cluster(
     binary: &Path,
     servers: usize,
     folder: &Path,
-) -> anyhow::Result<ClusterProcess> {
-    spawn_cluster_secure(binary, servers, folder, ClusterOptions::default())
-}
-
-/// As [`spawn_cluster`], with the cluster's `options` (TLS, admin ports).
-pub fn spawn_cluster_secure(
-    binary: &Path,
-    servers: usize,
-    folder: &Path,
     options: ClusterOptions,
-) -> anyhow::Result<ClusterProcess> {
-    let data = folder.join("cluster");
-    std::fs::create_dir_all(&data).with_context(|| format!("cannot create {}", data.display()))?;
-    let log = folder.join("cluster-stderr.log");
-    ClusterProcess::spawn_secure(binary, servers, &data, &log, options)
+) -> anyhow::Result<Servers> {
+    Servers::start(binary, servers, folder, options)
 }
 
 /// The stamplog binary to run: `--server-binary`, or this program.

@@ -1,28 +1,31 @@
 //! `bench throughput`: what group commit buys (F1).
 //!
-//! One in-process server and one client over loopback; for every payload
-//! size, durability mode and window (appends in flight), the client streams
-//! messages and records each one's ack latency, from the moment it is handed
-//! to the connection to its acknowledgement. For `sync` the stream's log
+//! One server, a `stamplog server` child process by default (or a
+//! `stamplog cluster --servers 1` child with `--servers-as threads`), and
+//! one client over loopback; for every payload size, durability mode and
+//! window (appends in flight), the client streams messages and records
+//! each one's ack latency, from the moment it is handed to the connection
+//! to its acknowledgement. For `sync` the stream's log
 //! tells how many records each fdatasync carried. The product target: at
 //! 1 KiB and window 256, `sync` reaches at least 0.70 of `memory`'s rate.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context};
 use clap::Parser;
-use client::{Client, DurabilityConfig, PendingAck};
+use client::{Client, ClientConfig, DurabilityConfig, PendingAck};
 use indicatif::ProgressBar;
 use report::plot::{Chart, Series};
 use report::stats::Summary;
 use report::Table;
 use tokio::sync::mpsc;
 
-use crate::harness::InProcessServer;
 use crate::output::{self, Output, OutputArgs};
+use crate::process::{ClusterOptions, ServersAs};
 use crate::progress;
+use crate::replication::{binary_or_self, spawn_cluster, Cluster, ReplicaLog};
 use crate::units::{fixed, format_bytes, parse_bytes};
 
 /// Durability modes the experiment compares.
@@ -50,6 +53,14 @@ impl Mode {
 #[derive(Parser, Debug, Clone)]
 #[command(name = "throughput")]
 pub struct ThroughputArgs {
+    /// The stamplog binary to run as the server [default: this program].
+    #[arg(long, value_name = "PATH")]
+    pub server_binary: Option<PathBuf>,
+    /// Where the server runs: `processes` (a `stamplog server` process,
+    /// as deployed) or `threads` (a `stamplog cluster --servers 1`
+    /// process).
+    #[arg(long, value_enum, default_value_t = ServersAs::Processes)]
+    pub servers_as: ServersAs,
     /// Payload sizes, comma separated (units B, KB = 1000, KiB = 1024).
     #[arg(long, value_delimiter = ',', value_parser = parse_bytes, default_value = "100,1024,10240")]
     pub sizes: Vec<usize>,
@@ -174,7 +185,12 @@ async fn measure(
     folder: &Path,
     bar: &ProgressBar,
 ) -> anyhow::Result<Vec<Cell>> {
-    let server = InProcessServer::start(server::ServerConfig::new(folder.join("server"))).await?;
+    let binary = binary_or_self(&args.server_binary)?;
+    let options = ClusterOptions {
+        servers_as: args.servers_as,
+        ..ClusterOptions::default()
+    };
+    let server = Cluster::connect(spawn_cluster(&binary, 1, folder, options)?).await?;
     let mut cells = Vec::new();
     for &size in &args.sizes {
         for &mode in &args.modes {
@@ -188,7 +204,7 @@ async fn measure(
             }
         }
     }
-    server.stop().await?;
+    server.stop()?;
     Ok(cells)
 }
 
@@ -204,30 +220,28 @@ fn durability(args: &ThroughputArgs, mode: Mode) -> DurabilityConfig {
 }
 
 async fn run_cell(
-    server: &InProcessServer,
+    server: &Cluster,
     args: &ThroughputArgs,
     size: usize,
     mode: Mode,
     window: usize,
     bar: &ProgressBar,
 ) -> anyhow::Result<Cell> {
-    let client = Client::connect(server.client_config(window))
+    let mut config = ClientConfig::new(server.address(1)?.to_string());
+    config.window = window.max(1);
+    config.credentials = server.credentials().clone();
+    let client = Client::connect(config)
         .await
-        .context("cannot connect to the in-process server")?;
+        .context("cannot connect to the server")?;
     let name = format!("throughput-{}-{size}-{window}", mode.name());
     let info = client
         .create_stream(&name, durability(args, mode))
         .await
         .with_context(|| format!("cannot create stream {name}"))?;
-    let stream = server
-        .state
-        .stream_by_name(&name)
-        .with_context(|| format!("the server does not know stream {name}"))?;
     let messages = args.messages_for(window);
     let (latencies, elapsed) =
         stream_messages(&client, info.id, size, window, messages, bar).await?;
-    let metrics = settled_metrics(&stream.log, mode).await;
-    drop(stream);
+    let metrics = settled_metrics(server, &info, mode).await?;
     // The cell's log is of no further use; deleting it keeps the disk from
     // filling over many cells.
     client
@@ -255,19 +269,25 @@ async fn run_cell(
     })
 }
 
-/// The log's counters once every appended record is counted as synced.
+/// The log's counters, from the server's status, once every appended
+/// record is counted as synced.
 ///
 /// The log publishes the durable version (which releases the acks) just
 /// before it adds the batch to its counters, and a `paged` log writes its
 /// last, partly filled page only after its flush interval; so the counters
 /// read at the last ack may be a batch short. Waits up to a second.
-async fn settled_metrics(log: &wal::Log, mode: Mode) -> wal::LogMetrics {
+async fn settled_metrics(
+    server: &Cluster,
+    info: &client::StreamInfo,
+    mode: Mode,
+) -> anyhow::Result<ReplicaLog> {
     let deadline = Instant::now() + Duration::from_secs(1);
     loop {
-        let metrics = log.metrics();
+        let logs = server.replica_logs(info).await?;
+        let metrics = *logs.first().context("the stream has no replica")?;
         let settled = mode == Mode::Memory || metrics.records_synced >= metrics.appends;
         if settled || Instant::now() >= deadline {
-            return metrics;
+            return Ok(metrics);
         }
         tokio::time::sleep(Duration::from_millis(1)).await;
     }

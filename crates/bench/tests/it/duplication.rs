@@ -22,6 +22,9 @@ fn duplication_with_tiny_parameters_completes_every_run_and_writes_its_files() {
         durability: Durability::Sync,
         window: 32,
         retry_ms: 2000,
+        // The servers as threads of one process: the way kept for
+        // comparison must work too.
+        servers_as: bench::process::ServersAs::Threads,
         output: quiet_output(folder.path()),
     };
     let figures = duplication::run(args).unwrap();

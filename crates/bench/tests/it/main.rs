@@ -215,6 +215,8 @@ fn paged_with_tiny_parameters_counts_every_append_and_waits_at_every_switch_with
 fn throughput_with_tiny_parameters_acknowledges_every_message() {
     let folder = tempfile::tempdir().unwrap();
     let args = ThroughputArgs {
+        server_binary: Some(stamplog_binary()),
+        servers_as: bench::process::ServersAs::Processes,
         sizes: vec![100],
         modes: vec![throughput::Mode::Sync, throughput::Mode::Memory],
         windows: vec![1, 8],

@@ -401,7 +401,8 @@ async fn appends_to_a_single_server_stream_are_timed_once_each() {
         ack.await.unwrap();
     }
     let (_, metrics) = http_get(admin_address(&cluster, 1), "/metrics").await;
-    let count = r#"stamplog_ack_latency_seconds_count{stream="single",protocol="one-hop-ack-client"}"#;
+    let count =
+        r#"stamplog_ack_latency_seconds_count{stream="single",protocol="one-hop-ack-client"}"#;
     assert_eq!(sample(&metrics, count), Some(200.0), "{metrics}");
     cluster.stop().await;
 }
