@@ -49,6 +49,7 @@ use report::Table;
 
 use crate::fdatasync::{self, SyncProbe};
 use crate::floor::FlowFloor;
+use crate::limits::{self, DiskLimit, PayloadLimits};
 use crate::output::{self, Output, OutputArgs};
 use crate::process::{ClusterOptions, ServersAs};
 use crate::progress;
@@ -211,21 +212,6 @@ impl PatternCell {
     }
 }
 
-/// What the disk allows three replicas' logs at the batch size they used.
-#[derive(Clone, Debug)]
-pub struct DiskLimit {
-    pub writers: usize,
-    /// Records per batch (the logs' mean records per fdatasync).
-    pub batch_records: f64,
-    pub batch_bytes: usize,
-    pub syncs_per_writer: usize,
-    pub seconds: f64,
-    /// Batches per second per writer × records per batch.
-    pub messages_per_second: f64,
-    /// One write + fdatasync of one batch, in microseconds.
-    pub sync_latency: Summary,
-}
-
 /// Window-1 ack latency next to one bare write + fdatasync.
 #[derive(Clone, Debug)]
 pub struct WindowOne {
@@ -277,8 +263,9 @@ pub struct PatternsFigures {
     pub cells: Vec<PatternCell>,
     /// The payload the targets are read at (1 KB, or the first payload).
     pub headline_payload: usize,
-    /// `None` when no `sync` one-hop-ack-client cell ran.
-    pub disk: Option<DiskLimit>,
+    /// The disk's and the loopback's limits at each payload of a `sync`
+    /// one-hop-ack-client cell, measured after the cells.
+    pub limits: Vec<PayloadLimits>,
     pub window_one: WindowOne,
 }
 
@@ -308,6 +295,15 @@ impl PatternsFigures {
     }
 
     /// The one-hop-ack-client `sync` cell at the headline payload.
+    /// The disk's limit at the headline payload.
+    pub fn disk(&self) -> Option<&DiskLimit> {
+        let limits = self
+            .limits
+            .iter()
+            .find(|l| l.payload == self.headline_payload);
+        limits.map(|limits| &limits.disk)
+    }
+
     pub fn headline(&self) -> Option<&PatternCell> {
         self.cell(
             Durability::Sync,
@@ -337,7 +333,7 @@ pub fn run(args: PatternsArgs) -> anyhow::Result<PatternsFigures> {
     let process = spawn_cluster(&binary, REPLICAS, data.path(), options)?;
     let cluster = runtime.block_on(Cluster::connect(process))?;
     let cells = runtime.block_on(measure_cells(&cluster, &args, &bar))?;
-    let disk = disk_limit(&args, &cells, headline_payload, data.path(), &bar)?;
+    let limits = limits::measure_all(&cells, REPLICAS, args.disk_syncs, data.path(), &bar)?;
     bar.set_message("window-1 latency and bare fdatasync");
     let samples = runtime.block_on(window_one_latency(&cluster, &args, data.path(), &bar))?;
     cluster.stop()?;
@@ -349,7 +345,7 @@ pub fn run(args: PatternsArgs) -> anyhow::Result<PatternsFigures> {
         window: args.window,
         cells,
         headline_payload,
-        disk,
+        limits,
         window_one: WindowOne {
             payload: args.latency_payload,
             ack: Summary::of(&samples.ack),
@@ -397,7 +393,7 @@ fn planned_steps(args: &PatternsArgs) -> u64 {
     let disk = if args.durability.contains(&Durability::Sync)
         && args.patterns.contains(&Protocol::OneHopAckClient)
     {
-        REPLICAS * args.disk_syncs
+        REPLICAS * args.disk_syncs * args.payloads.len()
     } else {
         0
     };
@@ -504,47 +500,6 @@ async fn run_cell(
         record_bytes: batch.map(|(_, bytes)| bytes),
         settled,
     })
-}
-
-/// Three writers syncing batches of the size the one-hop-ack-client `sync`
-/// run formed at the headline payload; `None` without such a run.
-fn disk_limit(
-    args: &PatternsArgs,
-    cells: &[PatternCell],
-    headline_payload: usize,
-    folder: &Path,
-    bar: &ProgressBar,
-) -> anyhow::Result<Option<DiskLimit>> {
-    let Some(cell) = cells.iter().find(|c| {
-        c.durability == Durability::Sync
-            && c.payload == headline_payload
-            && c.pattern == Protocol::OneHopAckClient
-    }) else {
-        return Ok(None);
-    };
-    let (Some(batch_records), Some(record_bytes)) = (cell.records_per_sync, cell.record_bytes)
-    else {
-        return Ok(None);
-    };
-    let batch_bytes = (batch_records * record_bytes).round().max(1.0) as usize;
-    bar.set_message(format!(
-        "disk limit, {} per sync",
-        format_bytes(batch_bytes)
-    ));
-    let measured =
-        fdatasync::concurrent_batches(folder, REPLICAS, batch_bytes, args.disk_syncs, &|| {
-            bar.inc(1)
-        })?;
-    let syncs_per_writer = measured.latencies_us.len() as f64 / REPLICAS as f64;
-    Ok(Some(DiskLimit {
-        writers: REPLICAS,
-        batch_records,
-        batch_bytes,
-        syncs_per_writer: args.disk_syncs,
-        seconds: measured.seconds,
-        messages_per_second: syncs_per_writer * batch_records / measured.seconds,
-        sync_latency: Summary::of(&measured.latencies_us),
-    }))
 }
 
 /// The window-1 samples, in microseconds.
@@ -876,7 +831,7 @@ fn disk_rows(table: &mut Table, figures: &PatternsFigures) {
         limit_row(table, measure, value, target, ok)
     };
     let headline_cell = figures.headline();
-    if let Some(disk) = &figures.disk {
+    if let Some(disk) = figures.disk() {
         row(
             format!(
                 "disk limit: {} writers, write + fdatasync of {} B, msgs/s",
@@ -1014,6 +969,11 @@ fn write_report(args: &PatternsArgs, figures: &PatternsFigures) -> anyhow::Resul
         tables.push(seconds.to_json());
         tables.push(megabytes.to_json());
     }
+    let per_payload = limits::table(&figures.limits, &figures.cells);
+    print!("{}", per_payload.render());
+    println!();
+    output.csv("patterns-limits-per-payload", &per_payload)?;
+    tables.push(per_payload.to_json());
     let limits = limits_table(figures);
     print!("{}", limits.render());
     let cells = cells_table(figures);
@@ -1030,7 +990,8 @@ fn write_report(args: &PatternsArgs, figures: &PatternsFigures) -> anyhow::Resul
         "headline_payload_bytes": figures.headline_payload,
         "tables": tables,
         "cells": figures.cells.iter().map(cell_json).collect::<Vec<_>>(),
-        "disk_limit": figures.disk.as_ref().map(disk_json),
+        "disk_limit": figures.disk().map(|disk| disk.to_json()),
+        "limits": figures.limits.iter().map(PayloadLimits::to_json).collect::<Vec<_>>(),
         "window_one": {
             "payload_bytes": figures.window_one.payload,
             "ack_latency_us": figures.window_one.ack.to_json(),
@@ -1063,18 +1024,6 @@ fn cell_json(cell: &PatternCell) -> serde_json::Value {
         "records_per_sync": cell.records_per_sync,
         "record_bytes": cell.record_bytes,
         "settled": cell.settled,
-    })
-}
-
-fn disk_json(disk: &DiskLimit) -> serde_json::Value {
-    serde_json::json!({
-        "writers": disk.writers,
-        "batch_records": disk.batch_records,
-        "batch_bytes": disk.batch_bytes,
-        "syncs_per_writer": disk.syncs_per_writer,
-        "seconds": disk.seconds,
-        "messages_per_second": disk.messages_per_second,
-        "sync_latency_us": disk.sync_latency.to_json(),
     })
 }
 

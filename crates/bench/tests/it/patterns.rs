@@ -58,16 +58,23 @@ fn patterns_with_tiny_parameters_completes_every_cell_and_writes_its_files() {
     let fastest = figures.fastest_versioned(Durability::Sync, 1000).unwrap();
     assert_ne!(fastest.pattern, Protocol::Unversioned);
 
-    let disk = figures
-        .disk
-        .as_ref()
-        .expect("a sync one-hop-ack-client cell ran");
+    let disk = figures.disk().expect("a sync one-hop-ack-client cell ran");
     assert_eq!(disk.writers, 3);
     assert_eq!(disk.sync_latency.count, 3 * 20);
     assert!(
         disk.batch_bytes > 1000 && disk.messages_per_second > 0.0,
         "{disk:?}"
     );
+
+    // The disk's and the loopback's limits beside every payload's figure.
+    let payloads: Vec<usize> = figures.limits.iter().map(|l| l.payload).collect();
+    assert_eq!(payloads, [100, 1000]);
+    for limit in &figures.limits {
+        assert_eq!(limit.disk.writers, 3);
+        assert_eq!(limit.loopback.connections, 3);
+        assert!(limit.loopback.messages_per_second() > 0.0, "{limit:?}");
+        assert!(limit.disk.messages_per_second > 0.0, "{limit:?}");
+    }
 
     let one = &figures.window_one;
     assert_eq!(one.ack.count, 50);
@@ -112,6 +119,7 @@ fn patterns_with_tiny_parameters_completes_every_cell_and_writes_its_files() {
             "patterns-memory-seconds.csv",
             "patterns-memory-mbps.csv",
             "patterns-limits.csv",
+            "patterns-limits-per-payload.csv",
             "patterns-cells.csv",
             "patterns-sync.png",
             "patterns-memory.png",

@@ -1,0 +1,171 @@
+//! The machine's own limits beside a replicated figure (`bench patterns`):
+//! for each payload of a `sync` one-hop-ack-client run, what the disk
+//! allows the replicas' logs (one writer per replica, each writing and
+//! fdatasyncing batches of the size the logs formed) and what the
+//! loopback allows the flow (one connection per hop, the record's bytes on
+//! each), both measured in the same run, after the cells, once the disk
+//! has written back what the cells left in the page cache.
+
+use std::path::Path;
+
+use anyhow::Context;
+use client::Protocol;
+use indicatif::ProgressBar;
+use report::stats::Summary;
+use report::Table;
+
+use crate::fdatasync;
+use crate::loopback::{self, LoopbackLimit};
+use crate::patterns::PatternCell;
+use crate::replication::Durability;
+use crate::units::{fixed, format_bytes};
+
+/// Bytes each loopback connection carries in a measurement.
+const LOOPBACK_BYTES: usize = 256 * 1024 * 1024;
+
+/// What the disk allows the replicas' logs at the batch size they used.
+#[derive(Clone, Debug)]
+pub struct DiskLimit {
+    pub writers: usize,
+    /// Records per batch (the logs' mean records per fdatasync).
+    pub batch_records: f64,
+    pub batch_bytes: usize,
+    pub syncs_per_writer: usize,
+    pub seconds: f64,
+    /// Batches per second per writer × records per batch.
+    pub messages_per_second: f64,
+    /// One write + fdatasync of one batch, in microseconds.
+    pub sync_latency: Summary,
+}
+
+impl DiskLimit {
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "writers": self.writers,
+            "batch_records": self.batch_records,
+            "batch_bytes": self.batch_bytes,
+            "syncs_per_writer": self.syncs_per_writer,
+            "seconds": self.seconds,
+            "messages_per_second": self.messages_per_second,
+            "sync_latency_us": self.sync_latency.to_json(),
+        })
+    }
+}
+
+/// The disk's and the loopback's limits at one payload.
+#[derive(Clone, Debug)]
+pub struct PayloadLimits {
+    pub payload: usize,
+    pub disk: DiskLimit,
+    pub loopback: LoopbackLimit,
+}
+
+impl PayloadLimits {
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "payload_bytes": self.payload,
+            "disk": self.disk.to_json(),
+            "loopback": {
+                "connections": self.loopback.connections,
+                "record_bytes": self.loopback.record_bytes,
+                "bytes_per_second": self.loopback.bytes_per_second,
+                "messages_per_second": self.loopback.messages_per_second(),
+            },
+        })
+    }
+}
+
+/// The limits at every payload of a `sync` one-hop-ack-client cell, with
+/// `replicas` disk writers and loopback connections, `syncs` batches per
+/// writer, the disk's files in `folder`.
+pub fn measure_all(
+    cells: &[PatternCell],
+    replicas: usize,
+    syncs: usize,
+    folder: &Path,
+    bar: &ProgressBar,
+) -> anyhow::Result<Vec<PayloadLimits>> {
+    let measured = cells
+        .iter()
+        .filter(|c| c.durability == Durability::Sync && c.pattern == Protocol::OneHopAckClient);
+    let mut limits = Vec::new();
+    for cell in measured {
+        let (Some(batch_records), Some(record_bytes)) = (cell.records_per_sync, cell.record_bytes)
+        else {
+            continue;
+        };
+        let batch_bytes = (batch_records * record_bytes).round().max(1.0) as usize;
+        bar.set_message(format!(
+            "limits at {}: disk, {} per sync",
+            format_bytes(cell.payload),
+            format_bytes(batch_bytes)
+        ));
+        write_back()?;
+        let written =
+            fdatasync::concurrent_batches(folder, replicas, batch_bytes, syncs, &|| bar.inc(1))?;
+        let syncs_done = written.latencies_us.len() as f64 / replicas as f64;
+        let disk = DiskLimit {
+            writers: replicas,
+            batch_records,
+            batch_bytes,
+            syncs_per_writer: syncs,
+            seconds: written.seconds,
+            messages_per_second: syncs_done * batch_records / written.seconds,
+            sync_latency: Summary::of(&written.latencies_us),
+        };
+        let record = record_bytes.round().max(1.0) as usize;
+        let loopback = loopback::measure(replicas, record, LOOPBACK_BYTES)?;
+        limits.push(PayloadLimits {
+            payload: cell.payload,
+            disk,
+            loopback,
+        });
+    }
+    Ok(limits)
+}
+
+/// Has the kernel write back every dirty page (`sync`), so that what the
+/// cells wrote does not slow the disk's measurement.
+fn write_back() -> anyhow::Result<()> {
+    let status = std::process::Command::new("sync")
+        .status()
+        .context("cannot run sync")?;
+    anyhow::ensure!(status.success(), "sync failed: {status}");
+    Ok(())
+}
+
+/// One row per payload: the one-hop-ack-client rate beside the disk's and
+/// the loopback's limits, and the fraction of each it reached.
+pub fn table(limits: &[PayloadLimits], cells: &[PatternCell]) -> Table {
+    let mut table = Table::new(
+        "one-hop-ack-client, sync, against the machine's limits measured in this run",
+        &[
+            "payload",
+            "msgs/s",
+            "MB/s",
+            "disk limit msgs/s",
+            "of disk",
+            "loopback limit msgs/s",
+            "of loopback",
+        ],
+    );
+    for limit in limits {
+        let cell = cells.iter().find(|c| {
+            c.durability == Durability::Sync
+                && c.pattern == Protocol::OneHopAckClient
+                && c.payload == limit.payload
+        });
+        let Some(cell) = cell else { continue };
+        let loopback = limit.loopback.messages_per_second();
+        table.row(vec![
+            format_bytes(limit.payload),
+            fixed(cell.messages_per_second, 0),
+            fixed(cell.megabytes_per_second, 1),
+            fixed(limit.disk.messages_per_second, 0),
+            fixed(cell.messages_per_second / limit.disk.messages_per_second, 2),
+            fixed(loopback, 0),
+            fixed(cell.messages_per_second / loopback, 2),
+        ]);
+    }
+    table
+}
