@@ -167,9 +167,12 @@ pub struct ConcurrentSyncs {
 
 /// Runs `writers` threads at once, each writing `syncs` batches of
 /// `batch_bytes` bytes into its own preallocated file in `folder` with one
-/// `write_all` + `sync_data` per batch: what `writers` replicas' logs ask
-/// of one disk when each syncs batches of that size. The files are
-/// removed afterwards.
+/// write + `sync_data` per batch: what `writers` replicas' logs ask of one
+/// disk when each syncs batches of that size. Each batch is written as the
+/// log writes it, in whole blocks past the page cache
+/// (`wal::StorageFile::write_blocks_at`, `O_DIRECT` where the file system
+/// allows it), its length rounded up to a block. The files are removed
+/// afterwards.
 pub fn concurrent_batches(
     folder: &Path,
     writers: usize,
@@ -215,15 +218,28 @@ fn write_batches(
     start: &std::sync::Barrier,
     on_sync: &(dyn Fn() + Sync),
 ) -> anyhow::Result<Vec<f64>> {
-    let created = preallocated(path, batch.len() * syncs);
+    let block = wal::storage::BLOCK_BYTES;
+    let padded = batch.len().div_ceil(block) * block;
+    let created = preallocated(path, padded * syncs).and_then(|file| {
+        drop(file);
+        use wal::Storage;
+        wal::FileStorage
+            .open(path, false)
+            .with_context(|| format!("cannot open {}", path.display()))
+    });
     // Every writer reaches the barrier, even one whose file failed, so
     // the others are not left waiting.
     start.wait();
-    let mut file = created?;
+    let file = created?;
+    // The batch at a block-aligned address, zeros up to the block's end.
+    let mut buffer = vec![0u8; padded + block];
+    let at = buffer.as_ptr().align_offset(block);
+    buffer[at..at + batch.len()].copy_from_slice(batch);
+    let blocks = &buffer[at..at + padded];
     let mut latencies = Vec::with_capacity(syncs);
-    for _ in 0..syncs {
+    for index in 0..syncs {
         let started = Instant::now();
-        file.write_all(batch)
+        file.write_blocks_at(blocks, (index * padded) as u64)
             .with_context(|| format!("cannot write {}", path.display()))?;
         file.sync_data()
             .with_context(|| format!("cannot fdatasync {}", path.display()))?;

@@ -1,10 +1,10 @@
 //! The machine's own limits beside a replicated figure (`bench patterns`):
 //! for each payload of a `sync` one-hop-ack-client run, what the disk
 //! allows the replicas' logs (one writer per replica, each writing and
-//! fdatasyncing batches of the size the logs formed) and what the
-//! loopback allows the flow (one connection per hop, the record's bytes on
-//! each), both measured in the same run, after the cells, once the disk
-//! has written back what the cells left in the page cache.
+//! fdatasyncing, as the log does, batches of the size the logs formed) and
+//! what the loopback allows the flow (one connection per hop, the
+//! record's bytes on each), both measured in the same run, once the disk
+//! has written back what came before.
 
 use std::path::Path;
 
@@ -75,53 +75,54 @@ impl PayloadLimits {
     }
 }
 
-/// The limits at every payload of a `sync` one-hop-ack-client cell, with
-/// `replicas` disk writers and loopback connections, `syncs` batches per
-/// writer, the disk's files in `folder`.
-pub fn measure_all(
-    cells: &[PatternCell],
+/// The batches the logs formed at one payload.
+#[derive(Clone, Copy, Debug)]
+pub struct Batch {
+    pub payload: usize,
+    /// Mean records per fdatasync over the replicas' logs.
+    pub records: f64,
+    /// Bytes each record takes in a log.
+    pub record_bytes: f64,
+}
+
+/// The limits at `batch`'s payload, with `replicas` disk writers and
+/// loopback connections, `syncs` batches per writer, the disk's files in
+/// `folder`; the disk first writes back every dirty page.
+pub fn measure(
+    batch: Batch,
     replicas: usize,
     syncs: usize,
     folder: &Path,
     bar: &ProgressBar,
-) -> anyhow::Result<Vec<PayloadLimits>> {
-    let measured = cells
-        .iter()
-        .filter(|c| c.durability == Durability::Sync && c.pattern == Protocol::OneHopAckClient);
-    let mut limits = Vec::new();
-    for cell in measured {
-        let (Some(batch_records), Some(record_bytes)) = (cell.records_per_sync, cell.record_bytes)
-        else {
-            continue;
-        };
-        let batch_bytes = (batch_records * record_bytes).round().max(1.0) as usize;
-        bar.set_message(format!(
-            "limits at {}: disk, {} per sync",
-            format_bytes(cell.payload),
-            format_bytes(batch_bytes)
-        ));
-        write_back()?;
-        let written =
-            fdatasync::concurrent_batches(folder, replicas, batch_bytes, syncs, &|| bar.inc(1))?;
-        let syncs_done = written.latencies_us.len() as f64 / replicas as f64;
-        let disk = DiskLimit {
-            writers: replicas,
-            batch_records,
-            batch_bytes,
-            syncs_per_writer: syncs,
-            seconds: written.seconds,
-            messages_per_second: syncs_done * batch_records / written.seconds,
-            sync_latency: Summary::of(&written.latencies_us),
-        };
-        let record = record_bytes.round().max(1.0) as usize;
-        let loopback = loopback::measure(replicas, record, LOOPBACK_BYTES)?;
-        limits.push(PayloadLimits {
-            payload: cell.payload,
-            disk,
-            loopback,
-        });
-    }
-    Ok(limits)
+) -> anyhow::Result<PayloadLimits> {
+    let batch_bytes = (batch.records * batch.record_bytes).round().max(1.0) as usize;
+    bar.set_message(format!(
+        "limits at {}: disk, {} per sync",
+        format_bytes(batch.payload),
+        format_bytes(batch_bytes)
+    ));
+    write_back()?;
+    let written =
+        fdatasync::concurrent_batches(folder, replicas, batch_bytes, syncs, &|| bar.inc(1))?;
+    let syncs_done = written.latencies_us.len() as f64 / replicas as f64;
+    let disk = DiskLimit {
+        writers: replicas,
+        batch_records: batch.records,
+        batch_bytes,
+        syncs_per_writer: syncs,
+        seconds: written.seconds,
+        messages_per_second: syncs_done * batch.records / written.seconds,
+        sync_latency: Summary::of(&written.latencies_us),
+    };
+    let record = batch.record_bytes.round().max(1.0) as usize;
+    let loopback = loopback::measure(replicas, record, LOOPBACK_BYTES)?;
+    // What the probe wrote is written back before the cells start.
+    write_back()?;
+    Ok(PayloadLimits {
+        payload: batch.payload,
+        disk,
+        loopback,
+    })
 }
 
 /// Has the kernel write back every dirty page (`sync`), so that what the

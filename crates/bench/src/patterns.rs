@@ -62,6 +62,9 @@ use crate::units::{fixed, format_bytes, parse_bytes, parse_switch};
 /// Servers in the cluster and replicas of every stream: the seed's three.
 pub const REPLICAS: usize = 3;
 
+/// The fewest messages of a calibration burst (see `measure_limits`).
+const CALIBRATION_MESSAGES_MIN: usize = 2000;
+
 /// The payload the targets are stated at, when `--payloads` has it.
 pub const HEADLINE_PAYLOAD: usize = 1000;
 
@@ -332,8 +335,8 @@ pub fn run(args: PatternsArgs) -> anyhow::Result<PatternsFigures> {
     };
     let process = spawn_cluster(&binary, REPLICAS, data.path(), options)?;
     let cluster = runtime.block_on(Cluster::connect(process))?;
+    let limits = runtime.block_on(measure_limits(&cluster, &args, data.path(), &bar))?;
     let cells = runtime.block_on(measure_cells(&cluster, &args, &bar))?;
-    let limits = limits::measure_all(&cells, REPLICAS, args.disk_syncs, data.path(), &bar)?;
     bar.set_message("window-1 latency and bare fdatasync");
     let samples = runtime.block_on(window_one_latency(&cluster, &args, data.path(), &bar))?;
     cluster.stop()?;
@@ -412,6 +415,72 @@ fn publisher_config(args: &PatternsArgs, cluster: &Cluster, window: usize) -> Pu
 /// A payload of `size` bytes that is not all zeros.
 pub fn payload_of(size: usize) -> Vec<u8> {
     (0..size).map(|index| (index % 241) as u8).collect()
+}
+
+/// The disk's and the loopback's limits at each payload, when the run
+/// has `sync` one-hop-ack-client cells: first a calibration burst of
+/// warm-up messages to a stream of its own shows the batch size the logs
+/// form at that payload; then, on a disk that has written back what the
+/// burst left, the limits at that batch size. Measured before the cells,
+/// so that neither the cells' write-back slows the disk's measurement nor
+/// the measurement's the cells.
+async fn measure_limits(
+    cluster: &Cluster,
+    args: &PatternsArgs,
+    folder: &Path,
+    bar: &ProgressBar,
+) -> anyhow::Result<Vec<PayloadLimits>> {
+    let measured = args.durability.contains(&Durability::Sync)
+        && args.patterns.contains(&Protocol::OneHopAckClient);
+    let mut limits = Vec::new();
+    for &payload in args.payloads.iter().filter(|_| measured) {
+        bar.set_message(format!("limits at {}: calibration", format_bytes(payload)));
+        let name = format!("patterns-calibration-{payload}");
+        let info = cluster
+            .create(
+                &name,
+                Durability::Sync,
+                Protocol::OneHopAckClient,
+                REPLICAS as u8,
+            )
+            .await?;
+        let publisher = Publisher::connect(&info, publisher_config(args, cluster, args.window))
+            .await
+            .with_context(|| format!("cannot connect a publisher to {name}"))?;
+        let burst = args.warmup_messages().max(CALIBRATION_MESSAGES_MIN);
+        let hidden = ProgressBar::hidden();
+        let publishers = std::slice::from_ref(&publisher);
+        publish(
+            publishers,
+            args.window,
+            &payload_of(payload),
+            burst,
+            &hidden,
+        )
+        .await
+        .with_context(|| format!("publishing to {name} failed"))?;
+        drop(publisher);
+        let (logs, _) = cluster
+            .settled_replica_logs(&info, Durability::Sync, burst as u64)
+            .await?;
+        cluster.delete(&info).await?;
+        let Some((batch_records, record_bytes)) = batch_of(&logs) else {
+            continue;
+        };
+        let batch = limits::Batch {
+            payload,
+            records: batch_records,
+            record_bytes,
+        };
+        limits.push(limits::measure(
+            batch,
+            REPLICAS,
+            args.disk_syncs,
+            folder,
+            bar,
+        )?);
+    }
+    Ok(limits)
 }
 
 async fn measure_cells(
