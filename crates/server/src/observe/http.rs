@@ -26,6 +26,11 @@ use crate::state::ServerState;
 /// The status page: static HTML and a little JavaScript, no build step.
 const STATUS_PAGE: &str = include_str!("status.html");
 
+/// Requests the admin port serves at once; one more is answered 503 at
+/// once (a scrape of many streams encodes megabytes: a flood of them must
+/// not take the server's cores).
+const ADMIN_REQUESTS_MAX: usize = 16;
+
 /// The content type of the OpenMetrics text format, which Prometheus
 /// scrapes.
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -73,6 +78,7 @@ pub fn serve_admin(listener: TcpListener, current: CurrentServer) -> std::io::Re
         .route("/health/live", get(live))
         .route("/health/ready", get(ready))
         .with_state(current);
+    let app = bounded(app, ADMIN_REQUESTS_MAX);
     let (stop, stopped) = oneshot::channel::<()>();
     let task = tokio::spawn(async move {
         let served = axum::serve(listener, app)
@@ -89,6 +95,29 @@ pub fn serve_admin(listener: TcpListener, current: CurrentServer) -> std::io::Re
         stop: Some(stop),
         task: Some(task),
     })
+}
+
+/// `app` serving at most `requests` requests at once; one more is
+/// answered 503 at once rather than queued.
+fn bounded(app: Router, requests: usize) -> Router {
+    let slots = Arc::new(tokio::sync::Semaphore::new(requests));
+    app.layer(axum::middleware::from_fn_with_state(slots, take_slot))
+}
+
+/// Runs `request` while it holds one of the port's slots.
+async fn take_slot(
+    State(slots): State<Arc<tokio::sync::Semaphore>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let Ok(_slot) = slots.try_acquire() else {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the admin port is busy; retry in a moment\n",
+        )
+            .into_response();
+    };
+    next.run(request).await
 }
 
 /// 503 while the process opens its server again.
@@ -182,5 +211,59 @@ fn not_ready(server: &ServerState) -> Option<String> {
         None
     } else {
         Some(format!("replicas not in sync yet: {}", behind.join(", ")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    /// Two requests held inside a bound of two: a third is answered 503
+    /// at once, and once they are let go the port serves again.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn one_request_past_the_bound_is_shed_with_503() {
+        let entered = Arc::new(AtomicUsize::new(0));
+        let release = Arc::new(tokio::sync::Semaphore::new(0));
+        let slow = {
+            let (entered, release) = (Arc::clone(&entered), Arc::clone(&release));
+            move || async move {
+                entered.fetch_add(1, Ordering::SeqCst);
+                let _held = release.acquire().await;
+                "done"
+            }
+        };
+        let app = bounded(Router::new().route("/slow", get(slow)), 2);
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let timeout = Duration::from_secs(10);
+        let held: Vec<_> = (0..2)
+            .map(|_| tokio::spawn(crate::observe::get(address, "/slow", timeout)))
+            .collect();
+        while entered.load(Ordering::SeqCst) < 2 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let (code, body) = crate::observe::get(address, "/slow", timeout)
+            .await
+            .unwrap();
+        assert_eq!(
+            (code, body.as_str()),
+            (503, "the admin port is busy; retry in a moment\n")
+        );
+        assert_eq!(
+            entered.load(Ordering::SeqCst),
+            2,
+            "the shed request never ran"
+        );
+        release.add_permits(3);
+        for request in held {
+            assert_eq!(request.await.unwrap().unwrap(), (200, "done".to_string()));
+        }
+        let again = crate::observe::get(address, "/slow", timeout)
+            .await
+            .unwrap();
+        assert_eq!(again, (200, "done".to_string()));
     }
 }
