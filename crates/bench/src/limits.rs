@@ -9,15 +9,12 @@
 use std::path::Path;
 
 use anyhow::Context;
-use client::Protocol;
 use indicatif::ProgressBar;
 use report::stats::Summary;
 use report::Table;
 
 use crate::fdatasync;
 use crate::loopback::{self, LoopbackLimit};
-use crate::patterns::PatternCell;
-use crate::replication::Durability;
 use crate::units::{fixed, format_bytes};
 
 /// Bytes each loopback connection carries in a measurement.
@@ -135,9 +132,12 @@ fn write_back() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// One row per payload: the one-hop-ack-client rate beside the disk's and
-/// the loopback's limits, and the fraction of each it reached.
-pub fn table(limits: &[PayloadLimits], cells: &[PatternCell]) -> Table {
+/// A rate the service reached at one payload: (payload, msgs/s, MB/s).
+pub type Rate = (usize, f64, f64);
+
+/// One row per payload: the `rates` the service reached beside the disk's
+/// and the loopback's limits, and the fraction of each it reached.
+pub fn table(limits: &[PayloadLimits], rates: &[Rate]) -> Table {
     let mut table = Table::new(
         "one-hop-ack-client, sync, against the machine's limits measured in this run",
         &[
@@ -151,21 +151,18 @@ pub fn table(limits: &[PayloadLimits], cells: &[PatternCell]) -> Table {
         ],
     );
     for limit in limits {
-        let cell = cells.iter().find(|c| {
-            c.durability == Durability::Sync
-                && c.pattern == Protocol::OneHopAckClient
-                && c.payload == limit.payload
-        });
-        let Some(cell) = cell else { continue };
+        let Some(&(_, rate, megabytes)) = rates.iter().find(|r| r.0 == limit.payload) else {
+            continue;
+        };
         let loopback = limit.loopback.messages_per_second();
         table.row(vec![
             format_bytes(limit.payload),
-            fixed(cell.messages_per_second, 0),
-            fixed(cell.megabytes_per_second, 1),
+            fixed(rate, 0),
+            fixed(megabytes, 1),
             fixed(limit.disk.messages_per_second, 0),
-            fixed(cell.messages_per_second / limit.disk.messages_per_second, 2),
+            fixed(rate / limit.disk.messages_per_second, 2),
             fixed(loopback, 0),
-            fixed(cell.messages_per_second / loopback, 2),
+            fixed(rate / loopback, 2),
         ]);
     }
     table

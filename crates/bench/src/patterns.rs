@@ -1038,7 +1038,13 @@ fn write_report(args: &PatternsArgs, figures: &PatternsFigures) -> anyhow::Resul
         tables.push(seconds.to_json());
         tables.push(megabytes.to_json());
     }
-    let per_payload = limits::table(&figures.limits, &figures.cells);
+    let rates: Vec<limits::Rate> = figures
+        .cells
+        .iter()
+        .filter(|c| c.durability == Durability::Sync && c.pattern == Protocol::OneHopAckClient)
+        .map(|c| (c.payload, c.messages_per_second, c.megabytes_per_second))
+        .collect();
+    let per_payload = limits::table(&figures.limits, &rates);
     print!("{}", per_payload.render());
     println!();
     output.csv("patterns-limits-per-payload", &per_payload)?;

@@ -96,17 +96,12 @@ impl Connection {
         let Ok(slot) = Arc::clone(&self.legacy_slots).acquire_owned().await else {
             return false;
         };
-        let level = if stream.durability == proto::DurabilityConfig::Sync {
-            proto::AckLevel::Synced
-        } else {
-            proto::AckLevel::Memory
-        };
         let echo = if echo { payload.clone() } else { Vec::new() };
         self.outgoing.legacy.lock().expect("legacy lock").insert(
             (stream.id, event.session, event.sequence),
             LegacyAppend {
                 request,
-                level,
+                level: ack_level(&stream),
                 echo,
                 arrived: self.outgoing.metrics.as_ref().map(|_| Instant::now()),
                 _slot: slot,
@@ -259,6 +254,15 @@ impl Connection {
             }
         }
         stay
+    }
+}
+
+/// What an `Ack` of a single-server append of `stream` says was reached.
+fn ack_level(stream: &Stream) -> proto::AckLevel {
+    if stream.durability == proto::DurabilityConfig::Sync {
+        proto::AckLevel::Synced
+    } else {
+        proto::AckLevel::Memory
     }
 }
 
