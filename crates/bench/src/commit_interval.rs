@@ -3,8 +3,9 @@
 //! intervals of 20 to 160 ms; response time; space overhead = bandwidth ×
 //! interval).
 //!
-//! A cluster of `--replicas` servers runs as a child process on loopback
-//! (`stamplog cluster`; one server by default), as a service runs apart
+//! A cluster of `--replicas` servers runs as child processes on loopback
+//! (one `stamplog server` each, or one `stamplog cluster` with
+//! `--servers-as threads`; one server by default), as a service runs apart
 //! from its clients: in one process the client's and the server's tasks
 //! would share one runtime's workers, and where the scheduler put them
 //! moved a run's throughput by half. For each interval T and each of the

@@ -1,7 +1,8 @@
 //! `bench duplication`: seed 002's Table II, the four duplication
 //! protocols and the hybrid against no duplication (F4).
 //!
-//! Four servers run as one child process (`stamplog cluster --servers 4`);
+//! Four servers run as `stamplog server` processes of their own
+//! (`--servers-as threads`: one `stamplog cluster --servers 4` process);
 //! 1 to 8 clients run in this process, each with its own client id and its
 //! own `Publisher`s, and all start together. The figure is the aggregate
 //! write throughput (messages/s and payload MB/s, every client's messages

@@ -71,17 +71,17 @@ pub enum BenchCommand {
     /// writer streams messages and a slow reader lags behind.
     Memory(MemoryArgs),
     /// Seed 001: seconds to handle N messages per payload for the six
-    /// message patterns (one client, three servers run as a child
-    /// `stamplog cluster`, R = 3), plus MB/s, the disk's limit and the
-    /// window-1 ack latency against one fdatasync.
+    /// message patterns (one client, three servers each a `stamplog
+    /// server` process, R = 3), plus MB/s, the disk's and the loopback's
+    /// limits and the window-1 ack latency against one fdatasync.
     Patterns(PatternsArgs),
     /// Seed 002: aggregate write throughput against 1 to 8 clients for
     /// server-async, server-sync, client-async, client-sync, hybrid and no
-    /// duplication (four servers run as a child `stamplog cluster`, R = 2).
+    /// duplication (four `stamplog server` processes, R = 2).
     Duplication(DuplicationArgs),
     /// Seed 003: throughput, ack latency (p50, p99, mean) and the memory
     /// held per interval (bandwidth × T) against the output commit
-    /// interval T, on a cluster run as a child `stamplog cluster` (R = 1 by default).
+    /// interval T, on `stamplog server` processes (R = 1 by default).
     CommitInterval(CommitIntervalArgs),
     /// F7: separate server processes; SIGKILL the primary (or random
     /// servers), pause it, or (in network namespaces) partition it under

@@ -1,8 +1,9 @@
 //! `bench patterns`: seed 001's table of the six message patterns (F3).
 //!
-//! One client and three servers on this machine, as in the seed. The
-//! servers run as one child process (`stamplog cluster --servers 3`); the
-//! client is this process, with its own runtime. For every durability,
+//! One client and three servers on this machine, as in the seed. Each
+//! server runs as a `stamplog server` process of its own, as deployed
+//! (`--servers-as threads`: all three in one `stamplog cluster` process);
+//! the client is this process, with its own runtime. For every durability,
 //! payload and pattern the client creates a stream with R = 3 and sends
 //! `--messages` messages through one `Publisher` with `--window` in
 //! flight. The tables give the seconds that took (the seed's figure is

@@ -1,7 +1,8 @@
 //! A stamplog server run as a child process (so its memory can be measured
 //! apart from the benchmark's, and so the demo can kill it with SIGKILL),
-//! a `stamplog cluster` child for the replication experiments, and the
-//! resident-memory sampler.
+//! the replication experiments' servers (`Servers`: a `stamplog server`
+//! process each, a `ProcessCluster`, or one `stamplog cluster` child),
+//! and the resident-memory sampler.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader};
