@@ -47,9 +47,9 @@ use report::stats::Summary;
 use report::Table;
 
 use crate::output::{self, Output, OutputArgs};
-use crate::patterns::payload_of;
 use crate::process::{ClusterOptions, ServersAs};
 use crate::progress;
+use crate::replication::payload_of;
 use crate::replication::{
     binary_or_self, parse_protocol, publish, spawn_cluster, Cluster, Durability, PublishRun,
 };

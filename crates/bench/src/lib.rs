@@ -17,6 +17,7 @@
 //! | [`failover`] | F7 | time until writes are acknowledged again after a SIGKILL of the primary (or of random servers, the kill loop), with the history checker's counts; also pauses and, in network namespaces, partitions |
 //! | [`soak`] | issue 17 | `failover`'s every fault in turn at random servers for a chosen time |
 //! | [`metrics`] | F15 | how long a scrape of `/metrics` takes on servers holding many streams |
+//! | [`scale`] | F17, issue 20 | aggregate throughput of 1 to 100 streams written by 1 to 16 clients on separate server processes, against the disk's limit |
 
 pub mod commit_interval;
 pub mod compute;
@@ -38,6 +39,7 @@ pub mod patterns;
 pub mod process;
 pub mod progress;
 pub mod replication;
+pub mod scale;
 pub mod soak;
 pub mod throughput;
 pub mod units;
@@ -50,6 +52,7 @@ pub use memory::MemoryArgs;
 pub use metrics::MetricsArgs;
 pub use paged::PagedArgs;
 pub use patterns::PatternsArgs;
+pub use scale::ScaleArgs;
 pub use soak::SoakArgs;
 pub use throughput::ThroughputArgs;
 
@@ -98,6 +101,10 @@ pub enum BenchCommand {
     /// max) on separate server processes holding `--streams` replicated
     /// streams, with the answer's size.
     Metrics(MetricsArgs),
+    /// F17: aggregate msgs/s and MB/s of 1, 10 and 100 streams written by
+    /// 1, 4 and 16 clients at once, on three `stamplog server` processes,
+    /// beside the disk's and the loopback's limits.
+    Scale(ScaleArgs),
 }
 
 /// Runs one experiment: progress bar on stderr, table on stdout, files in
@@ -114,5 +121,6 @@ pub fn run(command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Failover(args) => failover::run(args).map(drop),
         BenchCommand::Soak(args) => soak::run(args).map(drop),
         BenchCommand::Metrics(args) => metrics::run(args).map(drop),
+        BenchCommand::Scale(args) => scale::run(args).map(drop),
     }
 }

@@ -13,8 +13,11 @@ use indicatif::ProgressBar;
 use report::stats::Summary;
 use report::Table;
 
+use client::{Protocol, Publisher, PublisherConfig};
+
 use crate::fdatasync;
 use crate::loopback::{self, LoopbackLimit};
+use crate::replication::{batch_of, payload_of, publish, Cluster, Durability};
 use crate::units::{fixed, format_bytes};
 
 /// Bytes each loopback connection carries in a measurement.
@@ -120,6 +123,68 @@ pub fn measure(
         disk,
         loopback,
     })
+}
+
+/// A calibration burst: `messages` of `payload` bytes through one
+/// publisher with `config`.
+pub struct Burst {
+    pub payload: usize,
+    pub messages: usize,
+    pub config: PublisherConfig,
+}
+
+/// The limits at a burst's payload, on a rested disk: the burst goes to a
+/// `sync` one-hop-ack-client stream of its own on `cluster` to show the
+/// batch size the replicas' logs form at that payload; the stream is
+/// deleted, and the limits are measured at that batch size with `probe`
+/// (disk writers and loopback connections, batches per writer, the
+/// disk's folder). `None` when the logs reported no batch.
+pub async fn calibrate(
+    cluster: &Cluster,
+    burst: Burst,
+    (replicas, syncs, folder): (usize, usize, &Path),
+    bar: &ProgressBar,
+) -> anyhow::Result<Option<PayloadLimits>> {
+    let payload = burst.payload;
+    bar.set_message(format!("limits at {}: calibration", format_bytes(payload)));
+    let name = format!("calibration-{payload}");
+    let info = cluster
+        .create(
+            &name,
+            Durability::Sync,
+            Protocol::OneHopAckClient,
+            replicas as u8,
+        )
+        .await?;
+    let window = burst.config.window;
+    let publisher = Publisher::connect(&info, burst.config)
+        .await
+        .with_context(|| format!("cannot connect a publisher to {name}"))?;
+    let bytes = payload_of(payload);
+    let publishers = std::slice::from_ref(&publisher);
+    publish(
+        publishers,
+        window,
+        &bytes,
+        burst.messages,
+        &ProgressBar::hidden(),
+    )
+    .await
+    .with_context(|| format!("publishing to {name} failed"))?;
+    drop(publisher);
+    let (logs, _) = cluster
+        .settled_replica_logs(&info, Durability::Sync, burst.messages as u64)
+        .await?;
+    cluster.delete(&info).await?;
+    let Some((records, record_bytes)) = batch_of(&logs) else {
+        return Ok(None);
+    };
+    let batch = Batch {
+        payload,
+        records,
+        record_bytes,
+    };
+    measure(batch, replicas, syncs, folder, bar).map(Some)
 }
 
 /// Has the kernel write back every dirty page (`sync`), so that what the

@@ -55,8 +55,8 @@ use crate::output::{self, Output, OutputArgs};
 use crate::process::{ClusterOptions, ServersAs};
 use crate::progress;
 use crate::replication::{
-    batch_of, binary_or_self, parse_protocol, publish, publish_one_at_a_time, spawn_cluster,
-    Cluster, Durability, ReplicaLog,
+    batch_of, binary_or_self, parse_protocol, payload_of, publish, publish_one_at_a_time,
+    spawn_cluster, Cluster, Durability, ReplicaLog,
 };
 use crate::units::{fixed, format_bytes, parse_bytes, parse_switch};
 
@@ -413,18 +413,10 @@ fn publisher_config(args: &PatternsArgs, cluster: &Cluster, window: usize) -> Pu
     }
 }
 
-/// A payload of `size` bytes that is not all zeros.
-pub fn payload_of(size: usize) -> Vec<u8> {
-    (0..size).map(|index| (index % 241) as u8).collect()
-}
-
 /// The disk's and the loopback's limits at each payload, when the run
-/// has `sync` one-hop-ack-client cells: first a calibration burst of
-/// warm-up messages to a stream of its own shows the batch size the logs
-/// form at that payload; then, on a disk that has written back what the
-/// burst left, the limits at that batch size. Measured before the cells,
-/// so that neither the cells' write-back slows the disk's measurement nor
-/// the measurement's the cells.
+/// has `sync` one-hop-ack-client cells, measured before the cells
+/// (`limits::calibrate`), so that neither the cells' write-back slows the
+/// disk's measurement nor the measurement's the cells.
 async fn measure_limits(
     cluster: &Cluster,
     args: &PatternsArgs,
@@ -435,51 +427,13 @@ async fn measure_limits(
         && args.patterns.contains(&Protocol::OneHopAckClient);
     let mut limits = Vec::new();
     for &payload in args.payloads.iter().filter(|_| measured) {
-        bar.set_message(format!("limits at {}: calibration", format_bytes(payload)));
-        let name = format!("patterns-calibration-{payload}");
-        let info = cluster
-            .create(
-                &name,
-                Durability::Sync,
-                Protocol::OneHopAckClient,
-                REPLICAS as u8,
-            )
-            .await?;
-        let publisher = Publisher::connect(&info, publisher_config(args, cluster, args.window))
-            .await
-            .with_context(|| format!("cannot connect a publisher to {name}"))?;
-        let burst = args.warmup_messages().max(CALIBRATION_MESSAGES_MIN);
-        let hidden = ProgressBar::hidden();
-        let publishers = std::slice::from_ref(&publisher);
-        publish(
-            publishers,
-            args.window,
-            &payload_of(payload),
-            burst,
-            &hidden,
-        )
-        .await
-        .with_context(|| format!("publishing to {name} failed"))?;
-        drop(publisher);
-        let (logs, _) = cluster
-            .settled_replica_logs(&info, Durability::Sync, burst as u64)
-            .await?;
-        cluster.delete(&info).await?;
-        let Some((batch_records, record_bytes)) = batch_of(&logs) else {
-            continue;
-        };
-        let batch = limits::Batch {
+        let burst = limits::Burst {
             payload,
-            records: batch_records,
-            record_bytes,
+            messages: args.warmup_messages().max(CALIBRATION_MESSAGES_MIN),
+            config: publisher_config(args, cluster, args.window),
         };
-        limits.push(limits::measure(
-            batch,
-            REPLICAS,
-            args.disk_syncs,
-            folder,
-            bar,
-        )?);
+        let probe = (REPLICAS, args.disk_syncs, folder);
+        limits.extend(limits::calibrate(cluster, burst, probe, bar).await?);
     }
     Ok(limits)
 }

@@ -496,6 +496,11 @@ pub fn spawn_cluster(
     Servers::start(binary, servers, folder, options)
 }
 
+/// A payload of `size` bytes that is not all zeros.
+pub fn payload_of(size: usize) -> Vec<u8> {
+    (0..size).map(|index| (index % 241) as u8).collect()
+}
+
 /// The stamplog binary to run: `--server-binary`, or this program.
 pub fn binary_or_self(binary: &Option<PathBuf>) -> anyhow::Result<PathBuf> {
     match binary {

@@ -11,6 +11,7 @@ mod failover;
 mod metrics;
 mod partitions;
 mod patterns;
+mod scale;
 mod sender;
 
 use std::path::{Path, PathBuf};

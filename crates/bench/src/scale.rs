@@ -1,0 +1,355 @@
+//! `bench scale`: many streams and many clients on separate server
+//! processes (F17, issue 20).
+//!
+//! Three `stamplog server` processes (`--servers`), and for each count of
+//! streams S (`--streams`, by default 1, 10 and 100, `sync`
+//! one-hop-ack-client, R = 3, placed by the cluster across the servers)
+//! and each count of clients C (`--clients`: 1, 4, 16), C clients start
+//! together, each with a client id of its own and one publisher per
+//! stream it writes (stream j is written by client j mod C, and when
+//! there are fewer streams than clients, client c writes stream c mod S),
+//! each client keeping `--window` messages in flight over its streams.
+//! The figure is the aggregate rate (`--messages` over the time from the
+//! start to the last ack), beside the disk's and the loopback's limits at
+//! the payload, measured first on a rested disk (`limits::calibrate`).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{ensure, Context};
+use clap::Parser;
+use client::{Protocol, Publisher, PublisherConfig, StreamInfo};
+use indicatif::ProgressBar;
+use report::stats::Summary;
+use report::Table;
+
+use crate::limits::{self, PayloadLimits};
+use crate::output::{self, Output, OutputArgs};
+use crate::process::{ClusterOptions, ServersAs};
+use crate::progress;
+use crate::replication::{
+    binary_or_self, payload_of, publish, spawn_cluster, Cluster, Durability, PublishRun,
+};
+use crate::units::{fixed, format_bytes, parse_bytes};
+
+/// Messages of the calibration burst that shows the logs' batch size.
+const CALIBRATION_MESSAGES: usize = 20_000;
+
+/// Options of `bench scale`.
+#[derive(Parser, Debug, Clone)]
+#[command(name = "scale")]
+pub struct ScaleArgs {
+    /// The stamplog binary to run as the servers [default: this program].
+    #[arg(long, value_name = "PATH")]
+    pub server_binary: Option<PathBuf>,
+    /// Where the servers run: `processes` (each its own `stamplog server`
+    /// process, as deployed) or `threads` (one `stamplog cluster`
+    /// process).
+    #[arg(long, value_enum, default_value_t = ServersAs::Processes)]
+    pub servers_as: ServersAs,
+    /// Servers in the cluster.
+    #[arg(long, default_value_t = 3)]
+    pub servers: usize,
+    /// Replicas of each stream.
+    #[arg(long, default_value_t = 3)]
+    pub replicas: u8,
+    /// Counts of streams, comma separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,10,100")]
+    pub streams: Vec<usize>,
+    /// Counts of clients, comma separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,4,16")]
+    pub clients: Vec<usize>,
+    /// Payload bytes of each message (units B, KB, KiB).
+    #[arg(long, value_parser = parse_bytes, default_value = "1KB")]
+    pub payload: usize,
+    /// Messages each client keeps in flight over its streams.
+    #[arg(long, default_value_t = 256)]
+    pub window: usize,
+    /// Messages per cell, over all its clients.
+    #[arg(long, default_value_t = 200_000)]
+    pub messages: usize,
+    /// Batches each disk-limit writer writes and syncs.
+    #[arg(long, default_value_t = 300)]
+    pub disk_syncs: usize,
+    /// A publisher resends what is not acknowledged after this long.
+    #[arg(long, default_value_t = 2000)]
+    pub retry_ms: u64,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+impl Default for ScaleArgs {
+    fn default() -> Self {
+        ScaleArgs::parse_from(["scale"])
+    }
+}
+
+/// One count of streams and clients.
+#[derive(Clone, Debug)]
+pub struct ScaleCell {
+    pub streams: usize,
+    pub clients: usize,
+    pub messages: usize,
+    pub seconds: f64,
+    pub messages_per_second: f64,
+    pub megabytes_per_second: f64,
+    /// Each message's time from its submit to its acknowledgement, µs.
+    pub latency: Summary,
+}
+
+/// Everything `bench scale` measured.
+#[derive(Clone, Debug)]
+pub struct ScaleFigures {
+    pub cells: Vec<ScaleCell>,
+    pub limits: Option<PayloadLimits>,
+}
+
+impl ScaleFigures {
+    pub fn cell(&self, streams: usize, clients: usize) -> Option<&ScaleCell> {
+        let mut cells = self.cells.iter();
+        cells.find(|c| c.streams == streams && c.clients == clients)
+    }
+}
+
+/// Runs the experiment, prints its table, writes its files.
+pub fn run(args: ScaleArgs) -> anyhow::Result<ScaleFigures> {
+    ensure!(
+        !args.streams.is_empty() && !args.clients.is_empty(),
+        "--streams and --clients each need at least one count"
+    );
+    ensure!(
+        args.streams.iter().chain(&args.clients).all(|n| *n > 0),
+        "counts of streams and clients must be at least 1"
+    );
+    ensure!(
+        args.messages > 0 && args.window > 0,
+        "--messages and --window must be at least 1"
+    );
+    ensure!(
+        (1..=args.servers).contains(&usize::from(args.replicas)),
+        "--replicas must be between 1 and --servers"
+    );
+    let binary = binary_or_self(&args.server_binary)?;
+    let data = args.output.data_folder("scale")?;
+    let runtime = output::runtime()?;
+    let options = ClusterOptions {
+        servers_as: args.servers_as,
+        ..ClusterOptions::default()
+    };
+    let servers = spawn_cluster(&binary, args.servers, data.path(), options)?;
+    let cluster = runtime.block_on(Cluster::connect(servers))?;
+    let total = (args.messages * args.streams.len() * args.clients.len()) as u64;
+    let bar = progress::bar(total, "scale", args.output.quiet);
+    let burst = limits::Burst {
+        payload: args.payload,
+        messages: CALIBRATION_MESSAGES.min(args.messages),
+        config: publisher_config(&args, &cluster, args.window),
+    };
+    let probe = (usize::from(args.replicas), args.disk_syncs, data.path());
+    let limits = runtime.block_on(limits::calibrate(&cluster, burst, probe, &bar))?;
+    let mut cells = Vec::new();
+    for &streams in &args.streams {
+        for &clients in &args.clients {
+            bar.set_message(format!("{streams} streams, {clients} clients"));
+            cells.push(runtime.block_on(run_cell(&cluster, &args, streams, clients, &bar))?);
+        }
+    }
+    cluster.stop()?;
+    drop(runtime);
+    bar.finish_and_clear();
+    let figures = ScaleFigures { cells, limits };
+    write_report(&args, &figures)?;
+    Ok(figures)
+}
+
+fn publisher_config(args: &ScaleArgs, cluster: &Cluster, window: usize) -> PublisherConfig {
+    PublisherConfig {
+        window: window.max(1),
+        credentials: cluster.credentials().clone(),
+        retry: Duration::from_millis(args.retry_ms.max(1)),
+        client_id: Some(proto::random_u128()),
+        ..PublisherConfig::default()
+    }
+}
+
+/// The streams client `client` of `clients` writes, of `streams`.
+pub fn streams_of(client: usize, clients: usize, streams: usize) -> Vec<usize> {
+    if streams < clients {
+        return vec![client % streams];
+    }
+    (client..streams).step_by(clients).collect()
+}
+
+async fn run_cell(
+    cluster: &Cluster,
+    args: &ScaleArgs,
+    streams: usize,
+    clients: usize,
+    bar: &ProgressBar,
+) -> anyhow::Result<ScaleCell> {
+    let mut infos: Vec<StreamInfo> = Vec::with_capacity(streams);
+    for index in 0..streams {
+        let name = format!("scale-{streams}s-{clients}c-{index}");
+        let stream = (Durability::Sync, Protocol::OneHopAckClient, args.replicas);
+        infos.push(cluster.create(&name, stream.0, stream.1, stream.2).await?);
+    }
+    let mut groups = Vec::with_capacity(clients);
+    for client in 0..clients {
+        let mine = streams_of(client, clients, streams);
+        // One client id for all of a client's publishers; its window
+        // shared among them.
+        let config = publisher_config(args, cluster, args.window / mine.len());
+        let mut publishers = Vec::with_capacity(mine.len());
+        for index in mine {
+            let publisher = Publisher::connect(&infos[index], config.clone())
+                .await
+                .with_context(|| format!("cannot connect a publisher to {}", infos[index].name))?;
+            publishers.push(publisher);
+        }
+        groups.push(publishers);
+    }
+    let payload = Arc::new(payload_of(args.payload));
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..clients)
+        .zip(groups)
+        .map(|(client, publishers)| {
+            let (payload, bar, window) = (Arc::clone(&payload), bar.clone(), args.window);
+            let messages = args.messages / clients + usize::from(client < args.messages % clients);
+            tokio::spawn(
+                async move { publish(&publishers, window, &payload, messages, &bar).await },
+            )
+        })
+        .collect();
+    let mut runs: Vec<PublishRun> = Vec::with_capacity(clients);
+    for task in tasks {
+        runs.push(task.await.context("a client task panicked")??);
+    }
+    let finished = runs.iter().map(|r| r.finished).max().unwrap_or(started);
+    for info in &infos {
+        cluster.delete(info).await?;
+    }
+    let messages: usize = runs.iter().map(|r| r.messages).sum();
+    let latencies: Vec<f64> = runs
+        .iter()
+        .flat_map(|r| r.latencies_us.iter().copied())
+        .collect();
+    let seconds = (finished - started).as_secs_f64();
+    Ok(ScaleCell {
+        streams,
+        clients,
+        messages,
+        seconds,
+        messages_per_second: messages as f64 / seconds,
+        megabytes_per_second: (messages * args.payload) as f64 / seconds / 1e6,
+        latency: Summary::of(&latencies),
+    })
+}
+
+/// One row per cell: the aggregate rate, its latency, and its fraction of
+/// the disk's limit and of one stream written by as many clients.
+pub fn table(figures: &ScaleFigures, args: &ScaleArgs) -> Table {
+    let disk = figures.limits.as_ref().map(|l| l.disk.messages_per_second);
+    let title = format!(
+        "Streams and clients: {} servers, R = {}, sync one-hop-ack-client, {} payloads, window {} per client; disk limit {} msgs/s, loopback limit {} msgs/s",
+        args.servers,
+        args.replicas,
+        format_bytes(args.payload),
+        args.window,
+        disk.map_or("-".into(), |d| fixed(d, 0)),
+        figures
+            .limits
+            .as_ref()
+            .map_or("-".into(), |l| fixed(l.loopback.messages_per_second(), 0)),
+    );
+    let columns = [
+        "streams",
+        "clients",
+        "msgs/s",
+        "MB/s",
+        "p50 µs",
+        "p99 µs",
+        "of disk",
+        "of 1 stream",
+    ];
+    let mut table = Table::new(title, &columns);
+    for cell in &figures.cells {
+        let one = figures.cell(1, cell.clients).map(|c| c.messages_per_second);
+        table.row(vec![
+            cell.streams.to_string(),
+            cell.clients.to_string(),
+            fixed(cell.messages_per_second, 0),
+            fixed(cell.megabytes_per_second, 1),
+            fixed(cell.latency.p50, 0),
+            fixed(cell.latency.p99, 0),
+            disk.map_or("-".into(), |d| fixed(cell.messages_per_second / d, 2)),
+            one.map_or("-".into(), |o| fixed(cell.messages_per_second / o, 2)),
+        ]);
+    }
+    table
+}
+
+fn write_report(args: &ScaleArgs, figures: &ScaleFigures) -> anyhow::Result<()> {
+    let table = table(figures, args);
+    print!("{}", table.render());
+    let mut output = Output::new(args.output.out_folder("scale"))?;
+    output.csv("scale", &table)?;
+    let mut chart = report::plot::Chart::lines("Aggregate rate", "streams", "msgs/s");
+    for &clients in &args.clients {
+        let points = figures.cells.iter().filter(|c| c.clients == clients);
+        let points = points
+            .map(|c| (c.streams as f64, c.messages_per_second))
+            .collect();
+        let name = format!("{clients} clients");
+        chart.add(report::plot::Series::new(name, points));
+    }
+    output.png("scale", &chart)?;
+    let cells: Vec<serde_json::Value> = figures
+        .cells
+        .iter()
+        .map(|c| {
+            serde_json::json!({
+                "streams": c.streams, "clients": c.clients, "messages": c.messages,
+                "seconds": c.seconds, "messages_per_second": c.messages_per_second,
+                "megabytes_per_second": c.megabytes_per_second, "latency_us": c.latency.to_json(),
+            })
+        })
+        .collect();
+    let json = serde_json::json!({
+        "experiment": "scale",
+        "payload_bytes": args.payload,
+        "window": args.window,
+        "replicas": args.replicas,
+        "limits": figures.limits.as_ref().map(PayloadLimits::to_json),
+        "table": table.to_json(),
+        "cells": cells,
+    });
+    output.json(args.output.json.as_deref(), &json)?;
+    output.announce();
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::streams_of;
+
+    #[test]
+    fn every_stream_has_a_writer_and_every_client_a_stream() {
+        assert_eq!(streams_of(0, 4, 10), [0, 4, 8]);
+        assert_eq!(streams_of(3, 4, 10), [3, 7]);
+        assert_eq!(streams_of(5, 16, 1), [0]);
+        assert_eq!(streams_of(12, 16, 10), [2]);
+        for (clients, streams) in [(1, 1), (4, 10), (16, 100), (16, 10), (4, 1)] {
+            let mut written: Vec<usize> = (0..clients)
+                .flat_map(|c| streams_of(c, clients, streams))
+                .collect();
+            written.sort_unstable();
+            written.dedup();
+            assert_eq!(
+                written,
+                (0..streams).collect::<Vec<_>>(),
+                "{clients} {streams}"
+            );
+        }
+    }
+}

@@ -1,0 +1,39 @@
+//! `bench scale` with tiny parameters: three server processes, one and
+//! three streams, one and two clients.
+
+use bench::scale::{self, ScaleArgs};
+
+use crate::{assert_files, quiet_output, read_json, stamplog_binary};
+
+#[test]
+fn bench_scale_runs_every_count_of_streams_and_clients() {
+    let folder = tempfile::tempdir().unwrap();
+    let args = ScaleArgs {
+        server_binary: Some(stamplog_binary()),
+        streams: vec![1, 3],
+        clients: vec![1, 2],
+        messages: 300,
+        window: 16,
+        disk_syncs: 10,
+        output: quiet_output(folder.path()),
+        ..ScaleArgs::default()
+    };
+    let figures = scale::run(args).unwrap();
+    let counts: Vec<(usize, usize)> = figures
+        .cells
+        .iter()
+        .map(|c| (c.streams, c.clients))
+        .collect();
+    assert_eq!(counts, [(1, 1), (1, 2), (3, 1), (3, 2)]);
+    for cell in &figures.cells {
+        assert_eq!(cell.messages, 300, "every message acknowledged: {cell:?}");
+        assert_eq!(cell.latency.count, 300, "{cell:?}");
+        assert!(cell.messages_per_second > 0.0 && cell.megabytes_per_second > 0.0);
+    }
+    let limits = figures.limits.as_ref().expect("the limits at the payload");
+    assert_eq!(limits.payload, 1000);
+    assert!(limits.disk.messages_per_second > 0.0 && limits.loopback.messages_per_second() > 0.0);
+    assert_files(&folder.path().join("out"), &["scale.csv", "scale.png"]);
+    let json = read_json(&folder.path().join("figures.json"));
+    assert_eq!(json["cells"].as_array().unwrap().len(), 4);
+}
