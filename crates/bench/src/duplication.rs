@@ -49,9 +49,9 @@ use report::Table;
 use crate::output::{self, Output, OutputArgs};
 use crate::process::{ClusterOptions, ServersAs};
 use crate::progress;
-use crate::replication::payload_of;
 use crate::replication::{
-    binary_or_self, parse_protocol, publish, spawn_cluster, Cluster, Durability, PublishRun,
+    binary_or_self, parse_protocol, payload_of, publish, spawn_cluster, Cluster, Durability,
+    PublishRun, Together,
 };
 use crate::units::{fixed, format_bytes, parse_bytes};
 
@@ -362,23 +362,17 @@ async fn run_cell(
         runs.push(run.with_context(|| format!("a client of {} failed", variant.label()))?);
         modes.extend(publishers.iter().map(Publisher::hybrid_mode));
     }
-    let finished = runs.iter().map(|r| r.finished).max().unwrap_or(started);
     let settled = settle_and_delete(cluster, args, &stripes, clients).await?;
-    let messages: usize = runs.iter().map(|r| r.messages).sum();
-    let latencies: Vec<f64> = runs
-        .iter()
-        .flat_map(|r| r.latencies_us.iter().copied())
-        .collect();
-    let seconds = (finished - started).as_secs_f64();
+    let together = Together::of(&runs, started);
     Ok(DuplicationCell {
         clients,
         variant,
-        messages,
-        duplicates: runs.iter().map(|r| r.duplicates).sum(),
-        seconds,
-        messages_per_second: messages as f64 / seconds,
-        megabytes_per_second: (messages * args.payload) as f64 / seconds / 1e6,
-        latency: Summary::of(&latencies),
+        messages: together.messages,
+        duplicates: together.duplicates,
+        seconds: together.seconds,
+        messages_per_second: together.messages_per_second(),
+        megabytes_per_second: together.megabytes_per_second(args.payload),
+        latency: Summary::of(&together.latencies_us),
         percent_of_baseline: None,
         hybrid_mode: (variant == Variant::Duplicated(Protocol::Hybrid)).then(|| mode_label(&modes)),
         settled,

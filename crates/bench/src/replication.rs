@@ -393,6 +393,41 @@ impl PublishRun {
     }
 }
 
+/// What clients that started together at `started` did, over all of
+/// them: messages done, each one's latency, the time from the start to
+/// the last ack.
+#[derive(Clone, Debug)]
+pub struct Together {
+    pub messages: usize,
+    pub duplicates: usize,
+    pub latencies_us: Vec<f64>,
+    pub seconds: f64,
+}
+
+impl Together {
+    pub fn of(runs: &[PublishRun], started: Instant) -> Together {
+        let finished = runs.iter().map(|r| r.finished).max().unwrap_or(started);
+        Together {
+            messages: runs.iter().map(|r| r.messages).sum(),
+            duplicates: runs.iter().map(|r| r.duplicates).sum(),
+            latencies_us: runs
+                .iter()
+                .flat_map(|r| r.latencies_us.iter().copied())
+                .collect(),
+            seconds: (finished - started).as_secs_f64(),
+        }
+    }
+
+    pub fn messages_per_second(&self) -> f64 {
+        self.messages as f64 / self.seconds
+    }
+
+    /// Payload megabytes (10^6) per second at `payload` bytes a message.
+    pub fn megabytes_per_second(&self, payload: usize) -> f64 {
+        (self.messages * payload) as f64 / self.seconds / 1e6
+    }
+}
+
 /// Publishes `messages` copies of `payload`, message `i` through
 /// `publishers[i % publishers.len()]`, each publisher keeping its window
 /// (`window` messages) full; returns once every message is done.

@@ -29,7 +29,7 @@ use crate::output::{self, Output, OutputArgs};
 use crate::process::{ClusterOptions, ServersAs};
 use crate::progress;
 use crate::replication::{
-    binary_or_self, payload_of, publish, spawn_cluster, Cluster, Durability, PublishRun,
+    binary_or_self, payload_of, publish, spawn_cluster, Cluster, Durability, PublishRun, Together,
 };
 use crate::units::{fixed, format_bytes, parse_bytes};
 
@@ -225,24 +225,18 @@ async fn run_cell(
     for task in tasks {
         runs.push(task.await.context("a client task panicked")??);
     }
-    let finished = runs.iter().map(|r| r.finished).max().unwrap_or(started);
     for info in &infos {
         cluster.delete(info).await?;
     }
-    let messages: usize = runs.iter().map(|r| r.messages).sum();
-    let latencies: Vec<f64> = runs
-        .iter()
-        .flat_map(|r| r.latencies_us.iter().copied())
-        .collect();
-    let seconds = (finished - started).as_secs_f64();
+    let together = Together::of(&runs, started);
     Ok(ScaleCell {
         streams,
         clients,
-        messages,
-        seconds,
-        messages_per_second: messages as f64 / seconds,
-        megabytes_per_second: (messages * args.payload) as f64 / seconds / 1e6,
-        latency: Summary::of(&latencies),
+        messages: together.messages,
+        seconds: together.seconds,
+        messages_per_second: together.messages_per_second(),
+        megabytes_per_second: together.megabytes_per_second(args.payload),
+        latency: Summary::of(&together.latencies_us),
     })
 }
 
