@@ -191,8 +191,12 @@ async fn run_cell(
     let mut infos: Vec<StreamInfo> = Vec::with_capacity(streams);
     for index in 0..streams {
         let name = format!("scale-{streams}s-{clients}c-{index}");
-        let stream = (Durability::Sync, Protocol::OneHopAckClient, args.replicas);
-        infos.push(cluster.create(&name, stream.0, stream.1, stream.2).await?);
+        let (durability, protocol) = (Durability::Sync, Protocol::OneHopAckClient);
+        infos.push(
+            cluster
+                .create(&name, durability, protocol, args.replicas)
+                .await?,
+        );
     }
     let mut groups = Vec::with_capacity(clients);
     for client in 0..clients {

@@ -8,6 +8,5 @@ mod collect;
 mod get;
 mod http;
 
-pub use crate::metrics::{Histogram, Metrics};
 pub use get::get;
 pub use http::{serve_admin, AdminServer};
