@@ -2,14 +2,15 @@
 //! servers that hold many streams (F15).
 //!
 //! Separate server processes (`stamplog server`, one per server, each with
-//! its admin port on a free loopback port) form a cluster; the experiment
-//! creates `--streams` replicated streams (R = `--replicas`, so with the
-//! defaults every server holds a replica of each) once every server's
-//! `/health/ready` says it is in the view, acknowledges one
-//! message on each so that every stream has its ack-latency histogram,
-//! then scrapes every server's `/metrics` `--scrapes` times, one after
-//! another, and reports the time from the request to the last byte of the
-//! answer (p50, p99, max), the answer's size and its samples.
+//! its admin port on a loopback port the cluster reserved) form a
+//! cluster. Once every server's `/health/ready` says it is in the view,
+//! the experiment creates `--streams` replicated streams (R =
+//! `--replicas`, so with the defaults every server holds a replica of
+//! each), acknowledges one message on each so that every stream has its
+//! ack-latency histogram, then scrapes every server's `/metrics`
+//! `--scrapes` times, one after another, and reports the time from the
+//! request to the last byte of the answer (p50, p99, max), the answer's
+//! size and its samples.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -102,12 +103,7 @@ pub fn run(args: MetricsArgs) -> anyhow::Result<MetricsFigures> {
     );
     let binary = binary_or_self(&args.server_binary)?;
     let data = args.output.data_folder("metrics")?;
-    let cluster = ProcessCluster::start(
-        &binary,
-        data.path(),
-        args.servers,
-        &["--admin-listen".to_string(), "127.0.0.1:0".to_string()],
-    )?;
+    let cluster = ProcessCluster::start(&binary, data.path(), args.servers, &[])?;
     let admins = (1..=args.servers)
         .map(|id| cluster.admin_address(id))
         .collect::<anyhow::Result<Vec<_>>>()?;

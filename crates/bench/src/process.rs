@@ -12,15 +12,12 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use anyhow::{bail, ensure, Context};
+use anyhow::{bail, Context};
 
 use crate::network::Namespaces;
 
 /// How long the child may take to print its `listening on` line.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(20);
-
-/// What a server writes on stderr before its admin port's address.
-const ADMIN_PREFIX: &str = "admin port http://";
 
 /// The first line the server prints on stdout, followed by its address.
 const LISTENING_PREFIX: &str = "listening on ";
@@ -497,6 +494,9 @@ pub struct ProcessCluster {
     binary: PathBuf,
     data: PathBuf,
     pub addresses: Vec<SocketAddr>,
+    /// Each server's admin port on loopback, reserved with `addresses`
+    /// (empty in network namespaces).
+    admins: Vec<SocketAddr>,
     servers: Vec<Option<ServerProcess>>,
     starts: Vec<u32>,
     extra: Vec<String>,
@@ -543,11 +543,22 @@ impl ProcessCluster {
         extra: &[String],
         (network, security): (Option<Namespaces>, Option<server::LocalSecurity>),
     ) -> anyhow::Result<ProcessCluster> {
-        let addresses = match &network {
-            Some(network) => (1..=count).map(|id| network.listen(id)).collect(),
-            None => free_ports(count)?,
+        // On loopback each server's client and admin ports are reserved
+        // together, all distinct: a server left to pick its admin port
+        // could take a port reserved for a server not started yet.
+        let (addresses, admins) = match &network {
+            Some(network) => (
+                (1..=count).map(|id| network.listen(id)).collect(),
+                Vec::new(),
+            ),
+            None => {
+                let mut ports = free_ports(2 * count)?;
+                let admins = ports.split_off(count as usize);
+                (ports, admins)
+            }
         };
         let mut cluster = ProcessCluster {
+            admins,
             binary: binary.to_path_buf(),
             network,
             data: data.to_path_buf(),
@@ -634,6 +645,12 @@ impl ProcessCluster {
                 security.tokens.display().to_string(),
             ]);
         }
+        if !self.extra.iter().any(|arg| arg == "--admin-listen") {
+            // In a namespace the admin port would be out of this
+            // process's reach: none there.
+            let admin = self.admins.get(index).map(SocketAddr::to_string);
+            extra.extend(["--admin-listen".to_string(), admin.unwrap_or("off".into())]);
+        }
         extra.extend(self.extra.iter().cloned());
         let command = match &self.network {
             Some(network) => network.command(id, &self.binary),
@@ -650,29 +667,14 @@ impl ProcessCluster {
         Ok(())
     }
 
-    /// The admin port of server `id`'s current process, from the line
-    /// `admin port http://ADDRESS/` it writes on stderr once it serves
-    /// one (`--admin-listen`, on by default).
+    /// The admin port of server `id` (reserved on loopback; none in
+    /// network namespaces or when the caller set `--admin-listen`).
     pub fn admin_address(&self, id: u32) -> anyhow::Result<SocketAddr> {
-        let index = id as usize - 1;
-        let log = self
-            .data
-            .join(format!("server-{id}-start-{}.log", self.starts[index]));
-        let deadline = std::time::Instant::now() + STARTUP_TIMEOUT;
-        loop {
-            let text = std::fs::read_to_string(&log).unwrap_or_default();
-            if let Some(address) = admin_line(&text) {
-                return address
-                    .parse()
-                    .with_context(|| format!("server {id} printed a bad admin address"));
-            }
-            ensure!(
-                std::time::Instant::now() < deadline,
-                "server {id} named no admin port within {STARTUP_TIMEOUT:?} ({})",
-                log.display()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let set_by_caller = self.extra.iter().any(|arg| arg == "--admin-listen");
+        let admin = self.admins.get(id as usize - 1).filter(|_| !set_by_caller);
+        admin
+            .copied()
+            .with_context(|| format!("server {id} has no admin port this cluster reserved"))
     }
 
     /// Kills server `id` with SIGKILL (when it runs).
@@ -730,13 +732,6 @@ impl ProcessCluster {
     }
 }
 
-/// The address in a server's `admin port http://ADDRESS/` line.
-fn admin_line(stderr: &str) -> Option<&str> {
-    let start = stderr.find(ADMIN_PREFIX)? + ADMIN_PREFIX.len();
-    let rest = &stderr[start..];
-    Some(&rest[..rest.find('/')?])
-}
-
 /// `count` free loopback addresses: bound, noted and released; the
 /// servers bind them a moment later.
 fn free_ports(count: u32) -> anyhow::Result<Vec<SocketAddr>> {
@@ -753,13 +748,6 @@ fn free_ports(count: u32) -> anyhow::Result<Vec<SocketAddr>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_admin_address_is_read_from_the_servers_line() {
-        let stderr = "stamplog server 0.1.0 on 127.0.0.1:5000\nadmin port http://127.0.0.1:4242/ (metrics at http://127.0.0.1:4242/metrics)\n";
-        assert_eq!(admin_line(stderr), Some("127.0.0.1:4242"));
-        assert_eq!(admin_line("listening"), None);
-    }
 
     #[test]
     fn memory_usage_of_this_process_is_positive() {
