@@ -71,8 +71,22 @@ pub async fn read_some<R: AsyncRead + Unpin>(
     Ok(count)
 }
 
+/// Reads what a connection has onto the end of `buffer`, with room for
+/// at least `room` bytes: no scratch buffer, so no copy out of one.
+/// Cancel-safe: `buffer` grows only by what a completed read returned.
+pub async fn read_into<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    buffer: &mut Vec<u8>,
+    room: usize,
+) -> std::io::Result<usize> {
+    buffer.reserve(room);
+    reader.read_buf(buffer).await
+}
+
 /// Bytes the flusher gathers into one write at most.
 const FLUSH_BYTES_MAX: usize = 1024 * 1024;
+/// Sends in one vectored write at most (Linux takes 1,024 slices).
+const FLUSH_SENDS_MAX: usize = 512;
 
 /// Why bytes were not taken.
 #[derive(Debug)]
@@ -259,7 +273,7 @@ impl<H: Send + 'static> SharedWriter<H> {
     /// closed and its queue written, or the socket fails (later sends are
     /// then refused with `Closed`).
     pub async fn run(&self) {
-        let mut batch = Vec::new();
+        let mut batch = Batch::default();
         let mut holds = Vec::new();
         loop {
             match self.take_batch(&mut batch, &mut holds) {
@@ -281,9 +295,10 @@ impl<H: Send + 'static> SharedWriter<H> {
         }
     }
 
-    /// Moves queued sends into `batch` (up to `FLUSH_BYTES_MAX`), or, with
-    /// nothing queued, gives the socket back to direct writers.
-    fn take_batch(&self, batch: &mut Vec<u8>, holds: &mut Vec<H>) -> Taken {
+    /// Moves queued sends into `batch` (up to `FLUSH_BYTES_MAX` and
+    /// `FLUSH_SENDS_MAX`), or, with nothing queued, gives the socket back
+    /// to direct writers.
+    fn take_batch(&self, batch: &mut Batch, holds: &mut Vec<H>) -> Taken {
         let mut state = self.lock();
         if state.queue.is_empty() {
             state.flushing = false;
@@ -294,11 +309,12 @@ impl<H: Send + 'static> SharedWriter<H> {
         }
         batch.clear();
         state.last_write = Some(Instant::now());
+        let gather = matches!(self.socket, Socket::Tls(_));
         while let Some((bytes, hold)) = state.queue.pop_front() {
             state.queued_bytes -= bytes.len();
-            batch.extend_from_slice(&bytes);
+            batch.push(bytes, gather);
             holds.extend(hold);
-            if batch.len() >= FLUSH_BYTES_MAX {
+            if batch.bytes >= FLUSH_BYTES_MAX || batch.sends.len() >= FLUSH_SENDS_MAX {
                 break;
             }
         }
@@ -407,12 +423,12 @@ impl<H: Send + 'static> SharedWriter<H> {
     }
 
     /// Writes a batch of the flusher.
-    async fn write_batch(&self, bytes: &[u8]) -> std::io::Result<()> {
+    async fn write_batch(&self, batch: &Batch) -> std::io::Result<()> {
         match &self.socket {
-            Socket::Plain(socket) => write_all(socket, bytes).await,
+            Socket::Plain(socket) => write_all_vectored(socket, &batch.sends).await,
             Socket::Tls(socket) => {
                 let mut socket = socket.lock().await;
-                socket.write_all(bytes).await?;
+                socket.write_all(&batch.gathered).await?;
                 socket.flush().await
             }
         }
@@ -423,12 +439,54 @@ impl<H: Send + 'static> SharedWriter<H> {
     }
 }
 
-async fn write_all(socket: &OwnedWriteHalf, mut bytes: &[u8]) -> std::io::Result<()> {
-    while !bytes.is_empty() {
+/// What the flusher writes at once. On a plain socket, the queued sends
+/// themselves, written with vectored writes: no copy of their bytes on
+/// the way to the kernel. On a TLS link, gathered into one buffer: the TLS
+/// layer copies them into its records anyway, and a few large records
+/// cost less than one per send.
+#[derive(Default)]
+struct Batch {
+    sends: Vec<Vec<u8>>,
+    gathered: Vec<u8>,
+    bytes: usize,
+}
+
+impl Batch {
+    fn clear(&mut self) {
+        self.sends.clear();
+        self.gathered.clear();
+        self.bytes = 0;
+    }
+
+    fn push(&mut self, bytes: Vec<u8>, gather: bool) {
+        self.bytes += bytes.len();
+        match gather {
+            true => self.gathered.extend_from_slice(&bytes),
+            false => self.sends.push(bytes),
+        }
+    }
+}
+
+/// Writes every byte of `sends`, in order, with as few vectored writes as
+/// the socket allows.
+async fn write_all_vectored(socket: &OwnedWriteHalf, sends: &[Vec<u8>]) -> std::io::Result<()> {
+    // The next byte to write: the send, and the offset in it.
+    let (mut index, mut offset) = (0, 0);
+    while index < sends.len() {
         socket.writable().await?;
-        match socket.try_write(bytes) {
+        let slices: Vec<std::io::IoSlice<'_>> = std::iter::once(&sends[index][offset..])
+            .chain(sends[index + 1..].iter().map(Vec::as_slice))
+            .map(std::io::IoSlice::new)
+            .collect();
+        match socket.try_write_vectored(&slices) {
             Ok(0) => return Err(ErrorKind::WriteZero.into()),
-            Ok(count) => bytes = &bytes[count..],
+            Ok(mut count) => {
+                while index < sends.len() && count >= sends[index].len() - offset {
+                    count -= sends[index].len() - offset;
+                    (index, offset) = (index + 1, 0);
+                }
+                offset += count;
+            }
             Err(error)
                 if matches!(error.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {}
             Err(error) => return Err(error),

@@ -287,3 +287,63 @@ async fn a_gathered_batch_is_written_at_once_keeps_its_buffer_and_never_overtake
     writer.close();
     flusher.await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queued_sends_of_every_size_arrive_whole_and_in_order_through_partial_vectored_writes() {
+    // Small socket buffers on both sides, so most writes are partial.
+    let listener = tokio::net::TcpSocket::new_v4().unwrap();
+    listener.set_recv_buffer_size(4096).unwrap();
+    listener.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let address = listener.local_addr().unwrap();
+    let listener = listener.listen(1).unwrap();
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_send_buffer_size(4096).unwrap();
+    let (connected, accepted) = tokio::join!(socket.connect(address), listener.accept());
+    let (_, write) = connected.unwrap().into_split();
+    let writer = Arc::new(SharedWriter::new(net::LinkWriter::Plain(write), 4096));
+    let mut peer = accepted.unwrap().0;
+    let flusher = spawn_flusher(&writer);
+    // Sizes from a header alone to past a socket buffer's share, so that
+    // vectored writes stop inside a send and between sends.
+    let sizes = |n: u32| 9 + (n as usize * 7919) % 70_000;
+    let count = 1500u32;
+    let reader = tokio::spawn(async move {
+        let mut all = Vec::new();
+        let mut piece = vec![0u8; 3000];
+        loop {
+            let read = peer.read(&mut piece).await.unwrap();
+            if read == 0 {
+                return all;
+            }
+            all.extend_from_slice(&piece[..read]);
+            if all.len() % 7 == 0 {
+                tokio::time::sleep(Duration::from_micros(200)).await;
+            }
+        }
+    });
+    for number in 0..count {
+        let mut item = message(2, number, sizes(number));
+        loop {
+            match writer.try_queue(item, None) {
+                Ok(()) => break,
+                Err(Refused::Full(bytes, _)) => {
+                    item = bytes;
+                    tokio::time::sleep(Duration::from_micros(100)).await;
+                }
+                Err(Refused::Closed) => panic!("the connection is up"),
+            }
+        }
+    }
+    writer.close();
+    // A flusher that lost its place in a send would write too few bytes
+    // or too many: the reader then waits, and the test fails here.
+    let read = tokio::time::timeout(Duration::from_secs(60), async move {
+        flusher.await.unwrap();
+        drop(writer);
+        reader.await.unwrap()
+    })
+    .await
+    .expect("every queued byte is written within a minute");
+    let got = messages(&read);
+    assert_eq!(got, (0..count).map(|n| (2, n)).collect::<Vec<_>>());
+}
