@@ -261,7 +261,6 @@ impl Driver {
         } = connection;
         let (outgoing, queue) = mpsc::unbounded_channel::<Vec<u8>>();
         let mut writer_task = tokio::spawn(write_frames(writer, queue));
-        let mut scratch = vec![0u8; READ_BYTES];
         let resend = self.resend_all();
         if !resend.is_empty() {
             let _ = outgoing.send(resend);
@@ -286,7 +285,7 @@ impl Driver {
                         return Ended::Closed;
                     }
                 },
-                read = net::read_some(&mut reader, &mut scratch, |bytes| buffer.extend(bytes)) => {
+                read = net::read_into(&mut reader, buffer.receiving(), READ_BYTES) => {
                     if !matches!(read, Ok(count) if count > 0) {
                         writer_task.abort();
                         return Ended::Broken;

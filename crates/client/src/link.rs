@@ -62,7 +62,6 @@ async fn connect_to(
             .map_err(|e| failure(e.to_string()))?;
         writer.flush().await.map_err(|e| failure(e.to_string()))?;
         let mut buffer = FrameBuffer::new();
-        let mut scratch = vec![0u8; READ_BYTES];
         loop {
             match buffer
                 .next_frame(HANDSHAKE_FRAME_BYTES_MAX)
@@ -84,7 +83,7 @@ async fn connect_to(
                 }
                 None => {}
             }
-            let count = net::read_some(&mut reader, &mut scratch, |bytes| buffer.extend(bytes))
+            let count = net::read_into(&mut reader, buffer.receiving(), READ_BYTES)
                 .await
                 .map_err(|e| failure(e.to_string()))?;
             if count == 0 {

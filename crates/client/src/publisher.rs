@@ -1056,7 +1056,6 @@ async fn run_link(
         shared,
         outbox,
         stop,
-        scratch: vec![0u8; ANSWER_READ_BYTES],
         writing: Vec::new(),
     };
     link::keep_connected(&config, client, first, &mut link).await;
@@ -1068,7 +1067,6 @@ struct Link {
     shared: Arc<Shared>,
     outbox: Arc<Outbox>,
     stop: watch::Receiver<bool>,
-    scratch: Vec<u8>,
     /// The buffer the link writes from, swapped with the outbox's.
     writing: Vec<u8>,
 }
@@ -1104,7 +1102,7 @@ impl Session for Link {
                 // lost with the connection, and the resend timer covers it.
                 _ = &mut flusher => return Ended::Broken,
                 _ = self.outbox.ready.notified() => self.outbox.hand_over(&mut self.writing),
-                read = net::read_some(&mut reader, &mut self.scratch, |bytes| buffer.extend(bytes)) => {
+                read = net::read_into(&mut reader, buffer.receiving(), ANSWER_READ_BYTES) => {
                     if !matches!(read, Ok(count) if count > 0) {
                         return Ended::Broken;
                     }

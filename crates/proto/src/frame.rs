@@ -1440,6 +1440,15 @@ impl FrameBuffer {
     /// Adds bytes read from the socket. Reading into a separate buffer and
     /// then calling this keeps a cancelled read from leaving junk behind.
     pub fn extend(&mut self, bytes: &[u8]) {
+        self.receiving().extend_from_slice(bytes);
+    }
+
+    /// The bytes received so far, to read more onto the end of (what
+    /// `extend` appends to), with the frames already cut dropped first: a
+    /// read straight into it saves copying every byte out of a scratch
+    /// buffer. The read must leave it as it was when cancelled (tokio's
+    /// `read_buf` does: it appends only what a completed read returned).
+    pub fn receiving(&mut self) -> &mut Vec<u8> {
         if self.start == self.bytes.len() {
             self.bytes.clear();
             self.start = 0;
@@ -1447,7 +1456,7 @@ impl FrameBuffer {
             self.bytes.drain(..self.start);
             self.start = 0;
         }
-        self.bytes.extend_from_slice(bytes);
+        &mut self.bytes
     }
 
     /// The next whole frame, if one has arrived.

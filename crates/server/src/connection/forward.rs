@@ -191,7 +191,6 @@ async fn relay(
     outgoing: Arc<Outgoing>,
     primary: ServerId,
 ) {
-    let mut scratch = vec![0u8; READ_BYTES];
     'read: loop {
         loop {
             let frame = match buffer.next_frame(ANSWER_FRAME_BYTES_MAX) {
@@ -211,7 +210,7 @@ async fn relay(
                 break 'read;
             }
         }
-        match net::read_some(&mut reader, &mut scratch, |bytes| buffer.extend(bytes)).await {
+        match net::read_into(&mut reader, buffer.receiving(), READ_BYTES).await {
             Ok(0) | Err(_) => break,
             Ok(_) => {}
         }

@@ -235,7 +235,6 @@ async fn serve_peer(
     server: &Arc<ServerState>,
 ) {
     let max_frame = server.config.peer_frame_bytes_max();
-    let mut scratch = vec![0u8; READ_BYTES];
     // Messages for one stream from one read are handed over in one step.
     let mut batch: Vec<Msg> = Vec::new();
     let mut batch_stream: Option<Arc<Stream>> = None;
@@ -271,7 +270,7 @@ async fn serve_peer(
         if let Some(done) = batch_stream.take() {
             done.on_peer_many(from, std::mem::take(&mut batch));
         }
-        match net::read_some(&mut reader, &mut scratch, |bytes| buffer.extend(bytes)).await {
+        match net::read_into(&mut reader, buffer.receiving(), READ_BYTES).await {
             Ok(0) | Err(_) => return,
             Ok(read) => {
                 if let Some(metrics) = &server.metrics {
@@ -619,7 +618,6 @@ impl Connection {
 
     async fn read_loop(&mut self, mut reader: LinkReader, mut buffer: FrameBuffer) {
         let max_frame = self.server.config.frame_bytes_max();
-        let mut scratch = vec![0u8; READ_BYTES];
         loop {
             loop {
                 match buffer.next_frame(max_frame) {
@@ -650,7 +648,7 @@ impl Connection {
                     }
                 }
             }
-            match net::read_some(&mut reader, &mut scratch, |bytes| buffer.extend(bytes)).await {
+            match net::read_into(&mut reader, buffer.receiving(), READ_BYTES).await {
                 Ok(0) | Err(_) => return,
                 Ok(read) => {
                     if let Some(metrics) = &self.server.metrics {
