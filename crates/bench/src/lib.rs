@@ -18,14 +18,17 @@
 //! | [`soak`] | issue 17 | `failover`'s every fault in turn at random servers for a chosen time |
 //! | [`metrics`] | F15 | how long a scrape of `/metrics` takes on servers holding many streams |
 //! | [`scale`] | F17, issue 20 | aggregate throughput of 1 to 100 streams written by 1 to 16 clients on separate server processes, against the disk's limit |
+//! | [`growth`] | F17, issue 20 | msgs/s, latency and CPU per message as one stream's log grows to 100 million records |
 
 pub mod commit_interval;
 pub mod compute;
+pub mod cpu;
 pub mod discard;
 pub mod duplication;
 pub mod failover;
 pub mod fdatasync;
 pub mod floor;
+pub mod growth;
 pub mod harness;
 pub mod limits;
 pub mod logging;
@@ -47,6 +50,7 @@ pub mod units;
 pub use commit_interval::CommitIntervalArgs;
 pub use duplication::DuplicationArgs;
 pub use failover::FailoverArgs;
+pub use growth::GrowthArgs;
 pub use logging::LoggingArgs;
 pub use memory::MemoryArgs;
 pub use metrics::MetricsArgs;
@@ -105,6 +109,10 @@ pub enum BenchCommand {
     /// 1, 4 and 16 clients at once, on three `stamplog server` processes,
     /// beside the disk's and the loopback's limits.
     Scale(ScaleArgs),
+    /// F17: the cost per message (msgs/s, latency, CPU µs per message)
+    /// as one stream's log grows to `--records` records (100 million by
+    /// default), in timed slices.
+    Growth(GrowthArgs),
 }
 
 /// Runs one experiment: progress bar on stderr, table on stdout, files in
@@ -122,5 +130,6 @@ pub fn run(command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Soak(args) => soak::run(args).map(drop),
         BenchCommand::Metrics(args) => metrics::run(args).map(drop),
         BenchCommand::Scale(args) => scale::run(args).map(drop),
+        BenchCommand::Growth(args) => growth::run(args).map(drop),
     }
 }

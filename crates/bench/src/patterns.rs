@@ -48,6 +48,7 @@ use report::plot::{Chart, Series};
 use report::stats::{density, Summary};
 use report::Table;
 
+use crate::cpu::{CpuClock, CpuPerMessage};
 use crate::fdatasync::{self, SyncProbe};
 use crate::floor::FlowFloor;
 use crate::limits::{self, DiskLimit, PayloadLimits};
@@ -207,6 +208,9 @@ pub struct PatternCell {
     /// Every replica had logged (and synced) every message when the cell
     /// ended; false means the replicas' counters did not catch up in time.
     pub settled: bool,
+    /// CPU microseconds per message of the client and of each server
+    /// role, over the measured messages.
+    pub cpu: CpuPerMessage,
 }
 
 impl PatternCell {
@@ -494,9 +498,11 @@ async fn run_cell(
         .with_context(|| format!("warming up {name} failed"))?;
     }
     let before = cluster.replica_logs(&info).await?;
+    let clock = CpuClock::start(&cluster.pids())?;
     let run = publish(publishers, args.window, &bytes, args.messages, bar)
         .await
         .with_context(|| format!("publishing to {name} failed"))?;
+    let cpu = clock.per_message(run.messages, info.primary)?;
     drop(publisher);
     let (logs, settled) = cluster
         .settled_replica_logs(&info, durability, (warmup + run.messages) as u64)
@@ -523,6 +529,7 @@ async fn run_cell(
         records_per_sync: batch.map(|(records, _)| records),
         record_bytes: batch.map(|(_, bytes)| bytes),
         settled,
+        cpu,
     })
 }
 
@@ -753,6 +760,50 @@ pub fn cells_table(figures: &PatternsFigures) -> Table {
                 .map_or_else(|| "-".into(), |b| fixed(b, 0)),
             cell.duplicates.to_string(),
             if cell.settled { "yes" } else { "no" }.to_string(),
+        ]);
+    }
+    table
+}
+
+/// CPU per message and per KB of payload, by role, for every `sync`
+/// one-hop-ack-client cell (every cell when there is none).
+pub fn cpu_table(figures: &PatternsFigures) -> Table {
+    let mut table = Table::new(
+        "CPU per message and per KB of payload (user + system, µs); primary and backup each one server process, backup the mean of two",
+        &[
+            "durability",
+            "payload",
+            "pattern",
+            "client /msg",
+            "primary /msg",
+            "backup /msg",
+            "servers /msg",
+            "client /KB",
+            "primary /KB",
+            "backup /KB",
+        ],
+    );
+    let headline = |c: &&PatternCell| {
+        c.durability == Durability::Sync && c.pattern == Protocol::OneHopAckClient
+    };
+    let chosen: Vec<&PatternCell> = match figures.cells.iter().any(|c| headline(&c)) {
+        true => figures.cells.iter().filter(headline).collect(),
+        false => figures.cells.iter().collect(),
+    };
+    let show = |value: Option<f64>| value.map_or_else(|| "-".into(), |v| fixed(v, 2));
+    for cell in chosen {
+        let per_kb = cell.cpu.per_kilobyte(cell.payload);
+        table.row(vec![
+            cell.durability.name().to_string(),
+            format_bytes(cell.payload),
+            cell.pattern.name().to_string(),
+            fixed(cell.cpu.client, 2),
+            show(cell.cpu.primary),
+            show(cell.cpu.backup),
+            fixed(cell.cpu.servers, 2),
+            fixed(per_kb.client, 2),
+            show(per_kb.primary),
+            show(per_kb.backup),
         ]);
     }
     table
@@ -1004,6 +1055,11 @@ fn write_report(args: &PatternsArgs, figures: &PatternsFigures) -> anyhow::Resul
     println!();
     output.csv("patterns-limits-per-payload", &per_payload)?;
     tables.push(per_payload.to_json());
+    let cpu = cpu_table(figures);
+    print!("{}", cpu.render());
+    println!();
+    output.csv("patterns-cpu", &cpu)?;
+    tables.push(cpu.to_json());
     let limits = limits_table(figures);
     print!("{}", limits.render());
     let cells = cells_table(figures);
@@ -1054,6 +1110,12 @@ fn cell_json(cell: &PatternCell) -> serde_json::Value {
         "records_per_sync": cell.records_per_sync,
         "record_bytes": cell.record_bytes,
         "settled": cell.settled,
+        "cpu_us_per_message": {
+            "client": cell.cpu.client,
+            "primary": cell.cpu.primary,
+            "backup": cell.cpu.backup,
+            "servers": cell.cpu.servers,
+        },
     })
 }
 

@@ -8,6 +8,7 @@
 mod commit_interval;
 mod duplication;
 mod failover;
+mod growth;
 mod metrics;
 mod partitions;
 mod patterns;

@@ -50,6 +50,27 @@ fn patterns_with_tiny_parameters_completes_every_cell_and_writes_its_files() {
             }
         }
     }
+    // Separate processes: each role's CPU is its own. 200 messages take a
+    // few ticks of 10 ms in all, so only the sum over the cells must show.
+    for cell in &figures.cells {
+        let cpu = cell.cpu;
+        assert!(cpu.primary.is_some() && cpu.backup.is_some(), "{cell:?}");
+        let roles = cpu.primary.unwrap() + 2.0 * cpu.backup.unwrap();
+        assert!(
+            (roles - cpu.servers).abs() < 1e-6 * cpu.servers.max(1.0),
+            "{cell:?}"
+        );
+    }
+    let charged: f64 = figures
+        .cells
+        .iter()
+        .map(|c| c.cpu.servers + c.cpu.client)
+        .sum();
+    assert!(
+        charged > 0.0,
+        "no CPU charged over {} cells",
+        figures.cells.len()
+    );
     assert_eq!(figures.headline_payload, 1000);
     let headline = figures
         .headline()

@@ -1,0 +1,182 @@
+//! CPU time per message and per role: the user + system time of the
+//! client (this process) and of each server process, read from `/proc`
+//! before and after a run and divided by the messages it sent. A stream's
+//! primary and its backups are separate processes when the servers run
+//! as processes (`--servers-as processes`), so each role gets its own
+//! figure; with all servers in one process only their sum is known.
+//!
+//! The kernel counts process time in ticks of 1/100 s (`USER_HZ`, fixed
+//! at 100 for `/proc` on Linux); a run of a second or more of CPU reads to
+//! within 1 %.
+
+use std::time::Duration;
+
+/// `/proc/<pid>/stat` counts in these per second on Linux.
+const TICKS_PER_SECOND: f64 = 100.0;
+
+/// CPU microseconds per message, by role.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct CpuPerMessage {
+    /// This process: the publisher and the experiment around it.
+    pub client: f64,
+    /// The stream's primary's process (`None` when the servers share one
+    /// process).
+    pub primary: Option<f64>,
+    /// The mean of the backups' processes (`None` as for `primary`, or
+    /// with no backup).
+    pub backup: Option<f64>,
+    /// Every server process together.
+    pub servers: f64,
+}
+
+impl CpuPerMessage {
+    /// The same per KB (10^3 bytes) of payload.
+    pub fn per_kilobyte(&self, payload: usize) -> CpuPerMessage {
+        let kilobytes = payload.max(1) as f64 / 1000.0;
+        CpuPerMessage {
+            client: self.client / kilobytes,
+            primary: self.primary.map(|p| p / kilobytes),
+            backup: self.backup.map(|b| b / kilobytes),
+            servers: self.servers / kilobytes,
+        }
+    }
+}
+
+/// The CPU time each process had used when a run started.
+#[derive(Clone, Debug)]
+pub struct CpuClock {
+    client: Duration,
+    /// Each server's id, process and CPU time.
+    servers: Vec<(u32, u32, Duration)>,
+}
+
+impl CpuClock {
+    /// Reads the clocks of this process and of `servers` (id, pid).
+    pub fn start(servers: &[(u32, u32)]) -> std::io::Result<CpuClock> {
+        let mut started = Vec::with_capacity(servers.len());
+        for &(id, pid) in servers {
+            started.push((id, pid, process_cpu(&pid.to_string())?));
+        }
+        Ok(CpuClock {
+            client: process_cpu("self")?,
+            servers: started,
+        })
+    }
+
+    /// CPU per message of the `messages` sent since `start`, the server
+    /// `primary` holding the primary.
+    pub fn per_message(&self, messages: usize, primary: u32) -> std::io::Result<CpuPerMessage> {
+        let per = |used: Duration| used.as_secs_f64() * 1e6 / messages.max(1) as f64;
+        let client = per(process_cpu("self")?.saturating_sub(self.client));
+        let mut used = Vec::with_capacity(self.servers.len());
+        for &(id, pid, before) in &self.servers {
+            used.push((
+                id,
+                pid,
+                process_cpu(&pid.to_string())?.saturating_sub(before),
+            ));
+        }
+        // Servers in one process: each pid once in the sum.
+        let mut pids: Vec<u32> = used.iter().map(|(_, pid, _)| *pid).collect();
+        pids.sort_unstable();
+        pids.dedup();
+        let servers: f64 = pids
+            .iter()
+            .filter_map(|pid| used.iter().find(|(_, p, _)| p == pid))
+            .map(|(_, _, time)| per(*time))
+            .sum();
+        let separate = pids.len() == used.len();
+        let primary_cpu = used
+            .iter()
+            .find(|(id, _, _)| *id == primary)
+            .filter(|_| separate)
+            .map(|(_, _, time)| per(*time));
+        let backups: Vec<f64> = used
+            .iter()
+            .filter(|(id, _, _)| *id != primary)
+            .map(|(_, _, time)| per(*time))
+            .collect();
+        let backup = (separate && !backups.is_empty())
+            .then(|| backups.iter().sum::<f64>() / backups.len() as f64);
+        Ok(CpuPerMessage {
+            client,
+            primary: primary_cpu,
+            backup,
+            servers,
+        })
+    }
+}
+
+/// User + system time of process `pid` (`self` for this one), its threads'
+/// (living and ended) included.
+pub fn process_cpu(pid: &str) -> std::io::Result<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    parse_stat(&stat).ok_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("/proc/{pid}/stat has no CPU times: {stat:?}"),
+        )
+    })
+}
+
+/// utime and stime are the 14th and 15th fields, counted after the
+/// command name, which is in parentheses and may hold spaces.
+fn parse_stat(stat: &str) -> Option<Duration> {
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    let mut fields = after_name.split_whitespace().skip(11);
+    let user: u64 = fields.next()?.parse().ok()?;
+    let system: u64 = fields.next()?.parse().ok()?;
+    Some(Duration::from_secs_f64(
+        (user + system) as f64 / TICKS_PER_SECOND,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_stat_line_gives_user_plus_system_time() {
+        // A command name with a space and a parenthesis in it.
+        let line = "4242 (tokio (rt) x) S 1 4242 4242 0 -1 4194560 950 0 0 0 250 130 0 0 20 0 9 0";
+        assert_eq!(parse_stat(line), Some(Duration::from_millis(3800)));
+        assert_eq!(parse_stat("4242 (cut) S 1"), None);
+    }
+
+    #[test]
+    fn this_process_is_charged_for_the_work_it_does() {
+        let before = process_cpu("self").expect("own stat");
+        let started = std::time::Instant::now();
+        let mut x = 1u64;
+        while started.elapsed() < Duration::from_millis(300) {
+            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+        }
+        let used = process_cpu("self").expect("own stat") - before;
+        assert!(
+            used >= Duration::from_millis(150),
+            "300 ms of spinning charged only {used:?}"
+        );
+    }
+
+    #[test]
+    fn roles_split_by_process_and_sum_once_when_shared() {
+        let me = std::process::id();
+        let clock = CpuClock::start(&[(1, me), (2, me), (3, me)]).expect("clock");
+        let cpu = clock.per_message(1000, 1).expect("per message");
+        assert_eq!(
+            (cpu.primary, cpu.backup),
+            (None, None),
+            "one shared process"
+        );
+        assert!(cpu.servers >= 0.0 && cpu.client >= 0.0);
+        let per_kb = CpuPerMessage {
+            client: 10.0,
+            primary: Some(20.0),
+            backup: Some(30.0),
+            servers: 80.0,
+        }
+        .per_kilobyte(10_000);
+        assert_eq!(per_kb.primary, Some(2.0));
+        assert_eq!(per_kb.servers, 8.0);
+    }
+}
