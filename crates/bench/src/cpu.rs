@@ -64,7 +64,8 @@ impl CpuClock {
     }
 
     /// CPU per message of the `messages` sent since `start`, the server
-    /// `primary` holding the primary.
+    /// `primary` holding the primary (0 for none: many streams, each its
+    /// own primary; `backup` is then the mean of every server).
     pub fn per_message(&self, messages: usize, primary: u32) -> std::io::Result<CpuPerMessage> {
         let per = |used: Duration| used.as_secs_f64() * 1e6 / messages.max(1) as f64;
         let client = per(process_cpu("self")?.saturating_sub(self.client));

@@ -11,7 +11,8 @@
 //! each client keeping `--window` messages in flight over its streams.
 //! The figure is the aggregate rate (`--messages` over the time from the
 //! start to the last ack), beside the disk's and the loopback's limits at
-//! the payload, measured first on a rested disk (`limits::calibrate`).
+//! the payload, measured first on a rested disk (`limits::calibrate`),
+//! and the CPU per message the clients and the servers used for it.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -24,6 +25,7 @@ use indicatif::ProgressBar;
 use report::stats::Summary;
 use report::Table;
 
+use crate::cpu::{CpuClock, CpuPerMessage};
 use crate::limits::{self, PayloadLimits};
 use crate::output::{self, Output, OutputArgs};
 use crate::process::{ClusterOptions, ServersAs};
@@ -96,6 +98,9 @@ pub struct ScaleCell {
     pub megabytes_per_second: f64,
     /// Each message's time from its submit to its acknowledgement, µs.
     pub latency: Summary,
+    /// CPU µs per message of all the clients (this process) and of all
+    /// the servers together.
+    pub cpu: CpuPerMessage,
 }
 
 /// Everything `bench scale` measured.
@@ -214,6 +219,7 @@ async fn run_cell(
         groups.push(publishers);
     }
     let payload = Arc::new(payload_of(args.payload));
+    let clock = CpuClock::start(&cluster.pids())?;
     let started = Instant::now();
     let tasks: Vec<_> = (0..clients)
         .zip(groups)
@@ -229,6 +235,10 @@ async fn run_cell(
     for task in tasks {
         runs.push(task.await.context("a client task panicked")??);
     }
+    let messages: usize = runs.iter().map(|run| run.messages).sum();
+    // Streams have primaries on every server: only the sums by side mean
+    // anything here.
+    let cpu = clock.per_message(messages, 0)?;
     for info in &infos {
         cluster.delete(info).await?;
     }
@@ -241,6 +251,7 @@ async fn run_cell(
         messages_per_second: together.messages_per_second(),
         megabytes_per_second: together.megabytes_per_second(args.payload),
         latency: Summary::of(&together.latencies_us),
+        cpu,
     })
 }
 
@@ -267,6 +278,8 @@ pub fn table(figures: &ScaleFigures, args: &ScaleArgs) -> Table {
         "MB/s",
         "p50 µs",
         "p99 µs",
+        "servers CPU µs/msg",
+        "clients CPU µs/msg",
         "of disk",
         "of 1 stream",
     ];
@@ -280,6 +293,8 @@ pub fn table(figures: &ScaleFigures, args: &ScaleArgs) -> Table {
             fixed(cell.megabytes_per_second, 1),
             fixed(cell.latency.p50, 0),
             fixed(cell.latency.p99, 0),
+            fixed(cell.cpu.servers, 1),
+            fixed(cell.cpu.client, 1),
             disk.map_or("-".into(), |d| fixed(cell.messages_per_second / d, 2)),
             one.map_or("-".into(), |o| fixed(cell.messages_per_second / o, 2)),
         ]);
@@ -310,6 +325,7 @@ fn write_report(args: &ScaleArgs, figures: &ScaleFigures) -> anyhow::Result<()> 
                 "streams": c.streams, "clients": c.clients, "messages": c.messages,
                 "seconds": c.seconds, "messages_per_second": c.messages_per_second,
                 "megabytes_per_second": c.megabytes_per_second, "latency_us": c.latency.to_json(),
+                "cpu_us_per_message": { "servers": c.cpu.servers, "clients": c.cpu.client },
             })
         })
         .collect();

@@ -29,7 +29,13 @@ fn bench_scale_runs_every_count_of_streams_and_clients() {
         assert_eq!(cell.messages, 300, "every message acknowledged: {cell:?}");
         assert_eq!(cell.latency.count, 300, "{cell:?}");
         assert!(cell.messages_per_second > 0.0 && cell.megabytes_per_second > 0.0);
+        assert!(
+            cell.cpu.servers >= 0.0 && cell.cpu.client >= 0.0,
+            "{cell:?}"
+        );
     }
+    let charged: f64 = figures.cells.iter().map(|c| c.cpu.servers).sum();
+    assert!(charged > 0.0, "the servers were charged some CPU");
     let limits = figures.limits.as_ref().expect("the limits at the payload");
     assert_eq!(limits.payload, 1000);
     assert!(limits.disk.messages_per_second > 0.0 && limits.loopback.messages_per_second() > 0.0);
