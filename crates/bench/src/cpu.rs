@@ -146,17 +146,25 @@ mod tests {
 
     #[test]
     fn this_process_is_charged_for_the_work_it_does() {
+        // Spins until 100 ms of CPU are charged, however often a loaded
+        // machine takes the core away; a clock that never moves fails at
+        // the deadline.
         let before = process_cpu("self").expect("own stat");
-        let started = std::time::Instant::now();
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
         let mut x = 1u64;
-        while started.elapsed() < Duration::from_millis(300) {
-            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+        loop {
+            for _ in 0..100_000 {
+                x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+            }
+            let used = process_cpu("self").expect("own stat") - before;
+            if used >= Duration::from_millis(100) {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "30 s of spinning charged only {used:?}"
+            );
         }
-        let used = process_cpu("self").expect("own stat") - before;
-        assert!(
-            used >= Duration::from_millis(150),
-            "300 ms of spinning charged only {used:?}"
-        );
     }
 
     #[test]

@@ -13,8 +13,9 @@
 //! What grows with the log: its segments (a new one every
 //! `segment_bytes_max`), the checkpoints written every million records,
 //! the dedupe table (bounded per client), and whatever an index or a scan
-//! would add. The disk needs about `--records` × (payload + 64) bytes per
-//! replica: 100 million records of 100 B take 16 GB.
+//! would add. The disk needs about `--records` × (payload + key + 80)
+//! bytes per replica (80: a record's header): 100 million records of
+//! 100 B take 18 GB.
 
 use std::path::PathBuf;
 use std::time::Duration;

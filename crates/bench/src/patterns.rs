@@ -11,12 +11,15 @@
 //! `unversioned` is the baseline: send to every replica and wait for each
 //! ack, with no shared version.
 //!
-//! The same run measures two physical limits, so the figures also read as
+//! The same run measures the physical limits, so the figures also read as
 //! ratios (these machines are shared and noisy):
-//! - the disk's: three writers (one per replica) each doing write +
-//!   fdatasync of batches of the size the logs formed in the
-//!   one-hop-ack-client `sync` run at the headline payload (1 KB), which
-//!   gives the messages/s the disk allows at that batch size;
+//! - at each payload with a one-hop-ack-client `sync` cell, before the
+//!   cells (`limits::calibrate`): the disk's limit, three writers (one per
+//!   replica) each doing write + fdatasync of batches of the size a
+//!   calibration burst of that payload formed in the logs, which gives
+//!   the messages/s the disk allows at that batch size; and the
+//!   loopback's, three connections (one per hop) carrying records of
+//!   that size;
 //! - the flow's: the same window-1 records through a floor of the flow
 //!   (`floor::FlowFloor`: three blocking threads on loopback, the same
 //!   three hops and three write + fdatasync, nothing else), so the ack
@@ -31,6 +34,11 @@
 //!   a preallocated file; the appending one (`bench logging`'s, which
 //!   also commits a new file size each time) is shown beside it. The disk
 //!   limit's writers use preallocated files too.
+//!
+//! Each cell is also charged the CPU time (user + system) the client and
+//! each server process used for its measured messages (`cpu::CpuClock`):
+//! per message and per KB, for the client, the stream's primary and its
+//! backups.
 //!
 //! The targets (issue 3): at 1 KB, `sync`, R = 3, one-hop-ack-client is the
 //! fastest versioned pattern or within 10% of it and reaches 100,000
@@ -272,7 +280,7 @@ pub struct PatternsFigures {
     /// The payload the targets are read at (1 KB, or the first payload).
     pub headline_payload: usize,
     /// The disk's and the loopback's limits at each payload of a `sync`
-    /// one-hop-ack-client cell, measured after the cells.
+    /// one-hop-ack-client cell, measured before the cells.
     pub limits: Vec<PayloadLimits>,
     pub window_one: WindowOne,
 }
@@ -302,7 +310,6 @@ impl PatternsFigures {
             .max_by(|a, b| a.messages_per_second.total_cmp(&b.messages_per_second))
     }
 
-    /// The one-hop-ack-client `sync` cell at the headline payload.
     /// The disk's limit at the headline payload.
     pub fn disk(&self) -> Option<&DiskLimit> {
         let limits = self
@@ -312,6 +319,7 @@ impl PatternsFigures {
         limits.map(|limits| &limits.disk)
     }
 
+    /// The one-hop-ack-client `sync` cell at the headline payload.
     pub fn headline(&self) -> Option<&PatternCell> {
         self.cell(
             Durability::Sync,
@@ -769,7 +777,7 @@ pub fn cells_table(figures: &PatternsFigures) -> Table {
 /// one-hop-ack-client cell (every cell when there is none).
 pub fn cpu_table(figures: &PatternsFigures) -> Table {
     let mut table = Table::new(
-        "CPU per message and per KB of payload (user + system, µs); primary and backup each one server process, backup the mean of two",
+        "CPU per message and per KB of payload (user + system, µs); primary and backup: their server processes (- when the servers share one process), backup the mean of the backups",
         &[
             "durability",
             "payload",

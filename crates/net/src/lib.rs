@@ -58,19 +58,6 @@ pub fn deferring<R>(defer: bool, work: impl FnOnce() -> R) -> R {
     result
 }
 
-/// Reads what a connection has (at most `scratch.len()` bytes) and hands
-/// it to `keep`. Cancel-safe: `keep` sees bytes only once the read has
-/// completed, so a `select!` that drops the read loses nothing.
-pub async fn read_some<R: AsyncRead + Unpin>(
-    reader: &mut R,
-    scratch: &mut [u8],
-    keep: impl FnOnce(&[u8]),
-) -> std::io::Result<usize> {
-    let count = reader.read(scratch).await?;
-    keep(&scratch[..count]);
-    Ok(count)
-}
-
 /// Reads what a connection has onto the end of `buffer`, with room for
 /// at least `room` bytes: no scratch buffer, so no copy out of one.
 /// Cancel-safe: `buffer` grows only by what a completed read returned.

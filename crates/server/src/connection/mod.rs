@@ -395,14 +395,13 @@ async fn first_frame(
     reader: &mut LinkReader,
     buffer: &mut FrameBuffer,
 ) -> Result<Frame, HandshakeError> {
-    let mut scratch = vec![0u8; 1024];
     loop {
         match buffer.next_frame(1024) {
             Ok(Some(frame)) => return Ok(frame),
             Ok(None) => {}
             Err(error) => return Err(HandshakeError::Frame(error)),
         }
-        match net::read_some(reader, &mut scratch, |bytes| buffer.extend(bytes)).await {
+        match net::read_into(reader, buffer.receiving(), 1024).await {
             Ok(0) => return Err(HandshakeError::Closed),
             Ok(_) => {}
             Err(error) => return Err(HandshakeError::Io(error)),

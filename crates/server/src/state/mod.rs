@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use engine::replication::{Placement, Protocol, ServerId};
 use proto::{DurabilityConfig, Frame, ReplicaAddress, StreamInfo};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::sync::{watch, Semaphore};
 
 use crate::auth::Tokens;
@@ -702,7 +702,6 @@ async fn remote_create(
         .encode(&mut out);
         socket.write_all(&out).await?;
         let mut buffer = proto::FrameBuffer::new();
-        let mut scratch = vec![0u8; 64 * 1024];
         loop {
             match buffer.next_frame(64 * 1024 * 1024) {
                 Ok(Some(Frame::HelloOk { .. })) => continue,
@@ -714,11 +713,10 @@ async fn remote_create(
                 Ok(None) => {}
                 Err(error) => return Err(error.into()),
             }
-            let count = socket.read(&mut scratch).await?;
+            let count = net::read_into(&mut socket, buffer.receiving(), 64 * 1024).await?;
             if count == 0 {
                 return Err(RemoteCreateError::Closed);
             }
-            buffer.extend(&scratch[..count]);
         }
     };
     tokio::time::timeout(timeout, work)
