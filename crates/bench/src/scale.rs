@@ -68,6 +68,11 @@ pub struct ScaleArgs {
     /// Messages each client keeps in flight over its streams.
     #[arg(long, default_value_t = 256)]
     pub window: usize,
+    /// Durability of the streams: `sync` (each replica acks after its
+    /// fdatasync) or `memory` (no disk), which shows what the streams cost
+    /// without their logs' I/O.
+    #[arg(long, value_enum, default_value = "sync")]
+    pub durability: Durability,
     /// Messages per cell, over all its clients.
     #[arg(long, default_value_t = 200_000)]
     pub messages: usize,
@@ -196,7 +201,7 @@ async fn run_cell(
     let mut infos: Vec<StreamInfo> = Vec::with_capacity(streams);
     for index in 0..streams {
         let name = format!("scale-{streams}s-{clients}c-{index}");
-        let (durability, protocol) = (Durability::Sync, Protocol::OneHopAckClient);
+        let (durability, protocol) = (args.durability, Protocol::OneHopAckClient);
         infos.push(
             cluster
                 .create(&name, durability, protocol, args.replicas)

@@ -165,6 +165,8 @@ pub struct Publisher {
 /// What the callers, the links and the background task share.
 struct Shared {
     stream: u64,
+    /// The stream's name, which each link opens the stream by.
+    name: String,
     client_id: u128,
     core: Mutex<Core>,
     /// The window: a send takes a permit, and a permit comes back when the
@@ -367,12 +369,7 @@ impl Publisher {
         if info.replicas.is_empty() {
             return Err(ClientError::Protocol("the stream has no replicas".into()));
         }
-        if !(1..=PUBLISHER_WINDOW_MAX).contains(&config.window) {
-            return Err(ClientError::Config(format!(
-                "a window of {} messages: it must be 1 to {PUBLISHER_WINDOW_MAX}, the unanswered messages of one session a server keeps for deduplication",
-                config.window
-            )));
-        }
+        check_window(config.window)?;
         let placement = Placement {
             replicas: info.replicas.iter().map(|r| r.id).collect(),
             primary: info.primary,
@@ -405,6 +402,7 @@ impl Publisher {
             .collect();
         let shared = Arc::new(Shared {
             stream: info.id,
+            name: info.name.clone(),
             client_id,
             core: Mutex::new(Core::new(producer, outboxes.clone())),
             window: Semaphore::new(config.window),
@@ -987,6 +985,16 @@ fn push_acks(client: u128, frame: Frame, answers: &mut Vec<(ServerId, Msg)>) {
     }
 }
 
+/// A publisher's window must be 1 to [`PUBLISHER_WINDOW_MAX`].
+fn check_window(window: usize) -> Result<(), ClientError> {
+    if (1..=PUBLISHER_WINDOW_MAX).contains(&window) {
+        return Ok(());
+    }
+    Err(ClientError::Config(format!(
+        "a window of {window} messages: it must be 1 to {PUBLISHER_WINDOW_MAX}, the unanswered messages of one session a server keeps for deduplication"
+    )))
+}
+
 /// Asks every known server at once for the stream's placement whenever
 /// the publisher wants it, and hands over the newest epoch among the
 /// answers (within a second, and at most [`REFRESH_GRACE`] after the
@@ -1092,6 +1100,16 @@ impl Session for Link {
         } = connection;
         let writer =
             Arc::new(SharedWriter::new(writer, usize::MAX).with_queued_bytes_max(OUTBOX_BYTES_MAX));
+        // Opening the stream first tells the server that this connection
+        // is the stream's: the client's answers of other streams (its
+        // other publishers') do not come here. The answer is not needed.
+        let open = Frame::OpenStream {
+            request: 0,
+            name: self.shared.name.clone(),
+        };
+        if writer.try_send(open.to_bytes(), None).is_err() {
+            return Ended::Broken;
+        }
         self.outbox.up(&writer, &mut self.writing);
         let flusher = writer.run();
         tokio::pin!(flusher);
@@ -1141,6 +1159,16 @@ fn decode_answers(
     let mut answers = Vec::new();
     loop {
         match buffer.next_frame(64 * 1024 * 1024) {
+            // Another stream's answer for this client (another publisher
+            // of it with the same session number): not this producer's,
+            // whatever its sequence says. A server sends them down a
+            // connection only until the stream it opened is known there.
+            Ok(Some(
+                Frame::Stamped { stream: of, .. }
+                | Frame::Refused { stream: of, .. }
+                | Frame::Acked { stream: of, .. }
+                | Frame::Checkpointed { stream: of, .. },
+            )) if of != stream => {}
             Ok(Some(Frame::Stamped {
                 session,
                 sequence,
@@ -1175,45 +1203,42 @@ fn decode_answers(
                     session,
                     sequence,
                 };
-                let refusal = refusal_of(code);
-                if matches!(
-                    refusal,
-                    Some(
-                        Refusal::Invalid
-                            | Refusal::LogFailed
-                            | Refusal::ReadOnly
-                            | Refusal::Rejected(_)
-                    )
-                ) {
-                    let mut said = shared.refusals.lock().expect("refusals lock");
-                    // Bounded: one entry per message in flight.
-                    if said.len() < PUBLISHER_WINDOW_MAX {
-                        said.insert(sequence, message);
-                    }
-                }
-                if let Some(refusal) = refusal {
+                if let Some(refusal) = shared.refusal(sequence, code, message) {
                     answers.push((server, Msg::Refused { event, refusal }));
                 }
             }
-            Ok(Some(Frame::Checkpointed {
-                stream: of,
-                version,
-                flags,
-            })) => {
-                // Notes of other streams reach every client.
-                if of == stream {
-                    answers.push((
-                        server,
-                        Msg::Checkpointed {
-                            through: version,
-                            resend: flags & proto::frame::CHECKPOINTED_FLAG_RESEND != 0,
-                        },
-                    ));
-                }
+            Ok(Some(Frame::Checkpointed { version, flags, .. })) => {
+                answers.push((
+                    server,
+                    Msg::Checkpointed {
+                        through: version,
+                        resend: flags & proto::frame::CHECKPOINTED_FLAG_RESEND != 0,
+                    },
+                ));
             }
             Ok(Some(frame)) => push_acks(client, frame, &mut answers),
             Ok(None) | Err(_) => return answers,
         }
+    }
+}
+
+impl Shared {
+    /// The refusal of message `sequence` with `code`, as the producer
+    /// understands it; the server's words are kept for a refusal that
+    /// ends the message, so its caller's error says them.
+    fn refusal(&self, sequence: u64, code: ErrorCode, message: String) -> Option<Refusal> {
+        let refusal = refusal_of(code);
+        if matches!(
+            refusal,
+            Some(Refusal::Invalid | Refusal::LogFailed | Refusal::ReadOnly | Refusal::Rejected(_))
+        ) {
+            let mut said = self.refusals.lock().expect("refusals lock");
+            // Bounded: one entry per message in flight.
+            if said.len() < PUBLISHER_WINDOW_MAX {
+                said.insert(sequence, message);
+            }
+        }
+        refusal
     }
 }
 
@@ -1257,6 +1282,7 @@ mod tests {
         );
         Shared {
             stream: 3,
+            name: "s".into(),
             client_id: 7,
             core: Mutex::new(Core::new(producer, HashMap::new())),
             window: Semaphore::new(window),
@@ -1285,6 +1311,60 @@ mod tests {
             count: 1,
         };
         (1, ack)
+    }
+
+    /// Publishers of two streams with one client id and session number
+    /// number their messages alike: an answer of the other stream, which a
+    /// server may send down this connection before it knows the stream
+    /// the connection opened, must not answer this producer's message.
+    #[test]
+    fn answers_of_another_stream_are_not_this_producers() {
+        let shared = shared_of(4);
+        let acked = |stream| Frame::Acked {
+            stream,
+            server: 1,
+            session: 1,
+            sequence: 1,
+            version: 9,
+            epoch: 1,
+            flags: 0,
+            hint: 0,
+            more: 0,
+        };
+        let mut buffer = proto::FrameBuffer::new();
+        let other = [
+            acked(4),
+            Frame::Stamped {
+                stream: 4,
+                session: 1,
+                sequence: 1,
+                version: 9,
+                epoch: 1,
+                flags: 0,
+            },
+            Frame::Refused {
+                stream: 4,
+                session: 1,
+                sequence: 1,
+                code: ErrorCode::LogFailed,
+                message: "not yours".into(),
+            },
+            Frame::Checkpointed {
+                stream: 4,
+                version: 9,
+                flags: 0,
+            },
+        ];
+        for frame in other.iter().chain([&acked(3)]) {
+            buffer.extend(&frame.to_bytes());
+        }
+        let answers = decode_answers(&shared, 1, 7, 3, &mut buffer);
+        assert_eq!(answers.len(), 1, "{answers:?}");
+        assert!(
+            matches!(answers[0], (1, Msg::Ack { version: 9, .. })),
+            "{answers:?}"
+        );
+        assert!(shared.refusals.lock().unwrap().is_empty());
     }
 
     #[tokio::test]

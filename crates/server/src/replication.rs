@@ -12,7 +12,7 @@
 //! repair loss (gap requests, heartbeats, client retries), so dropping
 //! never breaks an invariant.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -112,8 +112,21 @@ impl PeerLink {
     }
 }
 
-/// One connection of a client: its number and its way to the socket.
-type ClientConnection = (u64, Arc<Outgoing>);
+/// One connection of a client: its number, its way to the socket, and the
+/// streams it opened or wrote to (none yet: every stream's).
+struct ClientConnection {
+    id: u64,
+    outgoing: Arc<Outgoing>,
+    streams: HashSet<u64>,
+}
+
+impl ClientConnection {
+    /// Whether a message of `stream` for this connection's client goes to
+    /// this connection.
+    fn wants(&self, stream: u64) -> bool {
+        self.streams.is_empty() || self.streams.contains(&stream)
+    }
+}
 
 pub struct Router {
     pub me: ServerId,
@@ -129,7 +142,7 @@ pub struct Router {
     queue_max: usize,
     /// The incarnation each peer's newest inbound link announced.
     peer_incarnations: Mutex<HashMap<ServerId, u64>>,
-    /// Each connected client's connections: (connection, note sender).
+    /// Each connected client's connections.
     clients: Mutex<HashMap<u128, Vec<ClientConnection>>>,
     next_connection: AtomicU64,
     pub metrics: RouterMetrics,
@@ -303,29 +316,55 @@ impl Router {
             .expect("router lock")
             .entry(client)
             .or_default()
-            .push((id, outgoing));
+            .push(ClientConnection {
+                id,
+                outgoing,
+                streams: HashSet::new(),
+            });
         id
+    }
+
+    /// Connection `connection` of `client` opened or wrote to `stream`:
+    /// from now on it gets that stream's messages for the client, and no
+    /// longer those of streams it did neither with. So a client with a
+    /// connection per stream to a server (a publisher per stream) gets
+    /// each acknowledgement once, not once per connection.
+    pub(crate) fn declare(&self, client: u128, connection: u64, stream: u64) {
+        let mut clients = self.clients.lock().expect("router lock");
+        let found = clients
+            .get_mut(&client)
+            .and_then(|list| list.iter_mut().find(|c| c.id == connection));
+        if let Some(found) = found {
+            found.streams.insert(stream);
+        }
     }
 
     pub(crate) fn unregister(&self, client: u128, connection: u64) {
         let mut clients = self.clients.lock().expect("router lock");
         if let Some(list) = clients.get_mut(&client) {
-            list.retain(|(id, _)| *id != connection);
+            list.retain(|c| c.id != connection);
             if list.is_empty() {
                 clients.remove(&client);
             }
         }
     }
 
-    /// Hands messages to every connection of the client, on this thread (a
-    /// client that is not connected gets nothing: it will retry).
+    /// Hands messages of `stream` to the client's connections that opened
+    /// or wrote to it and to those that did neither with any stream yet
+    /// (`declare`), on this thread (a client that is not connected gets
+    /// nothing: it will retry).
     pub(crate) fn send_client(&self, client: u128, stream: u64, msgs: Vec<Msg>) {
         // Delivered outside the router's lock: a delivery may write.
         let connections: Vec<Arc<Outgoing>> = {
             let clients = self.clients.lock().expect("router lock");
             clients
                 .get(&client)
-                .map(|list| list.iter().map(|(_, o)| Arc::clone(o)).collect())
+                .map(|list| {
+                    list.iter()
+                        .filter(|c| c.wants(stream))
+                        .map(|c| Arc::clone(&c.outgoing))
+                        .collect()
+                })
                 .unwrap_or_default()
         };
         let count = msgs.len() as u64;
@@ -353,7 +392,7 @@ impl Router {
             clients
                 .values()
                 .flatten()
-                .map(|(_, o)| Arc::clone(o))
+                .map(|c| Arc::clone(&c.outgoing))
                 .collect()
         };
         for outgoing in connections {

@@ -191,6 +191,7 @@ impl Connection {
         };
         match info {
             Some(info) => {
+                self.declare(info.id);
                 self.outgoing
                     .send(&Frame::StreamInfo { request, info })
                     .await

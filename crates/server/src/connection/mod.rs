@@ -28,7 +28,7 @@ mod forward;
 mod read;
 mod write;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -205,6 +205,8 @@ async fn serve_client(
     let mut connection = Connection {
         server: Arc::clone(&server),
         client,
+        registration,
+        declared: HashSet::new(),
         access,
         outgoing,
         batch: None,
@@ -573,6 +575,12 @@ const SUBMIT_BATCH_MAX: usize = 1024;
 struct Connection {
     server: Arc<ServerState>,
     client: u128,
+    /// The connection's number in the router.
+    registration: u64,
+    /// The streams this connection opened or wrote to, as told to the
+    /// router (`Router::declare`): their messages for the client come
+    /// here, those of other streams go to the client's other connections.
+    declared: HashSet<u64>,
     /// Who the connection speaks for, and what it may do.
     access: Access,
     /// Submits gathered from the bytes read so far, for one stream.
@@ -689,6 +697,15 @@ impl Connection {
         match self.allow(right, &stream.name) {
             Ok(()) => Ok(stream),
             Err(refused) => Err(self.unauthorized(request, refused).await),
+        }
+    }
+
+    /// This connection opened or wrote to `stream`: the client's messages
+    /// of that stream come here (told to the router once).
+    fn declare(&mut self, stream: u64) {
+        if self.declared.insert(stream) {
+            let router = &self.server.router;
+            router.declare(self.client, self.registration, stream);
         }
     }
 

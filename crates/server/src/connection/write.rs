@@ -57,11 +57,11 @@ impl Connection {
         payload: Vec<u8>,
         flags: u8,
     ) -> bool {
-        let echo = flags & proto::frame::APPEND_FLAG_ECHO != 0;
         let stream = match self.find_allowed(request, stream_id, Right::Produce).await {
             Ok(stream) => stream,
             Err(open) => return open,
         };
+        self.declare(stream.id);
         if let Some(message) = self.too_large(&key, &payload) {
             return self
                 .outgoing
@@ -96,17 +96,11 @@ impl Connection {
         let Ok(slot) = Arc::clone(&self.legacy_slots).acquire_owned().await else {
             return false;
         };
-        let echo = if echo { payload.clone() } else { Vec::new() };
-        self.outgoing.legacy.lock().expect("legacy lock").insert(
-            (stream.id, event.session, event.sequence),
-            LegacyAppend {
-                request,
-                level: ack_level(&stream),
-                echo,
-                arrived: self.outgoing.metrics.as_ref().map(|_| Instant::now()),
-                _slot: slot,
-            },
-        );
+        let echo = match flags & proto::frame::APPEND_FLAG_ECHO {
+            0 => Vec::new(),
+            _ => payload.clone(),
+        };
+        self.hold_legacy(&stream, event, request, echo, slot);
         let content = Content {
             event,
             low_water,
@@ -127,6 +121,27 @@ impl Connection {
                     .await
             }
         }
+    }
+
+    /// Keeps a single-server `Append` until its stream answers it.
+    fn hold_legacy(
+        &self,
+        stream: &Stream,
+        event: EventId,
+        request: u64,
+        echo: Vec<u8>,
+        slot: tokio::sync::OwnedSemaphorePermit,
+    ) {
+        self.outgoing.legacy.lock().expect("legacy lock").insert(
+            (stream.id, event.session, event.sequence),
+            LegacyAppend {
+                request,
+                level: ack_level(stream),
+                echo,
+                arrived: self.outgoing.metrics.as_ref().map(|_| Instant::now()),
+                _slot: slot,
+            },
+        );
     }
 
     /// A replication message (`Submit`).
@@ -186,6 +201,7 @@ impl Connection {
                 let refusal = refuse(ErrorCode::Unauthorized, refused.0);
                 return self.outgoing.send(&refusal).await;
             }
+            self.declare(stream_id);
         }
         if let Err(InFlightFull(message)) = self.take_room(stream_id, &msg) {
             return self.outgoing.send(&refuse(ErrorCode::Busy, message)).await;

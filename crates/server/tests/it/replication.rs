@@ -251,3 +251,89 @@ async fn a_publisher_window_past_the_dedupe_bound_is_refused_and_the_bound_itsel
     drop(publisher);
     cluster.stop().await;
 }
+
+/// The acknowledgements of one stream's messages, by the number of
+/// messages the `Acked` runs among `frames` cover.
+fn acked_of(frames: &[proto::Frame], stream: u64) -> u64 {
+    frames
+        .iter()
+        .map(|frame| match frame {
+            proto::Frame::Acked {
+                stream: of, more, ..
+            } if *of == stream => u64::from(*more) + 1,
+            _ => 0,
+        })
+        .sum()
+}
+
+/// A client with a connection per stream to a server (a publisher per
+/// stream) gets each acknowledgement on the connections that opened or
+/// wrote to its stream, and a connection that did neither with any stream
+/// still gets them all: one stream's acks do not go down every
+/// connection of the client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streams_acks_go_to_the_client_connections_that_opened_it() {
+    use crate::harness::{create_on_three, raw_hello, read_frames};
+    use tokio::io::AsyncWriteExt;
+    let folder = tempfile::tempdir().unwrap();
+    let cluster = LocalCluster::start(3, folder.path(), |_| {}).await.unwrap();
+    let (_client, a) = create_on_three(&cluster, "routed-a", Protocol::OneHopAckClient).await;
+    let (_client, b) = create_on_three(&cluster, "routed-b", Protocol::OneHopAckClient).await;
+    // A backup of both streams: its acks reach the client only through the
+    // router.
+    let backup = (1..=3)
+        .find(|id| *id != a.primary && *id != b.primary)
+        .expect("three servers, two primaries");
+    let address = cluster.address(backup);
+    let open = |name: &str| {
+        proto::Frame::OpenStream {
+            request: 1,
+            name: name.to_string(),
+        }
+        .to_bytes()
+    };
+    let mut only_a = raw_hello(address).await;
+    only_a.write_all(&open("routed-a")).await.unwrap();
+    let mut only_b = raw_hello(address).await;
+    only_b.write_all(&open("routed-b")).await.unwrap();
+    let mut neither = raw_hello(address).await;
+    for socket in [&mut only_a, &mut only_b] {
+        let (frames, _) = read_frames(socket, 1, Duration::from_secs(5)).await;
+        assert!(
+            matches!(frames.first(), Some(proto::Frame::StreamInfo { .. })),
+            "{frames:?}"
+        );
+    }
+    // The raw connections' client id.
+    let config = PublisherConfig {
+        client_id: Some(0xC0FFEE),
+        retry: Duration::from_secs(30),
+        ..PublisherConfig::default()
+    };
+    for info in [&a, &b] {
+        let publisher = Publisher::connect(info, config.clone()).await.unwrap();
+        for index in 0..5u8 {
+            publisher.send(b"", &[index]).await.unwrap();
+        }
+    }
+    let quiet = Duration::from_millis(500);
+    let (frames_a, _) = read_frames(&mut only_a, usize::MAX, quiet).await;
+    let (frames_b, _) = read_frames(&mut only_b, usize::MAX, quiet).await;
+    let (frames_all, _) = read_frames(&mut neither, usize::MAX, quiet).await;
+    assert_eq!(
+        (acked_of(&frames_a, a.id), acked_of(&frames_a, b.id)),
+        (5, 0),
+        "{frames_a:?}"
+    );
+    assert_eq!(
+        (acked_of(&frames_b, a.id), acked_of(&frames_b, b.id)),
+        (0, 5),
+        "{frames_b:?}"
+    );
+    assert_eq!(
+        (acked_of(&frames_all, a.id), acked_of(&frames_all, b.id)),
+        (5, 5),
+        "{frames_all:?}"
+    );
+    cluster.stop().await;
+}
