@@ -2,8 +2,9 @@
 //! processes (F17, issue 20).
 //!
 //! Three `stamplog server` processes (`--servers`), and for each count of
-//! streams S (`--streams`, by default 1, 10 and 100, `sync`
-//! one-hop-ack-client, R = 3, placed by the cluster across the servers)
+//! streams S (`--streams`, by default 1, 10 and 100, one-hop-ack-client,
+//! `--durability` `sync` by default, R = 3, placed by the cluster across
+//! the servers)
 //! and each count of clients C (`--clients`: 1, 4, 16), C clients start
 //! together, each with a client id of its own and one publisher per
 //! stream it writes (stream j is written by client j mod C, and when
@@ -69,8 +70,8 @@ pub struct ScaleArgs {
     #[arg(long, default_value_t = 256)]
     pub window: usize,
     /// Durability of the streams: `sync` (each replica acks after its
-    /// fdatasync) or `memory` (no disk), which shows what the streams cost
-    /// without their logs' I/O.
+    /// fdatasync), `memory` (no disk: what the streams cost without their
+    /// logs' I/O) or `sender` (sender-based logging).
     #[arg(long, value_enum, default_value = "sync")]
     pub durability: Durability,
     /// Messages per cell, over all its clients.
@@ -265,9 +266,10 @@ async fn run_cell(
 pub fn table(figures: &ScaleFigures, args: &ScaleArgs) -> Table {
     let disk = figures.limits.as_ref().map(|l| l.disk.messages_per_second);
     let title = format!(
-        "Streams and clients: {} servers, R = {}, sync one-hop-ack-client, {} payloads, window {} per client; disk limit {} msgs/s, loopback limit {} msgs/s",
+        "Streams and clients: {} servers, R = {}, {} one-hop-ack-client, {} payloads, window {} per client; disk limit {} msgs/s, loopback limit {} msgs/s",
         args.servers,
         args.replicas,
+        args.durability.name(),
         format_bytes(args.payload),
         args.window,
         disk.map_or("-".into(), |d| fixed(d, 0)),
