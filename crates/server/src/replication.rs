@@ -12,7 +12,7 @@
 //! repair loss (gap requests, heartbeats, client retries), so dropping
 //! never breaks an invariant.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -113,18 +113,20 @@ impl PeerLink {
 }
 
 /// One connection of a client: its number, its way to the socket, and the
-/// streams it opened or wrote to (none yet: every stream's).
+/// streams it opened or wrote to, sorted (none yet: every stream's). Most
+/// connections have one, so a delivery, which asks every connection of
+/// the client, hashes nothing.
 struct ClientConnection {
     id: u64,
     outgoing: Arc<Outgoing>,
-    streams: HashSet<u64>,
+    streams: Vec<u64>,
 }
 
 impl ClientConnection {
     /// Whether a message of `stream` for this connection's client goes to
     /// this connection.
     fn wants(&self, stream: u64) -> bool {
-        self.streams.is_empty() || self.streams.contains(&stream)
+        self.streams.is_empty() || self.streams.binary_search(&stream).is_ok()
     }
 }
 
@@ -319,7 +321,7 @@ impl Router {
             .push(ClientConnection {
                 id,
                 outgoing,
-                streams: HashSet::new(),
+                streams: Vec::new(),
             });
         id
     }
@@ -335,7 +337,9 @@ impl Router {
             .get_mut(&client)
             .and_then(|list| list.iter_mut().find(|c| c.id == connection));
         if let Some(found) = found {
-            found.streams.insert(stream);
+            if let Err(at) = found.streams.binary_search(&stream) {
+                found.streams.insert(at, stream);
+            }
         }
     }
 
