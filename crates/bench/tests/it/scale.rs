@@ -44,29 +44,40 @@ fn bench_scale_runs_every_count_of_streams_and_clients() {
     assert_eq!(json["cells"].as_array().unwrap().len(), 4);
 }
 
-/// `--durability memory`: the same cells with streams that keep no log,
-/// every message acknowledged, and the table says which durability.
+/// `--durability memory` and `sender`: the same cell with streams that
+/// keep no log, and with sender-based logging; every message
+/// acknowledged, and the table says which durability.
 #[test]
-fn bench_scale_runs_memory_streams() {
-    let folder = tempfile::tempdir().unwrap();
-    let args = ScaleArgs {
-        server_binary: Some(stamplog_binary()),
-        streams: vec![3],
-        clients: vec![2],
-        messages: 300,
-        window: 16,
-        disk_syncs: 10,
-        durability: bench::replication::Durability::Memory,
-        output: quiet_output(folder.path()),
-        ..ScaleArgs::default()
-    };
-    let figures = scale::run(args.clone()).unwrap();
-    assert_eq!(figures.cells.len(), 1);
-    assert_eq!(figures.cells[0].messages, 300, "{:?}", figures.cells[0]);
-    let table = scale::table(&figures, &args);
-    assert!(
-        table.title().contains("memory one-hop-ack-client"),
-        "{}",
-        table.title()
-    );
+fn bench_scale_runs_memory_and_sender_streams() {
+    use bench::replication::Durability;
+    for (durability, name) in [
+        (Durability::Memory, "memory"),
+        (Durability::Sender, "sender"),
+    ] {
+        let folder = tempfile::tempdir().unwrap();
+        let args = ScaleArgs {
+            server_binary: Some(stamplog_binary()),
+            streams: vec![3],
+            clients: vec![2],
+            messages: 300,
+            window: 16,
+            disk_syncs: 10,
+            durability,
+            output: quiet_output(folder.path()),
+            ..ScaleArgs::default()
+        };
+        let figures = scale::run(args.clone()).unwrap();
+        assert_eq!(figures.cells.len(), 1, "{name}");
+        assert_eq!(
+            figures.cells[0].messages, 300,
+            "{name}: {:?}",
+            figures.cells[0]
+        );
+        let table = scale::table(&figures, &args);
+        let title = table.title();
+        assert!(
+            title.contains(&format!("{name} one-hop-ack-client")),
+            "{title}"
+        );
+    }
 }
