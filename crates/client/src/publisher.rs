@@ -23,14 +23,16 @@
 //! writes it to the socket (`net::SharedWriter`); with more in flight the
 //! frames queue for the link task, which writes what gathered in one go.
 //! Each link task also feeds the answers it reads to the producer itself;
-//! a background task ticks the resends and follows the placement. So a
+//! a background task ticks the resends and follows the placement, and
+//! parks its timer while the publisher is idle with every link up (a send,
+//! a broken link or the publisher's drop wake it). So a
 //! lone message crosses no task of the publisher's own on its way out, nor
 //! an ack on its way back: the handoffs between tasks cost more than the
 //! producer's work, and every one is a thread wake-up when the workers are
 //! idle.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -186,6 +188,20 @@ struct Shared {
     link_states: Mutex<HashMap<ServerId, bool>>,
     /// The publisher was dropped: the tasks end once nothing waits.
     closed: AtomicBool,
+    /// The background task's timer.
+    timer: Timer,
+}
+
+/// The background task's timer, which it parks while ticks would have
+/// nothing to do: nothing is in flight or held, every link is up, and no
+/// failover is suspected.
+#[derive(Default)]
+struct Timer {
+    /// The task waits for `wake` instead of ticking.
+    parked: AtomicBool,
+    wake: Notify,
+    /// Ticks the task ran.
+    ticks: AtomicU64,
 }
 
 /// The producer and what it decided, under the publisher's lock.
@@ -413,6 +429,7 @@ impl Publisher {
             refusals: Mutex::default(),
             link_states: Mutex::default(),
             closed: AtomicBool::new(false),
+            timer: Timer::default(),
         });
         let (stop, stopped) = watch::channel(false);
         for (id, link_config, connection) in first_connections {
@@ -425,9 +442,8 @@ impl Publisher {
                 stopped.clone(),
             ));
         }
-        let addresses: Arc<Mutex<Vec<String>>> = Arc::new(Mutex::new(
-            info.replicas.iter().map(|r| r.address.clone()).collect(),
-        ));
+        let addresses: Vec<String> = info.replicas.iter().map(|r| r.address.clone()).collect();
+        let addresses = Arc::new(Mutex::new(addresses));
         let (refresh, refresh_receiver) = mpsc::channel(1);
         let (infos, infos_receiver) = mpsc::channel(4);
         tokio::spawn(run_refresher(
@@ -456,6 +472,13 @@ impl Publisher {
             self.shared.held.messages.load(Ordering::Relaxed),
             self.shared.held.bytes.load(Ordering::Relaxed),
         )
+    }
+
+    /// How many times the background task has run its timer: every 10 ms
+    /// while messages are in flight or a failover may be under way, not
+    /// at all while the publisher is idle with every link up.
+    pub fn ticks(&self) -> u64 {
+        self.shared.timer.ticks.load(Ordering::Relaxed)
     }
 
     pub fn client_id(&self) -> u128 {
@@ -505,6 +528,8 @@ impl Publisher {
                         producer.send(key, payload, now, out)
                     });
                     core.replies.insert(event.sequence, reply);
+                    drop(core);
+                    shared.wake_background();
                     return Ok(PendingPublish { event, answer });
                 }
             }
@@ -518,12 +543,21 @@ impl Publisher {
 impl Drop for Publisher {
     fn drop(&mut self) {
         self.shared.closed.store(true, Ordering::Release);
+        self.shared.wake_background();
     }
 }
 
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, Core> {
         self.core.lock().expect("publisher lock")
+    }
+
+    /// Gets a parked background task ticking again (after a send, a link
+    /// going down, or the publisher's drop).
+    fn wake_background(&self) {
+        if self.timer.parked.swap(false, Ordering::SeqCst) {
+            self.timer.wake.notify_one();
+        }
     }
 
     /// Takes a server's answers, a piece at a time, and answers the callers
@@ -709,26 +743,62 @@ impl Background {
         loop {
             tokio::select! {
                 _ = tick.tick() => {
-                    let mut core = self.shared.lock();
-                    let resent = core.step(self.shared.stream, |producer, now, out| {
-                        producer.on_tick(now, out);
-                        !out.is_empty()
-                    });
-                    // Resends mean answers are missing.
-                    core.suspect |= resent;
-                    self.ask_placement(&mut core);
-                    let freed = self.shared.complete(&mut core, &mut done);
-                    let finished = self.shared.closed.load(Ordering::Acquire) && core.replies.is_empty();
-                    drop(core);
+                    let (freed, finished, park) = {
+                        let mut core = self.shared.lock();
+                        let resent = core.step(self.shared.stream, |producer, now, out| {
+                            producer.on_tick(now, out);
+                            !out.is_empty()
+                        });
+                        // Resends mean answers are missing.
+                        core.suspect |= resent;
+                        self.ask_placement(&mut core);
+                        let freed = self.shared.complete(&mut core, &mut done);
+                        let finished = self.shared.closed.load(Ordering::Acquire) && core.replies.is_empty();
+                        let park = (!finished).then(|| self.may_park(&core)).flatten();
+                        (freed, finished, park)
+                    };
                     self.shared.reply(freed, &mut done);
                     if finished {
                         let _ = self.stop.send(true);
                         return;
                     }
+                    if park.is_some_and(|links| self.links_up(links)) {
+                        tokio::select! {
+                            _ = self.shared.timer.wake.notified() => {}
+                            Some(info) = infos.recv() => self.adopt(info, &mut done),
+                        }
+                        self.shared.timer.parked.store(false, Ordering::SeqCst);
+                        tick.reset_immediately();
+                    } else {
+                        self.shared.timer.parked.store(false, Ordering::SeqCst);
+                    }
+                    self.shared.timer.ticks.fetch_add(1, Ordering::Relaxed);
                 }
                 Some(info) = infos.recv() => self.adopt(info, &mut done),
             }
         }
+    }
+
+    /// Whether the next ticks would have nothing to do: no message in
+    /// flight, waiting for its caller or kept for a checkpoint, and no
+    /// failover suspected. Marks the task parked first (under the
+    /// publisher's lock, which a send takes to add its message), so that a
+    /// send or a link going down after this look wakes it.
+    /// `Some(links)`, the number of links the publisher has, when it may.
+    fn may_park(&self, core: &Core) -> Option<usize> {
+        self.shared.timer.parked.store(true, Ordering::SeqCst);
+        let idle = core.replies.is_empty()
+            && core.producer.in_flight() == 0
+            && core.producer.held().0 == 0
+            && !core.suspect;
+        idle.then_some(core.outboxes.len())
+    }
+
+    /// Whether all `links` are up (looked at after the task is marked
+    /// parked: a link that goes down later wakes it).
+    fn links_up(&self, links: usize) -> bool {
+        let states = self.shared.link_states.lock().expect("link states lock");
+        states.len() >= links && states.values().all(|up| *up)
     }
 
     /// Asks for the placement while a failover may be under way.
@@ -1086,6 +1156,9 @@ impl Link {
             .lock()
             .expect("link states lock")
             .insert(self.server, up);
+        if !up {
+            self.shared.wake_background();
+        }
     }
 }
 
@@ -1293,6 +1366,7 @@ mod tests {
             refusals: Mutex::default(),
             link_states: Mutex::default(),
             closed: AtomicBool::new(false),
+            timer: Timer::default(),
         }
     }
 

@@ -337,3 +337,46 @@ async fn a_streams_acks_go_to_the_client_connections_that_opened_it() {
     );
     cluster.stop().await;
 }
+
+/// An idle publisher's background task stops ticking (a publisher per
+/// stream, many of them idle, would otherwise wake 100 times a second
+/// each); a send, and a link going down, start it again, and messages
+/// sent after it parked are done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_publisher_parks_its_timer_and_wakes_for_a_send_or_a_broken_link() {
+    let folder = tempfile::tempdir().unwrap();
+    let mut cluster = LocalCluster::start(3, folder.path(), |_| {}).await.unwrap();
+    let (_client, info) =
+        crate::harness::create_on_three(&cluster, "parked", Protocol::OneHopAckClient).await;
+    let publisher = crate::harness::publisher(&info, 16, 500).await;
+    for round in 0..3u8 {
+        for index in 0..5u8 {
+            let payload = [round, index];
+            let sent = tokio::time::timeout(Duration::from_secs(10), publisher.send(b"", &payload));
+            sent.await
+                .expect("done while the timer was parked")
+                .unwrap();
+        }
+        // Parked within a few ticks of the last ack; then still.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let before = publisher.ticks();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let after = publisher.ticks();
+        assert!(
+            after - before <= 1,
+            "round {round}: {before} -> {after} ticks while idle"
+        );
+    }
+    // A backup going down wakes the timer: it ticks while a link is down.
+    let backup = (1..=3).find(|id| *id != info.primary).unwrap();
+    let before = publisher.ticks();
+    cluster.stop_server(backup).await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let after = publisher.ticks();
+    assert!(
+        after >= before + 10,
+        "{before} -> {after} ticks with a link down"
+    );
+    drop(publisher);
+    cluster.stop().await;
+}
