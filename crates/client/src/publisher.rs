@@ -781,10 +781,11 @@ impl Background {
 
     /// Whether the next ticks would have nothing to do: no message in
     /// flight, waiting for its caller or kept for a checkpoint, and no
-    /// failover suspected. Marks the task parked first (under the
-    /// publisher's lock, which a send takes to add its message), so that a
-    /// send or a link going down after this look wakes it.
-    /// `Some(links)`, the number of links the publisher has, when it may.
+    /// failover suspected; then `Some` of the number of links the
+    /// publisher has, which must all be up too (`links_up`). Marks the
+    /// task parked first (under the publisher's lock, which a send takes
+    /// to add its message), so that a send or a link going down after
+    /// this look wakes it.
     fn may_park(&self, core: &Core) -> Option<usize> {
         self.shared.timer.parked.store(true, Ordering::SeqCst);
         let idle = core.replies.is_empty()
