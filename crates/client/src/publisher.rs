@@ -552,6 +552,24 @@ impl Shared {
         self.core.lock().expect("publisher lock")
     }
 
+    /// The refusal of message `sequence` with `code`, as the producer
+    /// understands it; the server's words are kept for a refusal that
+    /// ends the message, so its caller's error says them.
+    fn refusal(&self, sequence: u64, code: ErrorCode, message: String) -> Option<Refusal> {
+        let refusal = refusal_of(code);
+        if matches!(
+            refusal,
+            Some(Refusal::Invalid | Refusal::LogFailed | Refusal::ReadOnly | Refusal::Rejected(_))
+        ) {
+            let mut said = self.refusals.lock().expect("refusals lock");
+            // Bounded: one entry per message in flight.
+            if said.len() < PUBLISHER_WINDOW_MAX {
+                said.insert(sequence, message);
+            }
+        }
+        refusal
+    }
+
     /// Gets a parked background task ticking again (after a send, a link
     /// going down, or the publisher's drop).
     fn wake_background(&self) {
@@ -1293,26 +1311,6 @@ fn decode_answers(
             Ok(Some(frame)) => push_acks(client, frame, &mut answers),
             Ok(None) | Err(_) => return answers,
         }
-    }
-}
-
-impl Shared {
-    /// The refusal of message `sequence` with `code`, as the producer
-    /// understands it; the server's words are kept for a refusal that
-    /// ends the message, so its caller's error says them.
-    fn refusal(&self, sequence: u64, code: ErrorCode, message: String) -> Option<Refusal> {
-        let refusal = refusal_of(code);
-        if matches!(
-            refusal,
-            Some(Refusal::Invalid | Refusal::LogFailed | Refusal::ReadOnly | Refusal::Rejected(_))
-        ) {
-            let mut said = self.refusals.lock().expect("refusals lock");
-            // Bounded: one entry per message in flight.
-            if said.len() < PUBLISHER_WINDOW_MAX {
-                said.insert(sequence, message);
-            }
-        }
-        refusal
     }
 }
 

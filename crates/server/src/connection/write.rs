@@ -57,6 +57,7 @@ impl Connection {
         payload: Vec<u8>,
         flags: u8,
     ) -> bool {
+        let echo = flags & proto::frame::APPEND_FLAG_ECHO != 0;
         let stream = match self.find_allowed(request, stream_id, Right::Produce).await {
             Ok(stream) => stream,
             Err(open) => return open,
@@ -96,10 +97,7 @@ impl Connection {
         let Ok(slot) = Arc::clone(&self.legacy_slots).acquire_owned().await else {
             return false;
         };
-        let echo = match flags & proto::frame::APPEND_FLAG_ECHO {
-            0 => Vec::new(),
-            _ => payload.clone(),
-        };
+        let echo = if echo { payload.clone() } else { Vec::new() };
         self.hold_legacy(&stream, event, request, echo, slot);
         let content = Content {
             event,
