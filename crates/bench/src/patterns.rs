@@ -151,6 +151,11 @@ pub struct PatternsArgs {
     /// runs measures what observability costs.
     #[arg(long, value_parser = parse_switch, action = clap::ArgAction::Set, default_value = "on", value_name = "on|off")]
     pub admin: bool,
+    /// Whether each server's `sync` logs share its journal (`on`, as by
+    /// default) or each writes and fdatasyncs on its own (`off`): a pair
+    /// of runs measures what the journal changes for one stream.
+    #[arg(long, value_parser = parse_switch, action = clap::ArgAction::Set, default_value = "on", value_name = "on|off")]
+    pub journal: bool,
     /// Where the servers run: `processes` (each its own `stamplog server`
     /// process, as deployed) or `threads` (one `stamplog cluster`
     /// process, as these figures were measured before).
@@ -345,6 +350,7 @@ pub fn run(args: PatternsArgs) -> anyhow::Result<PatternsFigures> {
         secure: args.tls,
         admin: args.admin,
         servers_as: args.servers_as,
+        journal: args.journal,
     };
     let process = spawn_cluster(&binary, REPLICAS, data.path(), options)?;
     let cluster = runtime.block_on(Cluster::connect(process))?;

@@ -180,6 +180,10 @@ pub struct ClusterOptions {
     pub admin: bool,
     /// Separate server processes, or one process of threads.
     pub servers_as: ServersAs,
+    /// Each server's `sync` logs share its journal, as by default;
+    /// otherwise each log syncs alone (`--journal-bytes-max 0`,
+    /// `--no-journal`).
+    pub journal: bool,
 }
 
 impl Default for ClusterOptions {
@@ -190,6 +194,7 @@ impl Default for ClusterOptions {
             secure: false,
             admin: true,
             servers_as: ServersAs::Processes,
+            journal: true,
         }
     }
 }
@@ -221,10 +226,13 @@ impl Servers {
             true => Some(server::LocalSecurity::make(&data, servers)?),
             false => None,
         };
-        let extra: Vec<String> = match options.admin {
+        let mut extra: Vec<String> = match options.admin {
             true => Vec::new(),
             false => vec!["--admin-listen".into(), "off".into()],
         };
+        if !options.journal {
+            extra.extend(["--journal-bytes-max".into(), "0".into()]);
+        }
         let count = u32::try_from(servers).context("too many servers")?;
         let cluster = ProcessCluster::start_secure(binary, &data, count, &extra, (None, security))?;
         Ok(Servers::Processes(Box::new(cluster)))
@@ -316,6 +324,7 @@ impl ClusterProcess {
             .arg(data)
             .args((!options.secure).then_some("--insecure"))
             .args((!options.admin).then_some("--no-admin"))
+            .args((!options.journal).then_some("--no-journal"))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(log)

@@ -34,7 +34,7 @@ use crate::progress;
 use crate::replication::{
     binary_or_self, payload_of, publish, spawn_cluster, Cluster, Durability, PublishRun, Together,
 };
-use crate::units::{fixed, format_bytes, parse_bytes};
+use crate::units::{fixed, format_bytes, parse_bytes, parse_switch};
 
 /// Messages of the calibration burst that shows the logs' batch size.
 const CALIBRATION_MESSAGES: usize = 20_000;
@@ -74,6 +74,10 @@ pub struct ScaleArgs {
     /// logs' I/O) or `sender` (sender-based logging).
     #[arg(long, value_enum, default_value = "sync")]
     pub durability: Durability,
+    /// Whether each server's `sync` logs share its journal (`on`, as by
+    /// default) or each writes and fdatasyncs on its own (`off`).
+    #[arg(long, value_parser = parse_switch, action = clap::ArgAction::Set, default_value = "on", value_name = "on|off")]
+    pub journal: bool,
     /// Messages per cell, over all its clients.
     #[arg(long, default_value_t = 200_000)]
     pub messages: usize,
@@ -146,6 +150,7 @@ pub fn run(args: ScaleArgs) -> anyhow::Result<ScaleFigures> {
     let runtime = output::runtime()?;
     let options = ClusterOptions {
         servers_as: args.servers_as,
+        journal: args.journal,
         ..ClusterOptions::default()
     };
     let servers = spawn_cluster(&binary, args.servers, data.path(), options)?;
@@ -266,8 +271,9 @@ async fn run_cell(
 pub fn table(figures: &ScaleFigures, args: &ScaleArgs) -> Table {
     let disk = figures.limits.as_ref().map(|l| l.disk.messages_per_second);
     let title = format!(
-        "Streams and clients: {} servers, R = {}, {} one-hop-ack-client, {} payloads, window {} per client; disk limit {} msgs/s, loopback limit {} msgs/s",
+        "Streams and clients: {} servers{}, R = {}, {} one-hop-ack-client, {} payloads, window {} per client; disk limit {} msgs/s, loopback limit {} msgs/s",
         args.servers,
+        if args.journal { "" } else { " without journals" },
         args.replicas,
         args.durability.name(),
         format_bytes(args.payload),

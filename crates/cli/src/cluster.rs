@@ -25,6 +25,11 @@ pub struct ClusterArgs {
     /// checks.
     #[arg(long)]
     pub no_admin: bool,
+    /// Each `sync` log writes and fdatasyncs on its own, without the
+    /// server's shared journal (for comparison; see `server
+    /// --journal-bytes-max`).
+    #[arg(long)]
+    pub no_journal: bool,
 }
 
 pub fn run(args: ClusterArgs) -> anyhow::Result<()> {
@@ -53,6 +58,9 @@ pub fn run(args: ClusterArgs) -> anyhow::Result<()> {
             }
             if !args.no_admin {
                 config.admin_listen = Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0)));
+            }
+            if args.no_journal {
+                config.journal_bytes_max = 0;
             }
         })
         .await

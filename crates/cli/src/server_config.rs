@@ -80,6 +80,14 @@ pub struct ServerArgs {
     /// appends wait. [default: 33554432]
     #[arg(long)]
     pub pending_bytes_max: Option<usize>,
+    /// `sync` streams share one journal, `journal.wal` in the data folder:
+    /// a group commit of many streams' records is one write and one
+    /// fdatasync, the records reaching their own logs through the page
+    /// cache. The journal rotates (syncs those logs, starts again) past
+    /// this many bytes. 0: no journal; each stream's log writes and
+    /// fdatasyncs on its own. [default: 67108864]
+    #[arg(long)]
+    pub journal_bytes_max: Option<u64>,
     /// `paged` streams: a partly filled page is written after this many
     /// milliseconds. [default: 2]
     #[arg(long)]
@@ -208,6 +216,7 @@ struct ServerFile {
     bytes_in_flight_per_connection_max: Option<usize>,
     segment_bytes_max: Option<u64>,
     pending_bytes_max: Option<usize>,
+    journal_bytes_max: Option<u64>,
     page_flush_ms: Option<u64>,
     memory_retain_bytes: Option<usize>,
     checkpoint_interval_ms: Option<u64>,
@@ -261,6 +270,7 @@ pub fn resolve(args: &ServerArgs) -> anyhow::Result<(String, server::ServerConfi
     merge!(bytes_in_flight_per_connection_max);
     merge!(segment_bytes_max);
     merge!(pending_bytes_max);
+    merge!(journal_bytes_max);
     merge!(memory_retain_bytes);
     merge!(checkpoint_records);
     merge!(retain_bytes);
@@ -297,6 +307,10 @@ fn check(config: &server::ServerConfig) -> anyhow::Result<()> {
     anyhow::ensure!(
         config.message_bytes_max >= 1,
         "message_bytes_max must be at least 1"
+    );
+    anyhow::ensure!(
+        config.journal_bytes_max == 0 || config.journal_bytes_max >= 64 * 1024,
+        "journal_bytes_max must be 0 (no journal) or at least 65536"
     );
     anyhow::ensure!(
         config.connections_max >= 1 && config.connections_per_address_max >= 1,

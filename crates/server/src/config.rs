@@ -171,6 +171,14 @@ pub struct ServerConfig {
     /// Told of every group commit of every log (the metrics' log
     /// histograms); set by `ServerState::open` when it keeps metrics.
     pub(crate) log_observer: Option<Arc<dyn wal::SyncObserver>>,
+    /// `sync` streams share one journal per server (`journal.wal` in the
+    /// data folder): a round of many streams' records is one write and
+    /// one fdatasync (see `wal::journal`). It rotates past this many
+    /// bytes. 0: no journal, each log writes and syncs on its own.
+    pub journal_bytes_max: u64,
+    /// The journal, opened by `ServerState::open` when
+    /// `journal_bytes_max` is not 0.
+    pub(crate) journal: Option<Arc<wal::Journal>>,
     /// This server's id and its peers.
     pub cluster: ClusterConfig,
     /// The address peers and clients are told to reach this server at
@@ -230,6 +238,8 @@ impl ServerConfig {
             sample_log_latency: false,
             admin_listen: None,
             log_observer: None,
+            journal_bytes_max: 64 * 1024 * 1024,
+            journal: None,
             cluster: ClusterConfig::default(),
             advertise: None,
             replication: ReplicaSettings::default(),

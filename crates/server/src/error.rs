@@ -103,6 +103,10 @@ pub enum OpenError {
     Stream { path: PathBuf, reason: String },
     #[error("bad cluster configuration: {0}")]
     Cluster(String),
+    /// The server's journal could not be opened or redone (see
+    /// `wal::journal`): a damaged journal names the byte.
+    #[error("the journal cannot be opened: {0}")]
+    Journal(#[source] wal::LogError),
     #[error(transparent)]
     Tokens(#[from] crate::auth::TokenFileError),
     #[error(transparent)]

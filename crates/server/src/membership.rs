@@ -259,23 +259,8 @@ fn open_pending(server: &Arc<ServerState>, state: &ControlState) {
             continue;
         }
         if let Some(after) = placed.truncate_after(me) {
-            if meta.durability != "memory" {
-                match wal::truncate_after(
-                    server.config.storage.as_ref(),
-                    &folder.join("log"),
-                    meta.id,
-                    after,
-                ) {
-                    Ok(0) => {}
-                    Ok(dropped) => tracing::info!(
-                        "stream {:?}: dropped {dropped} versions after {after} that no other replica agrees with",
-                        meta.name
-                    ),
-                    Err(error) => {
-                        tracing::warn!("stream {:?} cannot be cut back: {error}", meta.name);
-                        continue;
-                    }
-                }
+            if meta.durability != "memory" && !cut_back(server, &meta, &folder, after) {
+                continue;
             }
         }
         let placement = placed.live_view(state).placement;
@@ -438,4 +423,37 @@ async fn propose_event(server: Arc<ServerState>, control: Control, event: Contro
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     tracing::warn!("the control plane did not take {command:?}");
+}
+
+/// Drops the versions after `after` from the closed log of `meta` in
+/// `folder`; false (and a warning) when it cannot.
+fn cut_back(
+    server: &ServerState,
+    meta: &crate::stream::StreamMeta,
+    folder: &std::path::Path,
+    after: u64,
+) -> bool {
+    // The journal may name this log's files: it rotates first, so that no
+    // redo writes the cut versions back.
+    if let Some(journal) = &server.config.journal {
+        if let Err(error) = journal.rotate() {
+            tracing::warn!("stream {:?} cannot be cut back: {error}", meta.name);
+            return false;
+        }
+    }
+    let log = folder.join("log");
+    match wal::truncate_after(server.config.storage.as_ref(), &log, meta.id, after) {
+        Ok(0) => true,
+        Ok(dropped) => {
+            tracing::info!(
+                "stream {:?}: dropped {dropped} versions after {after} that no other replica agrees with",
+                meta.name
+            );
+            true
+        }
+        Err(error) => {
+            tracing::warn!("stream {:?} cannot be cut back: {error}", meta.name);
+            false
+        }
+    }
 }

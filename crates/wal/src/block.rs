@@ -8,7 +8,25 @@
 //! It is made of safe code only: the vector is allocated with a block of
 //! slack, and the buffer starts at the first block boundary inside it.
 
+use std::time::Instant;
+
 use crate::storage::BLOCK_BYTES;
+
+/// Records bound for one segment, written with one write call.
+pub(crate) struct Chunk {
+    pub(crate) segment_base: u64,
+    pub(crate) offset: u64,
+    pub(crate) bytes: BlockBuffer,
+    pub(crate) last_version: u64,
+    pub(crate) records: u64,
+    /// When each record was appended, for latency sampling and the
+    /// log's observer (empty unless one of them is on).
+    pub(crate) appended_at: Vec<Instant>,
+    /// When the chunk's first record arrived (paged idle flush).
+    pub(crate) opened_at: Instant,
+    /// Paged: no further record goes into this page.
+    pub(crate) sealed: bool,
+}
 
 /// Records at an offset inside a block, with the room around them.
 #[derive(Default)]

@@ -71,6 +71,10 @@ pub struct LogConfig {
     /// Told of every group commit, with when each of its records was
     /// appended (noted only when there is an observer or a sampler).
     pub observer: Option<Arc<dyn SyncObserver>>,
+    /// `Sync`: the server's journal, whose thread then does this log's
+    /// group commits with those of the other logs that share it (see
+    /// `wal::journal`); `None`: the log has an I/O thread of its own.
+    pub journal: Option<Arc<crate::Journal>>,
 }
 
 impl std::fmt::Debug for LogConfig {
@@ -83,6 +87,7 @@ impl std::fmt::Debug for LogConfig {
             .field("memory_retain_bytes", &self.memory_retain_bytes)
             .field("sample_latency", &self.sample_latency)
             .field("observer", &self.observer.is_some())
+            .field("journal", &self.journal.is_some())
             .finish()
     }
 }
@@ -97,6 +102,7 @@ impl Default for LogConfig {
             memory_retain_bytes: 64 * 1024 * 1024,
             sample_latency: false,
             observer: None,
+            journal: None,
         }
     }
 }

@@ -12,6 +12,7 @@
 pub mod checkpoint;
 pub mod experiment;
 pub mod fault;
+pub mod journal;
 pub mod manifest;
 pub mod storage;
 
@@ -29,6 +30,7 @@ mod writer;
 
 pub use config::{Durability, LogConfig, SyncObserver, SyncReport};
 pub use error::{AppendError, ConfigError, FormatError, LogError, ReadError, RestoreError};
+pub use journal::{Journal, JournalConfig, JournalMetrics, RedoReport};
 pub use log::{DurableHook, Log, LogMetrics, Progress};
 pub use maintenance::{CheckpointWritten, Retained, Retention};
 pub use marker::RESET_MARKER;

@@ -61,20 +61,29 @@ pub(crate) struct Counters {
 /// logging experiment's sampler.
 pub(crate) const LATENCY_SAMPLES_MAX: usize = 1 << 20;
 
-/// Records bound for one segment, written with one write call.
-pub(crate) struct Chunk {
-    pub(crate) segment_base: u64,
-    pub(crate) offset: u64,
-    pub(crate) bytes: BlockBuffer,
-    pub(crate) last_version: u64,
-    pub(crate) records: u64,
-    /// When each record was appended, for latency sampling and the
-    /// log's observer (empty unless one of them is on).
-    pub(crate) appended_at: Vec<Instant>,
-    /// When the chunk's first record arrived (paged idle flush).
-    pub(crate) opened_at: Instant,
-    /// Paged: no further record goes into this page.
-    pub(crate) sealed: bool,
+pub(crate) use crate::block::Chunk;
+
+/// The I/O thread's view of the segment it appends to.
+pub(crate) struct Tail {
+    pub(crate) base: u64,
+    /// The file's length, zeros past the last record included.
+    pub(crate) allocated: u64,
+    /// Off after a preallocation failed (a nearly full disk): the log goes
+    /// on without it, and real writes report the error.
+    pub(crate) preallocate: bool,
+    /// Where the last record this thread wrote to the segment ends, and
+    /// the segment's bytes from the block boundary before that point up to
+    /// it: what the next write, which starts there, puts back in front of
+    /// its records. `None` until the first write (the prefix is then read
+    /// from the file).
+    pub(crate) written: Option<(u64, Vec<u8>)>,
+}
+
+/// What the thread writing a log keeps between batches: its tail, and how
+/// far ahead of the last record it keeps zeros.
+pub(crate) struct Writing {
+    pub(crate) tail: Tail,
+    pub(crate) ahead: u64,
 }
 
 pub(crate) struct State {
@@ -103,6 +112,11 @@ pub(crate) struct State {
     /// it only then: a condition variable's notify is a system call even
     /// with no one waiting, and one per append cost more than the append.
     pub(crate) io_waiting: bool,
+    /// A journaled log: it is in the journal's list for the next round.
+    pub(crate) queued: bool,
+    /// A journaled log: a direct writer has a batch of it; no round takes
+    /// another until that one is durable.
+    pub(crate) in_flight: bool,
 }
 
 pub(crate) struct Shared {
@@ -127,6 +141,13 @@ pub(crate) struct Shared {
     pub(crate) manifest: Mutex<()>,
     /// Called by the I/O thread each time the durable version moves.
     pub(crate) on_durable: Mutex<Option<DurableHook>>,
+    /// A journaled log: the tail as the journal's thread writes it (the
+    /// I/O thread of a log of its own keeps it on its stack).
+    pub(crate) journal_tail: Mutex<Option<Writing>>,
+    /// A journaled log: the path its journal frames name for the segment
+    /// last written (its base, and the path relative to the journal's
+    /// folder), so that a round does not format it anew.
+    pub(crate) journal_path: Mutex<Option<(u64, Arc<str>)>>,
 }
 
 /// What [`Log::on_durable`] calls with each new durable version, and
@@ -245,6 +266,8 @@ impl Log {
             checkpoints,
             tail_reset: false,
             io_waiting: false,
+            queued: false,
+            in_flight: false,
         };
         let (progress, _) = watch::channel(Progress {
             durable: last_version,
@@ -264,22 +287,10 @@ impl Log {
             maintenance: Mutex::new(()),
             manifest: Mutex::new(()),
             on_durable: Mutex::new(None),
+            journal_tail: Mutex::new(None),
+            journal_path: Mutex::new(None),
         });
-        let io_thread = match shared.config.durability {
-            Durability::Memory => None,
-            _ => {
-                let worker = Arc::clone(&shared);
-                Some(
-                    std::thread::Builder::new()
-                        .name(format!("log-{stream:x}"))
-                        .spawn(move || worker.run_io())
-                        .map_err(|source| LogError::Io {
-                            path: folder.to_path_buf(),
-                            source,
-                        })?,
-                )
-            }
-        };
+        let io_thread = shared.spawn_io()?;
         Ok(Log { shared, io_thread })
     }
 
@@ -331,6 +342,19 @@ impl Log {
         shared.place_record(&mut state, version, record)?;
         state.last_version = version;
         state.pending_bytes += record.len();
+        if let Some(journal) = shared.journal() {
+            let enqueue = !std::mem::replace(&mut state.queued, true);
+            drop(state);
+            shared.counters.appends.fetch_add(1, Ordering::Relaxed);
+            if enqueue {
+                let member: Arc<dyn crate::journal::Member> = Arc::clone(shared) as _;
+                if let Err(failure) = journal.enqueue(member) {
+                    shared.latch_message(failure.clone());
+                    return Err(AppendError::Failed(failure));
+                }
+            }
+            return Ok(());
+        }
         let wake = shared.config.durability == Durability::Sync && state.io_waiting;
         drop(state);
         shared.counters.appends.fetch_add(1, Ordering::Relaxed);
@@ -838,6 +862,34 @@ impl Shared {
 }
 
 impl Shared {
+    /// The journal this log's group commits go through, if any (only a
+    /// `Sync` log uses one).
+    pub(crate) fn journal(&self) -> Option<&Arc<crate::journal::Inner>> {
+        match self.config.durability {
+            Durability::Sync => self.config.journal.as_ref().map(|j| j.inner()),
+            _ => None,
+        }
+    }
+
+    /// The log's own I/O thread: for `Sync` without a journal, and
+    /// `Paged`; `None` for `Memory` and a journaled log.
+    fn spawn_io(self: &Arc<Self>) -> Result<Option<JoinHandle<()>>, LogError> {
+        if self.config.durability == Durability::Memory || self.journal().is_some() {
+            return Ok(None);
+        }
+        let worker = Arc::clone(self);
+        std::thread::Builder::new()
+            .name(format!("log-{:x}", self.stream))
+            .spawn(move || worker.run_io())
+            .map(Some)
+            .map_err(|source| LogError::Io {
+                path: self.folder.clone(),
+                source,
+            })
+    }
+}
+
+impl Shared {
     pub(crate) fn lock_state(&self) -> MutexGuard<'_, State> {
         lock(&self.state)
     }
@@ -846,6 +898,14 @@ impl Shared {
 impl Drop for Log {
     fn drop(&mut self) {
         lock(&self.shared.state).shutdown = true;
+        if let Some(journal) = self.shared.journal() {
+            // The journal's thread writes what is pending; a log dropped on
+            // that thread (by a durable hook) cannot wait for it.
+            if !journal.is_current() {
+                self.shared.close_journaled();
+            }
+            return;
+        }
         self.shared.work.notify_all();
         if let Some(thread) = self.io_thread.take() {
             // Dropped by the I/O thread itself (a durable hook held the last

@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use crate::config::Durability;
 use crate::error::LogError;
-use crate::log::Shared;
+use crate::log::{Shared, Tail, Writing};
 use crate::storage::{StorageFile, BLOCK_BYTES};
 
 /// Spare buffers a `Sync` log keeps for reuse between batches.
@@ -35,62 +35,164 @@ const PREALLOCATE_AHEAD_MAX_BYTES: u64 = 16 * 1024 * 1024;
 struct Zeros([u8; PREALLOCATE_STEP_BYTES]);
 static ZEROS: Zeros = Zeros([0; PREALLOCATE_STEP_BYTES]);
 
-/// The I/O thread's view of the segment it appends to.
-struct Tail {
-    base: u64,
-    /// The file's length, zeros past the last record included.
-    allocated: u64,
-    /// Off after a preallocation failed (a nearly full disk): the log goes
-    /// on without it, and real writes report the error.
-    preallocate: bool,
-    /// Where the last record this thread wrote to the segment ends, and
-    /// the segment's bytes from the block boundary before that point up to
-    /// it: what the next write, which starts there, puts back in front of
-    /// its records. `None` until the first write (the prefix is then read
-    /// from the file).
-    written: Option<(u64, Vec<u8>)>,
-}
-impl Shared {
-    pub(crate) fn run_io(self: Arc<Self>) {
-        let mut tail = self.current_tail();
-        let mut ahead = PREALLOCATE_AHEAD_BYTES;
-        while let Some(mut batch) = self.next_batch() {
-            if std::mem::take(&mut self.lock_state().tail_reset) {
-                // A reset replaced every segment: the old tail is gone, and
-                // the batch starts the new one.
-                tail = self.tail_of(batch[0].segment_base);
-            }
-            let started = Instant::now();
-            match self.write_batch(&mut batch, &mut tail) {
-                Ok(()) => {
-                    let last = batch.last().expect("a batch is never empty");
-                    let end = last.offset + last.bytes.len() as u64;
-                    let in_tail = last.segment_base == tail.base;
-                    let bytes: u64 = batch.iter().map(|c| c.bytes.len() as u64).sum();
-                    ahead = ahead
-                        .max((2 * bytes).next_multiple_of(PREALLOCATE_STEP_BYTES as u64))
-                        .min(PREALLOCATE_AHEAD_MAX_BYTES);
-                    self.complete(batch, started);
-                    if in_tail {
-                        self.preallocate(&mut tail, end, ahead);
-                    }
-                }
-                Err(error) => {
-                    self.latch(error);
-                    return;
-                }
+impl crate::journal::Member for Shared {
+    fn take_journaled(&self) -> Vec<crate::log::Chunk> {
+        let mut state = self.lock_state();
+        if state.in_flight {
+            return Vec::new();
+        }
+        state.queued = false;
+        if state.failed.is_some() {
+            return Vec::new();
+        }
+        state.pending.drain(..).collect()
+    }
+
+    fn set_in_flight(&self) {
+        self.lock_state().in_flight = true;
+    }
+
+    fn finish_in_flight(&self) -> bool {
+        let mut state = self.lock_state();
+        state.in_flight = false;
+        state.queued
+    }
+
+    fn write_direct(&self, batch: Vec<crate::log::Chunk>, started: Instant) {
+        self.write_journal_round(batch, started, None);
+    }
+
+    fn write_journaled(
+        &self,
+        batch: Vec<crate::log::Chunk>,
+        dirty: &mut crate::journal::Dirty,
+        started: Instant,
+    ) {
+        self.write_journal_round(batch, started, Some(dirty));
+    }
+
+    fn latch_io(&self, message: String) {
+        self.latch_message(Arc::from(message));
+    }
+
+    fn segment_path(&self, root: &std::path::Path, base: u64) -> Arc<str> {
+        let mut cached = self.journal_path.lock().expect("path lock poisoned");
+        match &*cached {
+            Some((cached_base, path)) if *cached_base == base => Arc::clone(path),
+            _ => {
+                let path = crate::segment::segment_path(&self.folder, base);
+                let relative: Arc<str> = Arc::from(
+                    path.strip_prefix(root)
+                        .unwrap_or(&path)
+                        .to_string_lossy()
+                        .as_ref(),
+                );
+                *cached = Some((base, Arc::clone(&relative)));
+                relative
             }
         }
+    }
+}
+
+impl Shared {
+    pub(crate) fn run_io(self: Arc<Self>) {
+        let mut writing = Writing {
+            tail: self.current_tail(),
+            ahead: PREALLOCATE_AHEAD_BYTES,
+        };
+        while let Some(batch) = self.next_batch() {
+            if !self.write_and_complete(&mut writing, batch, Instant::now(), None) {
+                return;
+            }
+        }
+        self.close_tail(&writing.tail);
+    }
+
+    /// Writes a batch (past the page cache and synced, or, with `dirty`,
+    /// through the page cache for a journal round whose frames are
+    /// already durable), then publishes it durable; on an error latches
+    /// the log failed and returns false.
+    fn write_and_complete(
+        &self,
+        writing: &mut Writing,
+        mut batch: Vec<crate::log::Chunk>,
+        started: Instant,
+        dirty: Option<&mut crate::journal::Dirty>,
+    ) -> bool {
+        if std::mem::take(&mut self.lock_state().tail_reset) {
+            // A reset replaced every segment: the old tail is gone, and
+            // the batch starts the new one.
+            writing.tail = self.tail_of(batch[0].segment_base);
+        }
+        let written = match dirty {
+            None => self.write_batch(&mut batch, &mut writing.tail),
+            Some(dirty) => self.write_buffered(&mut batch, &mut writing.tail, dirty),
+        };
+        match written {
+            Ok(()) => {
+                let last = batch.last().expect("a batch is never empty");
+                let end = last.offset + last.bytes.len() as u64;
+                let in_tail = last.segment_base == writing.tail.base;
+                let bytes: u64 = batch.iter().map(|c| c.bytes.len() as u64).sum();
+                writing.ahead = writing
+                    .ahead
+                    .max((2 * bytes).next_multiple_of(PREALLOCATE_STEP_BYTES as u64))
+                    .min(PREALLOCATE_AHEAD_MAX_BYTES);
+                self.complete(batch, started);
+                if in_tail {
+                    self.preallocate(&mut writing.tail, end, writing.ahead);
+                }
+                true
+            }
+            Err(error) => {
+                self.latch(error);
+                false
+            }
+        }
+    }
+
+    /// A clean shutdown leaves the tail segment ending in its last record,
+    /// as if no zeros had been written ahead.
+    fn close_tail(&self, tail: &Tail) {
         if self.lock_state().failed.is_none() {
-            // A clean shutdown leaves the tail segment ending in its last
-            // record, as if no zeros had been written ahead.
             let mut touched = Vec::new();
             let trimmed = self
-                .trim_tail(&tail, &mut touched)
+                .trim_tail(tail, &mut touched)
                 .and_then(|()| sync_all(&touched));
             if let Err(error) = trimmed {
                 self.latch(error);
             }
+        }
+    }
+
+    fn write_journal_round(
+        &self,
+        batch: Vec<crate::log::Chunk>,
+        started: Instant,
+        dirty: Option<&mut crate::journal::Dirty>,
+    ) {
+        let mut guard = self.journal_tail.lock().expect("tail lock poisoned");
+        let writing = guard.get_or_insert_with(|| Writing {
+            tail: self.tail_of(batch[0].segment_base),
+            ahead: PREALLOCATE_AHEAD_BYTES,
+        });
+        self.write_and_complete(writing, batch, started, dirty);
+    }
+
+    /// A journaled log being dropped: waits until the journal's thread has
+    /// made everything appended durable (or the log failed), then trims
+    /// its tail as a log of its own does at shutdown.
+    pub(crate) fn close_journaled(&self) {
+        loop {
+            let progress = self.progress.borrow().clone();
+            if progress.failed.is_some() || progress.durable >= self.lock_state().last_version {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
+        let guard = self.journal_tail.lock().expect("tail lock poisoned");
+        if let Some(writing) = guard.as_ref() {
+            self.close_tail(&writing.tail);
         }
     }
 
@@ -253,53 +355,8 @@ impl Shared {
     ) -> Result<(), LogError> {
         let mut touched: Vec<(std::path::PathBuf, Arc<dyn StorageFile>)> = Vec::new();
         for chunk in batch {
-            let path = crate::segment::segment_path(&self.folder, chunk.segment_base);
-            let file = match self.segment_file(chunk.segment_base) {
-                Some(file) if chunk.segment_base == tail.base => file,
-                Some(file) => {
-                    // A segment this thread did not open: the tail it knew
-                    // was taken before the appends that decide it.
-                    self.trim_tail(tail, &mut touched)?;
-                    *tail = self.tail_of(chunk.segment_base);
-                    file
-                }
-                None => {
-                    // Everything written to earlier segments is made durable
-                    // before a later segment gets any record, so recovery
-                    // never finds a later segment behind a torn earlier one.
-                    self.trim_tail(tail, &mut touched)?;
-                    sync_all(&touched)?;
-                    // The manifest names the new segment before its file
-                    // exists, so no segment file is ever newer than the
-                    // manifest says.
-                    let manifest = self.manifest.lock().expect("manifest lock poisoned");
-                    self.write_manifest(chunk.segment_base)?;
-                    let file = crate::segment::create_segment_file(
-                        self.storage.as_ref(),
-                        &self.folder,
-                        self.stream,
-                        chunk.segment_base,
-                    )?;
-                    drop(manifest);
-                    let mut state = self.lock_state();
-                    if let Some(segment) = state
-                        .segments
-                        .iter_mut()
-                        .rev()
-                        .find(|s| s.base == chunk.segment_base)
-                    {
-                        segment.file = Some(file.clone());
-                    }
-                    *tail = Tail {
-                        base: chunk.segment_base,
-                        allocated: crate::segment::SEGMENT_HEADER_LEN as u64,
-                        preallocate: tail.preallocate,
-                        written: None,
-                    };
-                    file
-                }
-            };
-            self.write_chunk(chunk, file.as_ref(), tail)
+            let (path, file) = self.segment_for(chunk, tail, &mut touched)?;
+            self.write_chunk(chunk, file.as_ref(), tail, true)
                 .map_err(|source| LogError::Io {
                     path: path.clone(),
                     source,
@@ -311,6 +368,95 @@ impl Shared {
         sync_all(&touched)
     }
 
+    /// Writes a batch through the page cache, unsynced (its bytes are in
+    /// the journal's durable frames), and notes its files in `dirty`.
+    fn write_buffered(
+        &self,
+        batch: &mut [crate::log::Chunk],
+        tail: &mut Tail,
+        dirty: &mut crate::journal::Dirty,
+    ) -> Result<(), LogError> {
+        let mut touched = Vec::new();
+        for chunk in batch {
+            let (path, file) = self.segment_for(chunk, tail, &mut touched)?;
+            // Whole blocks here too: a page the write covers only in part
+            // would first be read from the disk.
+            self.write_chunk(chunk, file.as_ref(), tail, false)
+                .map_err(|source| LogError::Io {
+                    path: path.clone(),
+                    source,
+                })?;
+            dirty.entry(path).or_insert(file);
+        }
+        Ok(())
+    }
+
+    /// The file of the segment `chunk` goes to, opening a new segment (and
+    /// leaving the tail) as needed; `touched` holds the files written so
+    /// far in the batch.
+    fn segment_for(
+        &self,
+        chunk: &crate::log::Chunk,
+        tail: &mut Tail,
+        touched: &mut Vec<(std::path::PathBuf, Arc<dyn StorageFile>)>,
+    ) -> Result<(std::path::PathBuf, Arc<dyn StorageFile>), LogError> {
+        let path = crate::segment::segment_path(&self.folder, chunk.segment_base);
+        let file = match self.segment_file(chunk.segment_base) {
+            Some(file) if chunk.segment_base == tail.base => file,
+            Some(file) => {
+                // A segment this thread did not open: the tail it knew
+                // was taken before the appends that decide it.
+                self.trim_tail(tail, touched)?;
+                *tail = self.tail_of(chunk.segment_base);
+                file
+            }
+            None => {
+                // Everything written to earlier segments is made durable
+                // before a later segment gets any record, so recovery
+                // never finds a later segment behind a torn earlier one
+                // (the tail's earlier batches too: a journal round writes
+                // them unsynced).
+                if let Some(file) = self.segment_file(tail.base) {
+                    let tail_path = crate::segment::segment_path(&self.folder, tail.base);
+                    if !touched.iter().any(|(p, _)| *p == tail_path) {
+                        touched.push((tail_path, file));
+                    }
+                }
+                self.trim_tail(tail, touched)?;
+                sync_all(touched)?;
+                // The manifest names the new segment before its file
+                // exists, so no segment file is ever newer than the
+                // manifest says.
+                let manifest = self.manifest.lock().expect("manifest lock poisoned");
+                self.write_manifest(chunk.segment_base)?;
+                let file = crate::segment::create_segment_file(
+                    self.storage.as_ref(),
+                    &self.folder,
+                    self.stream,
+                    chunk.segment_base,
+                )?;
+                drop(manifest);
+                let mut state = self.lock_state();
+                if let Some(segment) = state
+                    .segments
+                    .iter_mut()
+                    .rev()
+                    .find(|s| s.base == chunk.segment_base)
+                {
+                    segment.file = Some(file.clone());
+                }
+                *tail = Tail {
+                    base: chunk.segment_base,
+                    allocated: crate::segment::SEGMENT_HEADER_LEN as u64,
+                    preallocate: tail.preallocate,
+                    written: None,
+                };
+                file
+            }
+        };
+        Ok((path, file))
+    }
+
     /// Writes one chunk as whole blocks: the bytes already in the file
     /// from the block boundary before the chunk (the same bytes again, so
     /// a torn write leaves them as they were), its records, and zeros to
@@ -319,11 +465,14 @@ impl Shared {
     /// the file goes as an append of the records alone, as without blocks,
     /// since a crash keeps an append's bytes in order while a write over
     /// old bytes and past them may keep the part past them alone.
+    /// `direct`: past the page cache; otherwise through it (a journal
+    /// round).
     fn write_chunk(
         &self,
         chunk: &mut crate::log::Chunk,
         file: &dyn StorageFile,
         tail: &mut Tail,
+        direct: bool,
     ) -> std::io::Result<()> {
         let block = BLOCK_BYTES as u64;
         let start = chunk.offset - chunk.offset % block;
@@ -349,7 +498,11 @@ impl Shared {
         };
         chunk.bytes.set_prefix(&prefix);
         let blocks = chunk.bytes.blocks();
-        file.write_blocks_at(blocks, start)?;
+        if direct {
+            file.write_blocks_at(blocks, start)?;
+        } else {
+            file.write_at(blocks, start)?;
+        }
         // What the next write, which starts at `end`, puts back in front.
         prefix.clear();
         prefix.extend_from_slice(
@@ -442,7 +595,10 @@ impl Shared {
     /// on disk; retrying could report success for data the kernel already
     /// dropped, so the log never retries and never acknowledges again.
     fn latch(&self, error: LogError) {
-        let message: Arc<str> = Arc::from(error.to_string());
+        self.latch_message(Arc::from(error.to_string()));
+    }
+
+    pub(crate) fn latch_message(&self, message: Arc<str>) {
         {
             let mut state = self.lock_state();
             state.failed = Some(message.clone());

@@ -28,6 +28,10 @@ fn patterns_with_tiny_parameters_completes_every_cell_and_writes_its_files() {
         // The servers' admin ports and metrics off: the paired runs'
         // other side must work too.
         admin: false,
+        // And each log syncing alone, without the servers' journals: the
+        // other side of a journal pair (every other experiment's test
+        // runs with them).
+        journal: false,
         // Each server its own process, as deployed (and by default).
         servers_as: bench::process::ServersAs::Processes,
         output: quiet_output(folder.path()),

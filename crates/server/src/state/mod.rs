@@ -105,12 +105,10 @@ impl ServerState {
     /// Opens the data folder and recovers every stream in it.
     pub fn open(mut config: ServerConfig) -> Result<Arc<ServerState>, OpenError> {
         let metrics = crate::metrics::Metrics::for_config(&mut config);
-        if let Some(problem) = config.cluster.problem() {
-            return Err(OpenError::Cluster(problem));
-        }
         let (acceptor, dialer, tokens) = security_of(&config)?;
         let router = Arc::new(Router::new(&config.cluster, config.peer_queue_max, dialer));
         let storage = config.storage.clone();
+        check_and_open_journal(&mut config)?;
         let streams_folder = config.data_dir.join("streams");
         let data_error = |source| OpenError::DataDir {
             path: streams_folder.clone(),
@@ -425,6 +423,14 @@ impl ServerState {
             .cloned()
     }
 
+    /// What the server's journal did, when it has one.
+    pub fn journal_metrics(&self) -> Option<wal::JournalMetrics> {
+        self.config
+            .journal
+            .as_ref()
+            .map(|journal| journal.metrics())
+    }
+
     pub fn stream_by_name(&self, name: &str) -> Option<Arc<Stream>> {
         self.streams
             .read()
@@ -576,6 +582,16 @@ impl ServerState {
             .remove_file(&stream.folder.join(META_FILE))
             .map_err(internal)?;
         storage.sync_dir(&stream.folder).map_err(internal)?;
+        if let Some(journal) = &self.config.journal {
+            // No frame of the journal may write old bytes into the files
+            // of a stream created again under this name.
+            journal.rotate().map_err(|e| {
+                StreamError::new(
+                    ErrorCode::Internal,
+                    format!("deleting stream {name:?}: {e}"),
+                )
+            })?;
+        }
         storage.remove_dir_all(&stream.folder).map_err(internal)?;
         let parent = stream
             .folder
@@ -585,6 +601,35 @@ impl ServerState {
         storage.sync_dir(&parent).map_err(internal)?;
         Ok(())
     }
+}
+
+/// Refuses a bad cluster configuration, then opens the server's journal
+/// when it has one, redoing what it holds into the streams' files before
+/// any of them opens.
+fn check_and_open_journal(config: &mut ServerConfig) -> Result<(), OpenError> {
+    if let Some(problem) = config.cluster.problem() {
+        return Err(OpenError::Cluster(problem));
+    }
+    if config.journal_bytes_max == 0 {
+        return Ok(());
+    }
+    let journal_config = wal::JournalConfig {
+        bytes_max: config.journal_bytes_max,
+    };
+    let (journal, redo) =
+        wal::Journal::open(config.storage.clone(), &config.data_dir, journal_config)
+            .map_err(OpenError::Journal)?;
+    if redo.frames > 0 || redo.skipped > 0 {
+        tracing::info!(
+            frames = redo.frames,
+            bytes = redo.bytes,
+            files = redo.files,
+            skipped = redo.skipped,
+            "redid the journal into the streams' files"
+        );
+    }
+    config.journal = Some(Arc::new(journal));
+    Ok(())
 }
 
 /// The meta file of the stream folder `folder` named `name`, checked;

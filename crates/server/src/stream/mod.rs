@@ -192,6 +192,7 @@ pub fn log_config(durability: DurabilityConfig, config: &ServerConfig) -> LogCon
         memory_retain_bytes: config.memory_retain_bytes,
         sample_latency: config.sample_log_latency,
         observer: config.log_observer.clone(),
+        journal: config.journal.clone(),
     }
 }
 

@@ -251,3 +251,106 @@ async fn an_fsync_failure_is_never_acknowledged() {
         server.stop().await;
     }
 }
+
+/// Opens a new server state on `image` and checks every stream of
+/// `streams` as `check_recovered` does one.
+async fn check_recovered_streams(
+    image: FaultStorage,
+    streams: &[(String, Vec<(u32, Ack)>)],
+    what: &str,
+) {
+    let streams = streams.to_vec();
+    let what = what.to_string();
+    tokio::task::spawn_blocking(move || {
+        let state: Arc<ServerState> = ServerState::open(fault_config(&image))
+            .unwrap_or_else(|e| panic!("{what}: the crashed image does not open: {e}"));
+        for (name, acked) in &streams {
+            let records = read_log(&state, name);
+            for (position, record) in records.iter().enumerate() {
+                assert_eq!(record.version, position as u64 + 1, "{what}, {name}: dense");
+            }
+            for (index, ack) in acked {
+                let record = records.get((ack.version - 1) as usize).unwrap_or_else(|| {
+                    panic!(
+                        "{what}, {name}: acknowledged message {index} (version {}) is lost; {} records recovered",
+                        ack.version,
+                        records.len()
+                    )
+                });
+                assert_eq!(record.payload, payload(*index), "{what}, {name}: version {}", ack.version);
+            }
+        }
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_sharing_the_journal_lose_nothing_acknowledged_in_a_power_loss() {
+    const STREAMS: usize = 6;
+    let storage = FaultStorage::new();
+    let mut config = fault_config(&storage);
+    // A small journal: it rotates during the run.
+    config.journal_bytes_max = 256 * 1024;
+    let server = TestServer::start(config).await;
+    let client = Client::connect(quick_client_config(server.address))
+        .await
+        .unwrap();
+    let mut ids = Vec::new();
+    for index in 0..STREAMS {
+        let name = format!("j{index}");
+        let stream = client
+            .create_stream(&name, DurabilityConfig::Sync)
+            .await
+            .unwrap();
+        ids.push((name, stream.id));
+    }
+    let mut streams: Vec<(String, Vec<(u32, Ack)>)> = ids
+        .iter()
+        .map(|(name, _)| (name.clone(), Vec::new()))
+        .collect();
+    let mut images = Vec::new();
+    for round in 0..12u32 {
+        // Every stream gets a burst at once: the server's rounds hold
+        // several streams' records.
+        let mut pending = Vec::new();
+        for (position, (_, id)) in ids.iter().enumerate() {
+            let mut producer = client.producer(*id);
+            for index in round * 20..round * 20 + 20 {
+                let ack = producer.submit(b"", &payload(index)).await.unwrap();
+                pending.push((position, index, ack));
+            }
+        }
+        for (position, index, ack) in pending {
+            let answer = tokio::time::timeout(Duration::from_secs(10), ack)
+                .await
+                .unwrap_or_else(|_| panic!("message {index} got no answer within 10 s"));
+            streams[position].1.push((index, answer.expect("no fault")));
+        }
+        // A power loss now: what every stream acknowledged must be there.
+        let mode = if round % 3 == 0 {
+            CrashMode::DurableOnly
+        } else {
+            CrashMode::TornTail
+        };
+        images.push((
+            storage.crash(mode, u64::from(round)),
+            streams.clone(),
+            format!("{mode:?} after round {round}"),
+        ));
+    }
+    let metrics = server
+        .state
+        .journal_metrics()
+        .expect("the server has a journal");
+    assert!(
+        metrics.rounds > 0,
+        "rounds of several streams went through the journal: {metrics:?}"
+    );
+    assert!(metrics.rotations > 0, "the journal rotated: {metrics:?}");
+    for (image, acked, what) in images {
+        check_recovered_streams(image, &acked, &what).await;
+    }
+    drop(client);
+    server.stop().await;
+}

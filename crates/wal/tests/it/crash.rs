@@ -143,7 +143,12 @@ pub(crate) fn read_back(log: &Log, from: u64, max_records: usize, max_bytes: usi
 
 /// Asserts that `recovered` is versions 1..=n, dense, each with the payload
 /// appended under its version, and that `n >= acknowledged`.
-fn assert_prefix(recovered: &Recovered, payloads: &[Vec<u8>], acknowledged: u64, context: &str) {
+pub(crate) fn assert_prefix(
+    recovered: &Recovered,
+    payloads: &[Vec<u8>],
+    acknowledged: u64,
+    context: &str,
+) {
     for (index, (version, bytes)) in recovered.iter().enumerate() {
         assert_eq!(
             *version,

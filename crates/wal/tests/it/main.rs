@@ -8,3 +8,4 @@ mod checkpoint;
 mod crash;
 mod experiment;
 mod hook;
+mod journal;
