@@ -173,6 +173,8 @@ pub(crate) struct Inner {
     control: Mutex<Control>,
     work: Condvar,
     rotated: Condvar,
+    /// The journal's thread and its direct writers.
+    threads: Mutex<Vec<std::thread::ThreadId>>,
 }
 
 /// A server's journal (see the module's comment). Dropping the last
@@ -241,12 +243,14 @@ impl Journal {
             }),
             work: Condvar::new(),
             rotated: Condvar::new(),
+            threads: Mutex::new(Vec::new()),
         });
         let worker = Arc::clone(&inner);
         let thread = std::thread::Builder::new()
             .name("journal".into())
             .spawn(move || worker.run(epoch))
             .map_err(io_error(root))?;
+        inner.note_thread(&thread);
         Ok((
             Journal {
                 inner,
@@ -297,7 +301,10 @@ impl Drop for Journal {
         self.inner.work.notify_all();
         let thread = self.thread.lock().expect("journal lock poisoned").take();
         if let Some(thread) = thread {
-            if thread.thread().id() == std::thread::current().id() {
+            // Dropped by a durable hook on one of the journal's threads:
+            // they stop once the hook returns, and cannot wait for
+            // themselves.
+            if self.inner.is_current() {
                 return;
             }
             if thread.join().is_err() && !std::thread::panicking() {
@@ -334,6 +341,12 @@ impl Inner {
     /// A log a round passed over while a direct writer had a batch of it.
     fn requeue(&self, log: Arc<dyn Member>) {
         let mut control = self.lock();
+        if let Some(failure) = &control.failed {
+            let failure = failure.to_string();
+            drop(control);
+            log.latch_io(failure);
+            return;
+        }
         control.ready.push(log);
         let wake = control.waiting;
         drop(control);
@@ -343,8 +356,20 @@ impl Inner {
     }
 
     /// Whether the calling thread is the journal's.
+    /// Its own thread or a direct writer: the threads that run the logs'
+    /// durable hooks, which may drop a log (or the journal) and must not
+    /// then wait for themselves.
     pub(crate) fn is_current(&self) -> bool {
-        std::thread::current().name() == Some("journal")
+        let me = std::thread::current().id();
+        self.threads
+            .lock()
+            .expect("journal lock poisoned")
+            .contains(&me)
+    }
+
+    fn note_thread(&self, thread: &JoinHandle<()>) {
+        let mut threads = self.threads.lock().expect("journal lock poisoned");
+        threads.push(thread.thread().id());
     }
 
     fn run(self: Arc<Self>, epoch: u64) {
@@ -590,11 +615,11 @@ impl DirectWriters {
         let mut threads = Vec::with_capacity(DIRECT_WRITERS);
         for _ in 0..DIRECT_WRITERS {
             let worker = Arc::clone(&shared);
-            threads.push(
-                std::thread::Builder::new()
-                    .name("journal-direct".into())
-                    .spawn(move || worker.run())?,
-            );
+            let thread = std::thread::Builder::new()
+                .name("journal-direct".into())
+                .spawn(move || worker.run())?;
+            journal.note_thread(&thread);
+            threads.push(thread);
         }
         Ok(DirectWriters { shared, threads })
     }

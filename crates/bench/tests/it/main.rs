@@ -9,6 +9,7 @@ mod commit_interval;
 mod duplication;
 mod failover;
 mod growth;
+mod journal;
 mod metrics;
 mod partitions;
 mod patterns;

@@ -44,6 +44,7 @@ impl Collector for ServerCollector {
             encoder: &mut encoder,
         };
         server_families(&server, &mut out)?;
+        journal_families(&server, &mut out)?;
         let streams = server.streams();
         let snapshots: Vec<Snapshot> = streams.iter().map(Snapshot::of).collect();
         stream_families(&snapshots, &mut out)?;
@@ -212,6 +213,43 @@ fn server_families(server: &ServerState, out: &mut Out) -> fmt::Result {
         "Messages for a client dropped because its connection was gone or its queue full (it resends).",
         None,
         load(&router.client_dropped),
+    )
+}
+
+/// The server's journal, when it has one.
+fn journal_families(server: &ServerState, out: &mut Out) -> fmt::Result {
+    let Some(journal) = server.journal_metrics() else {
+        return Ok(());
+    };
+    out.counter(
+        "stamplog_journal_rounds",
+        "Rounds written to the journal: several streams' small batches in one write and one fdatasync.",
+        None,
+        journal.rounds,
+    )?;
+    out.counter(
+        "stamplog_journal_records",
+        "Records the journal's rounds carried.",
+        None,
+        journal.records,
+    )?;
+    out.counter(
+        "stamplog_journal_written",
+        "Bytes of frames written to the journal.",
+        Some(Unit::Bytes),
+        journal.bytes,
+    )?;
+    out.counter(
+        "stamplog_journal_direct_writes",
+        "Batches written past the journal into their own segment and synced there (a stream alone in its round, or 32 KiB or more).",
+        None,
+        journal.direct_rounds,
+    )?;
+    out.counter(
+        "stamplog_journal_rotations",
+        "Times the journal synced the segments it wrote through the page cache and started again.",
+        None,
+        journal.rotations,
     )
 }
 

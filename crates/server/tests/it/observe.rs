@@ -163,6 +163,11 @@ async fn every_server_serves_metrics_status_health_and_the_status_page() {
             Some(sent as f64)
         );
         assert_eq!(sample(&metrics, "stamplog_ready"), Some(1.0));
+        // One stream per server: every round of the journal is that
+        // stream's alone, written into its own segment, never a frame.
+        let direct = sample(&metrics, "stamplog_journal_direct_writes_total").unwrap();
+        assert!(direct >= 1.0, "direct writes: {direct}");
+        assert_eq!(sample(&metrics, "stamplog_journal_rounds_total"), Some(0.0));
         let synced = sample(&metrics, "stamplog_log_records_per_fdatasync_sum").unwrap();
         assert!(synced >= sent as f64, "every record was synced: {synced}");
         let durable = sample(&metrics, "stamplog_log_append_to_durable_seconds_count").unwrap();
