@@ -1,6 +1,7 @@
-//! What a server reads from its disk: records, and a log folder's files
+//! What a server reads from its disk: records, a log folder's files
 //! (segments, checkpoints, the manifest), read by the read-only scan that
-//! `stamplog check` uses and by the recovery a restarting server runs.
+//! `stamplog check` uses and by the recovery a restarting server runs,
+//! and the server's journal, redone before any stream opens.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -141,4 +142,115 @@ pub(crate) fn log_file_seeds() -> Vec<Vec<u8>> {
         input.extend_from_slice(&content[..content.len().min(usize::from(u16::MAX))]);
     }
     vec![input]
+}
+
+/// Where a fuzzed journal lives, and the segment files its frames may
+/// name (made before redo, each with a valid header).
+const JOURNAL_ROOT: &str = "/data";
+const JOURNALED_LOGS: [&str; 2] = ["streams/a/log", "streams/b/log"];
+/// A small journal: what a fuzzed input's journal preallocates stays
+/// small.
+const JOURNAL_BYTES: u64 = 64 * 1024;
+
+/// A folder with the journaled logs' first segments, as a server's
+/// data folder holds them when its journal is redone.
+fn journal_folder() -> FaultStorage {
+    let storage = FaultStorage::new();
+    for (index, log) in JOURNALED_LOGS.iter().enumerate() {
+        let folder = Path::new(JOURNAL_ROOT).join(log);
+        storage.create_dir_all(&folder).expect("a folder in memory");
+        let file = storage
+            .open(&wal::segment::segment_path(&folder, 1), true)
+            .expect("a file in memory");
+        let header = wal::segment::encode_header(STREAM + index as u64, 1);
+        file.write_at(&header, 0).expect("a write in memory");
+    }
+    storage
+}
+
+/// The input as a server's `journal.wal`, redone before any stream opens:
+/// redo may refuse it, must not panic, writes only into files that exist
+/// (never makes one, never outside the data folder), and leaves a journal
+/// that opens again with nothing to redo.
+pub fn journal(bytes: &[u8]) {
+    let storage = journal_folder();
+    let root = Path::new(JOURNAL_ROOT);
+    let file = storage
+        .open(&root.join(wal::journal::JOURNAL_FILE), true)
+        .expect("a file in memory");
+    file.write_at(bytes, 0).expect("a write in memory");
+    let before: Vec<PathBuf> = storage.files().into_iter().map(|(path, _)| path).collect();
+    let config = wal::JournalConfig {
+        bytes_max: JOURNAL_BYTES,
+    };
+    let Ok((journal, _)) = wal::Journal::open(Arc::new(storage.clone()), root, config) else {
+        return;
+    };
+    drop(journal);
+    for (path, _) in storage.files() {
+        assert!(before.contains(&path), "redo made {}", path.display());
+    }
+    let (_, again) = wal::Journal::open(Arc::new(storage), root, config)
+        .expect("a journal redo left opens again");
+    assert_eq!(again.frames, 0, "a redone journal has nothing left to redo");
+}
+
+/// A real journal, written by two logs whose records went through it in
+/// rounds of both.
+pub(crate) fn journal_seeds() -> Vec<Vec<u8>> {
+    let storage = FaultStorage::new();
+    let root = Path::new(JOURNAL_ROOT);
+    let config = wal::JournalConfig {
+        bytes_max: JOURNAL_BYTES,
+    };
+    let (journal, _) =
+        wal::Journal::open(Arc::new(storage.clone()), root, config).expect("a new journal");
+    let journal = Arc::new(journal);
+    let logs: Vec<Log> = JOURNALED_LOGS
+        .iter()
+        .enumerate()
+        .map(|(index, log)| {
+            let config = LogConfig {
+                journal: Some(Arc::clone(&journal)),
+                ..small_segments()
+            };
+            let stream = STREAM + index as u64;
+            Log::open(
+                Arc::new(storage.clone()),
+                &root.join(log),
+                stream,
+                config,
+                &mut |_| {},
+            )
+            .expect("a new log opens")
+        })
+        .collect();
+    for version in 1..=3 {
+        // A held sync: both logs' records wait for one round.
+        storage.hold_syncs();
+        for (index, log) in logs.iter().enumerate() {
+            let mut record = sample_record(version, b"journaled payload");
+            record.header.stream = STREAM + index as u64;
+            let mut bytes = Vec::new();
+            record.encode(&mut bytes);
+            log.append(version, &bytes).expect("an append");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        storage.release_syncs();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while logs.iter().any(|log| log.durable_version() < version)
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+    let path = root.join(wal::journal::JOURNAL_FILE);
+    let mut content = storage.read_file(&path).unwrap_or_default();
+    // The rounds, without the zeros after them.
+    let used = content
+        .iter()
+        .rposition(|b| *b != 0)
+        .map_or(0, |last| last + 1);
+    content.truncate(used.next_multiple_of(4096));
+    vec![content]
 }

@@ -10,7 +10,7 @@ mod disk;
 mod live;
 mod mutate;
 
-pub use disk::log_files;
+pub use disk::{journal, log_files};
 pub use live::{server_session, LiveServer};
 pub use mutate::Mutator;
 
@@ -53,6 +53,11 @@ pub const TARGETS: &[Target] = &[
         name: "log_files",
         run: disk::log_files,
         seeds: disk::log_file_seeds,
+    },
+    Target {
+        name: "journal",
+        run: disk::journal,
+        seeds: disk::journal_seeds,
     },
     Target {
         name: "token_file",

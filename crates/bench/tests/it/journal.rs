@@ -69,11 +69,7 @@ fn streams_sharing_the_journal_lose_nothing_acknowledged_to_a_sigkill() {
     let log = |start: u32| folder.path().join(format!("server-start-{start}.log"));
     let server = ServerProcess::spawn_with(&binary, &data, "127.0.0.1:0", &log(1), &[]).unwrap();
     let address = server.address;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = crate::two_worker_runtime();
     let mut streams = runtime.block_on(async {
         let client = Client::connect(ClientConfig::new(address.to_string()))
             .await

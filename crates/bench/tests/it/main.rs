@@ -60,6 +60,16 @@ fn assert_files(folder: &Path, names: &[&str]) {
 /// `CARGO_BIN_EXE_stamplog` exists only in the `cli` package's tests, and
 /// `cargo test -p bench` does not build another package's binary, so the
 /// test asks cargo for it; cargo holds no lock while tests run.
+/// A runtime of two workers, as a client application's, for the tests
+/// that drive a server process from this thread.
+fn two_worker_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
 fn stamplog_binary() -> PathBuf {
     static BINARY: OnceLock<PathBuf> = OnceLock::new();
     BINARY

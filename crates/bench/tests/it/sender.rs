@@ -57,11 +57,7 @@ fn a_client_crashing_with_the_server_loses_only_what_it_alone_held() {
     let log = |start: u32| folder.path().join(format!("server-start-{start}.log"));
     let server = ServerProcess::spawn_with(&binary, &data, "127.0.0.1:0", &log(1), &extra).unwrap();
     let address = server.address;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = crate::two_worker_runtime();
     let (info, survivor, kept, gone) = runtime.block_on(async {
         let client = Client::connect(ClientConfig::new(address.to_string()))
             .await

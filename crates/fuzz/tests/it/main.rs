@@ -83,6 +83,7 @@ fn every_target_has_a_test_and_a_corpus() {
         "control_request",
         "record",
         "log_files",
+        "journal",
         "token_file",
         "server_session",
     ];
@@ -140,4 +141,9 @@ fn the_peer_message_seeds_are_messages_a_server_reads() {
             "seed {index} does not decode: {seed:?}"
         );
     }
+}
+
+#[test]
+fn journal() {
+    fuzz("journal");
 }

@@ -50,37 +50,8 @@ async fn check_recovered(
     acked: &[(u32, Ack)],
     what: &str,
 ) -> usize {
-    let name = name.to_string();
-    let acked = acked.to_vec();
-    let what = what.to_string();
-    tokio::task::spawn_blocking(move || {
-        let state: Arc<ServerState> = ServerState::open(fault_config(&image))
-            .unwrap_or_else(|e| panic!("{what}: the crashed image does not open: {e}"));
-        let records = read_log(&state, &name);
-        for (position, record) in records.iter().enumerate() {
-            assert_eq!(record.version, position as u64 + 1, "{what}: versions are dense");
-        }
-        for (index, ack) in &acked {
-            let record = records.get((ack.version - 1) as usize).unwrap_or_else(|| {
-                panic!(
-                    "{what}: acknowledged message {index} (version {}) is lost; {} records recovered",
-                    ack.version,
-                    records.len()
-                )
-            });
-            assert_eq!(
-                record.payload,
-                payload(*index),
-                "{what}: version {} holds another message",
-                ack.version
-            );
-        }
-        let count = records.len();
-        drop(state);
-        count
-    })
-    .await
-    .unwrap()
+    let streams = [(name.to_string(), acked.to_vec())];
+    check_recovered_streams(image, &streams, what).await[0]
 }
 
 fn total_bytes(storage: &FaultStorage) -> u64 {
@@ -252,34 +223,45 @@ async fn an_fsync_failure_is_never_acknowledged() {
     }
 }
 
-/// Opens a new server state on `image` and checks every stream of
-/// `streams` as `check_recovered` does one.
+/// `check_recovered` for every stream of `streams` (name and what it
+/// acknowledged) on one opening of `image`; the records each recovered.
 async fn check_recovered_streams(
     image: FaultStorage,
     streams: &[(String, Vec<(u32, Ack)>)],
     what: &str,
-) {
+) -> Vec<usize> {
     let streams = streams.to_vec();
     let what = what.to_string();
     tokio::task::spawn_blocking(move || {
         let state: Arc<ServerState> = ServerState::open(fault_config(&image))
             .unwrap_or_else(|e| panic!("{what}: the crashed image does not open: {e}"));
-        for (name, acked) in &streams {
-            let records = read_log(&state, name);
-            for (position, record) in records.iter().enumerate() {
-                assert_eq!(record.version, position as u64 + 1, "{what}, {name}: dense");
-            }
-            for (index, ack) in acked {
-                let record = records.get((ack.version - 1) as usize).unwrap_or_else(|| {
-                    panic!(
-                        "{what}, {name}: acknowledged message {index} (version {}) is lost; {} records recovered",
-                        ack.version,
-                        records.len()
-                    )
-                });
-                assert_eq!(record.payload, payload(*index), "{what}, {name}: version {}", ack.version);
-            }
-        }
+        let counts = streams
+            .iter()
+            .map(|(name, acked)| {
+                let records = read_log(&state, name);
+                for (position, record) in records.iter().enumerate() {
+                    assert_eq!(record.version, position as u64 + 1, "{what}, {name}: versions are dense");
+                }
+                for (index, ack) in acked {
+                    let record = records.get((ack.version - 1) as usize).unwrap_or_else(|| {
+                        panic!(
+                            "{what}, {name}: acknowledged message {index} (version {}) is lost; {} records recovered",
+                            ack.version,
+                            records.len()
+                        )
+                    });
+                    assert_eq!(
+                        record.payload,
+                        payload(*index),
+                        "{what}, {name}: version {} holds another message",
+                        ack.version
+                    );
+                }
+                records.len()
+            })
+            .collect();
+        drop(state);
+        counts
     })
     .await
     .unwrap()
