@@ -355,10 +355,10 @@ impl Inner {
         }
     }
 
-    /// Whether the calling thread is the journal's.
-    /// Its own thread or a direct writer: the threads that run the logs'
-    /// durable hooks, which may drop a log (or the journal) and must not
-    /// then wait for themselves.
+    /// Whether the calling thread is one of the journal's: its own thread
+    /// or a direct writer, the threads that run the logs' durable hooks,
+    /// which may drop a log (or the journal) and must not then wait for
+    /// themselves.
     pub(crate) fn is_current(&self) -> bool {
         let me = std::thread::current().id();
         self.threads
