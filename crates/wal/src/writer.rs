@@ -124,10 +124,7 @@ impl Shared {
             // the batch starts the new one.
             writing.tail = self.tail_of(batch[0].segment_base);
         }
-        let written = match dirty {
-            None => self.write_batch(&mut batch, &mut writing.tail),
-            Some(dirty) => self.write_buffered(&mut batch, &mut writing.tail, dirty),
-        };
+        let written = self.write_batch(&mut batch, &mut writing.tail, dirty);
         match written {
             Ok(()) => {
                 let last = batch.last().expect("a batch is never empty");
@@ -348,47 +345,37 @@ impl Shared {
         segment.file.clone()
     }
 
+    /// Writes a batch: past the page cache and synced, or, with `dirty`,
+    /// through the page cache and unsynced (its bytes are in the
+    /// journal's durable frames), its files noted in `dirty` for the
+    /// journal's flusher. Whole blocks either way: a page the write covers
+    /// only in part would first be read from the disk.
     fn write_batch(
         &self,
         batch: &mut [crate::log::Chunk],
         tail: &mut Tail,
+        mut dirty: Option<&mut crate::journal::Dirty>,
     ) -> Result<(), LogError> {
         let mut touched: Vec<(std::path::PathBuf, Arc<dyn StorageFile>)> = Vec::new();
         for chunk in batch {
             let (path, file) = self.segment_for(chunk, tail, &mut touched)?;
-            self.write_chunk(chunk, file.as_ref(), tail, true)
+            self.write_chunk(chunk, file.as_ref(), tail, dirty.is_none())
                 .map_err(|source| LogError::Io {
                     path: path.clone(),
                     source,
                 })?;
-            if !touched.iter().any(|(p, _)| *p == path) {
-                touched.push((path, file));
+            match dirty.as_deref_mut() {
+                Some(dirty) => {
+                    dirty.entry(path).or_insert(file);
+                }
+                None if !touched.iter().any(|(p, _)| *p == path) => touched.push((path, file)),
+                None => {}
             }
         }
-        sync_all(&touched)
-    }
-
-    /// Writes a batch through the page cache, unsynced (its bytes are in
-    /// the journal's durable frames), and notes its files in `dirty`.
-    fn write_buffered(
-        &self,
-        batch: &mut [crate::log::Chunk],
-        tail: &mut Tail,
-        dirty: &mut crate::journal::Dirty,
-    ) -> Result<(), LogError> {
-        let mut touched = Vec::new();
-        for chunk in batch {
-            let (path, file) = self.segment_for(chunk, tail, &mut touched)?;
-            // Whole blocks here too: a page the write covers only in part
-            // would first be read from the disk.
-            self.write_chunk(chunk, file.as_ref(), tail, false)
-                .map_err(|source| LogError::Io {
-                    path: path.clone(),
-                    source,
-                })?;
-            dirty.entry(path).or_insert(file);
+        match dirty {
+            Some(_) => Ok(()),
+            None => sync_all(&touched),
         }
-        Ok(())
     }
 
     /// The file of the segment `chunk` goes to, opening a new segment (and
