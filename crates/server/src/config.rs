@@ -176,6 +176,10 @@ pub struct ServerConfig {
     /// one fdatasync (see `wal::journal`). It rotates past this many
     /// bytes. 0: no journal, each log writes and syncs on its own.
     pub journal_bytes_max: u64,
+    /// The folder of the journal file (`--journal-dir`: a device of its
+    /// own, so that journaled bytes do not share the streams' disk);
+    /// `None`: the data folder.
+    pub journal_dir: Option<PathBuf>,
     /// The journal, opened by `ServerState::open` when
     /// `journal_bytes_max` is not 0.
     pub(crate) journal: Option<Arc<wal::Journal>>,
@@ -239,6 +243,7 @@ impl ServerConfig {
             admin_listen: None,
             log_observer: None,
             journal_bytes_max: 64 * 1024 * 1024,
+            journal_dir: None,
             journal: None,
             cluster: ClusterConfig::default(),
             advertise: None,

@@ -204,8 +204,21 @@ impl Journal {
         root: &Path,
         config: JournalConfig,
     ) -> Result<(Journal, RedoReport), LogError> {
-        storage.create_dir_all(root).map_err(io_error(root))?;
-        let path = root.join(JOURNAL_FILE);
+        Journal::open_in(storage, root, root, config)
+    }
+
+    /// As [`Journal::open`], with the journal file in `folder` (another
+    /// device, say) rather than in `root`; its frames still name files
+    /// under `root`. One journal per root: two servers must not share a
+    /// folder's journal.
+    pub fn open_in(
+        storage: Arc<dyn Storage>,
+        root: &Path,
+        folder: &Path,
+        config: JournalConfig,
+    ) -> Result<(Journal, RedoReport), LogError> {
+        storage.create_dir_all(folder).map_err(io_error(folder))?;
+        let path = folder.join(JOURNAL_FILE);
         let existed = storage.exists(&path);
         let file = storage.open(&path, true).map_err(io_error(&path))?;
         let (report, epoch) = if existed {
@@ -225,7 +238,7 @@ impl Journal {
         };
         write_start(file.as_ref(), epoch).map_err(io_error(&path))?;
         if !existed {
-            storage.sync_dir(root).map_err(io_error(root))?;
+            storage.sync_dir(folder).map_err(io_error(folder))?;
         }
         let inner = Arc::new(Inner {
             root: root.to_path_buf(),

@@ -229,6 +229,27 @@ fn the_config_file_sets_keys_and_flags_override_them() {
 }
 
 #[test]
+fn the_journal_goes_where_journal_dir_says() {
+    let elsewhere = tempfile::tempdir().unwrap();
+    let folder = elsewhere.path().join("journal");
+    let (server, data) = Server::start(&["--journal-dir", folder.to_str().unwrap()]);
+    let address = server.address.as_str();
+    let sent = run(
+        &["send", "-s", address, "--stream", "j", "--create", "hello"],
+        None,
+    );
+    assert!(sent.status.success(), "{}", text(&sent.stderr));
+    assert!(
+        folder.join("journal.wal").is_file(),
+        "the journal is in --journal-dir"
+    );
+    assert!(
+        !data.path().join("journal.wal").exists(),
+        "and not in the data folder"
+    );
+}
+
+#[test]
 fn the_demo_survives_a_sigkill_with_nothing_lost_or_duplicated() {
     let demo = run(
         &["demo", "--messages", "3000", "--size", "64", "--quiet"],

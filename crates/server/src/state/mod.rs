@@ -616,8 +616,10 @@ fn check_and_open_journal(config: &mut ServerConfig) -> Result<(), OpenError> {
     let journal_config = wal::JournalConfig {
         bytes_max: config.journal_bytes_max,
     };
+    let root = &config.data_dir;
+    let folder = config.journal_dir.as_deref().unwrap_or(root);
     let (journal, redo) =
-        wal::Journal::open(config.storage.clone(), &config.data_dir, journal_config)
+        wal::Journal::open_in(config.storage.clone(), root, folder, journal_config)
             .map_err(OpenError::Journal)?;
     if redo.frames > 0 || redo.skipped > 0 {
         tracing::info!(

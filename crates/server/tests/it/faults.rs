@@ -51,7 +51,7 @@ async fn check_recovered(
     what: &str,
 ) -> usize {
     let streams = [(name.to_string(), acked.to_vec())];
-    check_recovered_streams(image, &streams, what).await[0]
+    check_recovered_streams(fault_config(&image), &streams, what).await[0]
 }
 
 fn total_bytes(storage: &FaultStorage) -> u64 {
@@ -224,16 +224,17 @@ async fn an_fsync_failure_is_never_acknowledged() {
 }
 
 /// `check_recovered` for every stream of `streams` (name and what it
-/// acknowledged) on one opening of `image`; the records each recovered.
+/// acknowledged) on one opening of a crashed image (`config`'s storage);
+/// the records each recovered.
 async fn check_recovered_streams(
-    image: FaultStorage,
+    config: server::ServerConfig,
     streams: &[(String, Vec<(u32, Ack)>)],
     what: &str,
 ) -> Vec<usize> {
     let streams = streams.to_vec();
     let what = what.to_string();
     tokio::task::spawn_blocking(move || {
-        let state: Arc<ServerState> = ServerState::open(fault_config(&image))
+        let state: Arc<ServerState> = ServerState::open(config)
             .unwrap_or_else(|e| panic!("{what}: the crashed image does not open: {e}"));
         let counts = streams
             .iter()
@@ -269,11 +270,28 @@ async fn check_recovered_streams(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streams_sharing_the_journal_lose_nothing_acknowledged_in_a_power_loss() {
+    journal_power_loss(None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_journal_in_a_folder_of_its_own_loses_nothing_acknowledged_in_a_power_loss() {
+    journal_power_loss(Some(std::path::PathBuf::from("/journal-disk"))).await;
+}
+
+/// Six `sync` streams written at once on a server whose journal is in
+/// `journal_dir` (the data folder when `None`); a power-loss image after
+/// every round of messages must hold everything acknowledged.
+async fn journal_power_loss(journal_dir: Option<std::path::PathBuf>) {
     const STREAMS: usize = 6;
     let storage = FaultStorage::new();
-    let mut config = fault_config(&storage);
-    // A small journal: it rotates during the run.
-    config.journal_bytes_max = 256 * 1024;
+    let configured = |storage: &FaultStorage| {
+        let mut config = fault_config(storage);
+        // A small journal: it rotates during the run.
+        config.journal_bytes_max = 256 * 1024;
+        config.journal_dir = journal_dir.clone();
+        config
+    };
+    let config = configured(&storage);
     let server = TestServer::start(config).await;
     let client = Client::connect(quick_client_config(server.address))
         .await
@@ -330,8 +348,21 @@ async fn streams_sharing_the_journal_lose_nothing_acknowledged_in_a_power_loss()
         "rounds of several streams went through the journal: {metrics:?}"
     );
     assert!(metrics.rotations > 0, "the journal rotated: {metrics:?}");
+    if let Some(folder) = &journal_dir {
+        let journal = folder.join(wal::journal::JOURNAL_FILE);
+        assert!(
+            storage.read_file(&journal).is_some(),
+            "the journal is in {}",
+            folder.display()
+        );
+        let in_data = std::path::Path::new("/stamplog").join(wal::journal::JOURNAL_FILE);
+        assert!(
+            storage.read_file(&in_data).is_none(),
+            "no journal in the data folder"
+        );
+    }
     for (image, acked, what) in images {
-        check_recovered_streams(image, &acked, &what).await;
+        check_recovered_streams(configured(&image), &acked, &what).await;
     }
     drop(client);
     server.stop().await;
