@@ -84,8 +84,8 @@ pub struct ServerArgs {
     /// a group commit of many streams' records is one write and one
     /// fdatasync, the records reaching their own logs through the page
     /// cache. The journal rotates (syncs those logs, starts again) past
-    /// this many bytes. 0: no journal; each stream's log writes and
-    /// fdatasyncs on its own. [default: 67108864]
+    /// this many bytes (at least 65536). 0: no journal; each stream's
+    /// log writes and fdatasyncs on its own. [default: 67108864]
     #[arg(long)]
     pub journal_bytes_max: Option<u64>,
     /// The folder of the journal file, `journal.wal`: a device of its

@@ -96,12 +96,11 @@ pub(crate) trait Member: Send + Sync {
     /// The direct writer is done: whether a round passed the log over
     /// meanwhile (it must go back in the list).
     fn finish_in_flight(&self) -> bool;
-    /// Written past the page cache and synced, as the log's own I/O
-    /// thread would; then published durable.
-    fn write_direct(&self, batch: Vec<Chunk>, started: Instant);
-    /// Its frames are durable: written through the page cache, its files
-    /// noted in `dirty`; then published durable.
-    fn write_journaled(&self, batch: Vec<Chunk>, dirty: &mut Dirty, started: Instant);
+    /// Writes the batch, then publishes it durable: past the page cache
+    /// and synced, as the log's own I/O thread would; or, with `dirty`
+    /// (its frames are durable), through the page cache, its files noted
+    /// in `dirty`.
+    fn write(&self, batch: Vec<Chunk>, started: Instant, dirty: Option<&mut Dirty>);
     /// The journal failed under the log's batch.
     fn latch_io(&self, message: String);
     /// The path of the log's segment `base`, relative to `root`.
@@ -146,8 +145,9 @@ pub struct RedoReport {
 pub struct JournalMetrics {
     /// Rounds that went through the journal (several logs).
     pub rounds: u64,
-    /// Rounds of one log, written into its own segment.
-    pub direct_rounds: u64,
+    /// Batches written past the journal into their own segment and
+    /// synced there: a log alone in its round, or a large batch.
+    pub direct_writes: u64,
     /// Records and bytes the journal's rounds carried.
     pub records: u64,
     pub bytes: u64,
@@ -155,7 +155,8 @@ pub struct JournalMetrics {
 }
 
 struct Control {
-    /// Logs with pending chunks, each once, in the order they asked.
+    /// Logs with pending chunks, in the order they asked (a log a direct
+    /// writer put back may stand twice; the second finds nothing).
     ready: Vec<Arc<dyn Member>>,
     waiting: bool,
     shutdown: bool,
@@ -456,7 +457,7 @@ impl Inner {
             let (large, small): (Vec<_>, Vec<_>) = taken.into_iter().partition(|(_, chunks)| {
                 chunks.iter().map(|c| c.bytes.len()).sum::<usize>() >= DIRECT_BYTES_MIN
             });
-            self.lock().metrics.direct_rounds += large.len() as u64;
+            self.lock().metrics.direct_writes += large.len() as u64;
             for (log, chunks) in large {
                 log.set_in_flight();
                 writer.direct.submit(log, chunks, started);
@@ -467,8 +468,8 @@ impl Inner {
             0 => return Ok(()),
             1 => {
                 let (log, chunks) = taken.pop().expect("one log");
-                log.write_direct(chunks, started);
-                self.lock().metrics.direct_rounds += 1;
+                log.write(chunks, started, None);
+                self.lock().metrics.direct_writes += 1;
                 return Ok(());
             }
             _ => {}
@@ -480,7 +481,7 @@ impl Inner {
             return Err(error);
         }
         for (log, chunks) in taken {
-            log.write_journaled(chunks, &mut writer.dirty, started);
+            log.write(chunks, started, Some(&mut writer.dirty));
         }
         if writer.position - writer.flushed_at >= self.config.bytes_max / FLUSHES_PER_EPOCH
             && writer.flusher.offer(&mut writer.dirty)
@@ -497,12 +498,17 @@ impl Inner {
         writer: &mut Writer,
         taken: &[(Arc<dyn Member>, Vec<Chunk>)],
     ) -> Result<(), LogError> {
-        let size: u64 = taken
+        let frames: Vec<(Arc<str>, &Chunk)> = taken
             .iter()
-            .flat_map(|(log, chunks)| chunks.iter().map(move |c| (log, c)))
-            .map(|(log, chunk)| {
-                (FRAME_HEADER_LEN + self.relative(log, chunk).len() + chunk.bytes.len()) as u64
+            .flat_map(|(log, chunks)| {
+                chunks
+                    .iter()
+                    .map(move |chunk| (log.segment_path(&self.root, chunk.segment_base), chunk))
             })
+            .collect();
+        let size: u64 = frames
+            .iter()
+            .map(|(path, chunk)| (FRAME_HEADER_LEN + path.len() + chunk.bytes.len()) as u64)
             .sum();
         if writer.position > BLOCK_BYTES as u64
             && writer.position + size.next_multiple_of(BLOCK_BYTES as u64) > self.config.bytes_max
@@ -511,24 +517,21 @@ impl Inner {
         }
         writer.buffer.reset(0);
         let mut records = 0;
-        for (log, chunks) in taken {
-            for chunk in chunks {
-                let path = self.relative(log, chunk);
-                let head = FrameHead {
-                    epoch: writer.epoch,
-                    sequence: writer.sequence,
-                    offset: chunk.offset,
-                    round_start: writer.position,
-                };
-                push_frame(
-                    &mut writer.buffer,
-                    head,
-                    path.as_bytes(),
-                    chunk.bytes.records(),
-                );
-                writer.sequence += 1;
-                records += chunk.records;
-            }
+        for (path, chunk) in frames {
+            let head = FrameHead {
+                epoch: writer.epoch,
+                sequence: writer.sequence,
+                offset: chunk.offset,
+                round_start: writer.position,
+            };
+            push_frame(
+                &mut writer.buffer,
+                head,
+                path.as_bytes(),
+                chunk.bytes.records(),
+            );
+            writer.sequence += 1;
+            records += chunk.records;
         }
         let bytes = writer.buffer.len() as u64;
         let blocks = writer.buffer.blocks();
@@ -542,11 +545,6 @@ impl Inner {
         control.metrics.records += records;
         control.metrics.bytes += bytes;
         Ok(())
-    }
-
-    /// The path of a chunk's segment file, relative to the root.
-    fn relative(&self, log: &Arc<dyn Member>, chunk: &Chunk) -> Arc<str> {
-        log.segment_path(&self.root, chunk.segment_base)
     }
 
     /// Syncs every file written through the page cache since the last
@@ -687,7 +685,7 @@ impl DirectShared {
             };
             queue.busy += 1;
             drop(queue);
-            log.write_direct(chunks, started);
+            log.write(chunks, started, None);
             if log.finish_in_flight() {
                 if let Some(journal) = self.journal.upgrade() {
                     journal.requeue(log);

@@ -58,17 +58,18 @@ impl crate::journal::Member for Shared {
         state.queued
     }
 
-    fn write_direct(&self, batch: Vec<crate::log::Chunk>, started: Instant) {
-        self.write_journal_round(batch, started, None);
-    }
-
-    fn write_journaled(
+    fn write(
         &self,
         batch: Vec<crate::log::Chunk>,
-        dirty: &mut crate::journal::Dirty,
         started: Instant,
+        dirty: Option<&mut crate::journal::Dirty>,
     ) {
-        self.write_journal_round(batch, started, Some(dirty));
+        let mut guard = self.journal_tail.lock().expect("tail lock poisoned");
+        let writing = guard.get_or_insert_with(|| Writing {
+            tail: self.tail_of(batch[0].segment_base),
+            ahead: PREALLOCATE_AHEAD_BYTES,
+        });
+        self.write_and_complete(writing, batch, started, dirty);
     }
 
     fn latch_io(&self, message: String) {
@@ -160,20 +161,6 @@ impl Shared {
                 self.latch(error);
             }
         }
-    }
-
-    fn write_journal_round(
-        &self,
-        batch: Vec<crate::log::Chunk>,
-        started: Instant,
-        dirty: Option<&mut crate::journal::Dirty>,
-    ) {
-        let mut guard = self.journal_tail.lock().expect("tail lock poisoned");
-        let writing = guard.get_or_insert_with(|| Writing {
-            tail: self.tail_of(batch[0].segment_base),
-            ahead: PREALLOCATE_AHEAD_BYTES,
-        });
-        self.write_and_complete(writing, batch, started, dirty);
     }
 
     /// A journaled log being dropped: waits until the journal's thread has

@@ -243,7 +243,7 @@ fn journal_families(server: &ServerState, out: &mut Out) -> fmt::Result {
         "stamplog_journal_direct_writes",
         "Batches written past the journal into their own segment and synced there (a stream alone in its round, or 32 KiB or more).",
         None,
-        journal.direct_rounds,
+        journal.direct_writes,
     )?;
     out.counter(
         "stamplog_journal_rotations",
