@@ -6,8 +6,9 @@
 //! `--durability` `sync` by default, R = 3, placed by the cluster across
 //! the servers)
 //! and each count of clients C (`--clients`: 1, 4, 16), C clients start
-//! together, each with a client id of its own and one publisher per
-//! stream it writes (stream j is written by client j mod C, and when
+//! together, each with a client id of its own, one connection to each
+//! server (`--connections client`; `publisher` gives each publisher its
+//! own, for comparison) and one publisher per stream it writes (stream j is written by client j mod C, and when
 //! there are fewer streams than clients, client c writes stream c mod S),
 //! each client keeping `--window` messages in flight over its streams.
 //! The figure is the aggregate rate (`--messages` over the time from the
@@ -21,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context};
 use clap::Parser;
-use client::{Protocol, Publisher, PublisherConfig, StreamInfo};
+use client::{Protocol, Publisher, PublisherConfig, PublisherLinks, StreamInfo};
 use indicatif::ProgressBar;
 use report::stats::Summary;
 use report::Table;
@@ -78,6 +79,11 @@ pub struct ScaleArgs {
     /// default) or each writes and fdatasyncs on its own (`off`).
     #[arg(long, value_parser = parse_switch, action = clap::ArgAction::Set, default_value = "on", value_name = "on|off")]
     pub journal: bool,
+    /// Whose connections carry the messages: `client` (a client's
+    /// publishers share one connection per server, `PublisherLinks`) or
+    /// `publisher` (each publisher connects to its replicas on its own).
+    #[arg(long, value_enum, default_value_t = Connections::Client)]
+    pub connections: Connections,
     /// Messages per cell, over all its clients.
     #[arg(long, default_value_t = 200_000)]
     pub messages: usize,
@@ -89,6 +95,15 @@ pub struct ScaleArgs {
     pub retry_ms: u64,
     #[command(flatten)]
     pub output: OutputArgs,
+}
+
+/// Whose connections carry a client's messages.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Connections {
+    /// One connection per server for all of a client's publishers.
+    Client,
+    /// Connections of each publisher's own.
+    Publisher,
 }
 
 impl Default for ScaleArgs {
@@ -214,21 +229,7 @@ async fn run_cell(
                 .await?,
         );
     }
-    let mut groups = Vec::with_capacity(clients);
-    for client in 0..clients {
-        let mine = streams_of(client, clients, streams);
-        // One client id for all of a client's publishers; its window
-        // shared among them.
-        let config = publisher_config(args, cluster, args.window / mine.len());
-        let mut publishers = Vec::with_capacity(mine.len());
-        for index in mine {
-            let publisher = Publisher::connect(&infos[index], config.clone())
-                .await
-                .with_context(|| format!("cannot connect a publisher to {}", infos[index].name))?;
-            publishers.push(publisher);
-        }
-        groups.push(publishers);
-    }
+    let groups = connect_clients(cluster, args, &infos, clients).await?;
     let payload = Arc::new(payload_of(args.payload));
     let clock = CpuClock::start(&cluster.pids())?;
     let started = Instant::now();
@@ -266,18 +267,52 @@ async fn run_cell(
     })
 }
 
+/// Each client's publishers, one per stream it writes (`streams_of`).
+async fn connect_clients(
+    cluster: &Cluster,
+    args: &ScaleArgs,
+    infos: &[StreamInfo],
+    clients: usize,
+) -> anyhow::Result<Vec<Vec<Publisher>>> {
+    let mut groups = Vec::with_capacity(clients);
+    for client in 0..clients {
+        let mine = streams_of(client, clients, infos.len());
+        // One client id and one connection per server for all of a
+        // client's publishers; its window shared among them.
+        let config = publisher_config(args, cluster, args.window / mine.len());
+        let shared = PublisherLinks::new(&config);
+        let mut publishers = Vec::with_capacity(mine.len());
+        for index in mine {
+            let links = match args.connections {
+                Connections::Client => shared.clone(),
+                Connections::Publisher => PublisherLinks::new(&config),
+            };
+            let publisher = Publisher::connect_over(&links, &infos[index], config.clone())
+                .await
+                .with_context(|| format!("cannot connect a publisher to {}", infos[index].name))?;
+            publishers.push(publisher);
+        }
+        groups.push(publishers);
+    }
+    Ok(groups)
+}
+
 /// One row per cell: the aggregate rate, its latency, and its fraction of
 /// the disk's limit and of one stream written by as many clients.
 pub fn table(figures: &ScaleFigures, args: &ScaleArgs) -> Table {
     let disk = figures.limits.as_ref().map(|l| l.disk.messages_per_second);
     let title = format!(
-        "Streams and clients: {} servers{}, R = {}, {} one-hop-ack-client, {} payloads, window {} per client; disk limit {} msgs/s, loopback limit {} msgs/s",
+        "Streams and clients: {} servers{}, R = {}, {} one-hop-ack-client, {} payloads, window {} per client, {}; disk limit {} msgs/s, loopback limit {} msgs/s",
         args.servers,
         if args.journal { "" } else { " without journals" },
         args.replicas,
         args.durability.name(),
         format_bytes(args.payload),
         args.window,
+        match args.connections {
+            Connections::Client => "one connection per client and server",
+            Connections::Publisher => "connections of each publisher's own",
+        },
         disk.map_or("-".into(), |d| fixed(d, 0)),
         figures
             .limits
@@ -347,6 +382,8 @@ fn write_report(args: &ScaleArgs, figures: &ScaleFigures) -> anyhow::Result<()> 
         "payload_bytes": args.payload,
         "window": args.window,
         "replicas": args.replicas,
+        "connections": format!("{:?}", args.connections).to_lowercase(),
+        "journal": args.journal,
         "limits": figures.limits.as_ref().map(PayloadLimits::to_json),
         "table": table.to_json(),
         "cells": cells,

@@ -46,6 +46,12 @@
 //! # }
 //! ```
 //!
+//! A client writing many streams makes its publishers over one
+//! [`PublisherLinks`] (`Publisher::connect_over`): they share one
+//! connection per server, so a server's acks for all of them come back in
+//! one read, and their messages leave in shared writes, instead of a
+//! connection per publisher and replica.
+//!
 //! [`Producer`] is the single-server path (`Append`), answered by the
 //! primary alone; the server accepts it only on streams whose ack rule the
 //! primary's answer meets (one replica, or `one-hop`, `server-sync`,
@@ -69,5 +75,7 @@ pub use engine::replication::{HybridMode, Protocol};
 pub use error::ClientError;
 pub use producer::{PendingAck, Producer};
 pub use proto::{AckLevel, DurabilityConfig, ErrorCode, EventId, RetentionConfig, StreamInfo};
-pub use publisher::{PendingPublish, Published, Publisher, PublisherConfig, PUBLISHER_WINDOW_MAX};
+pub use publisher::{
+    PendingPublish, Published, Publisher, PublisherConfig, PublisherLinks, PUBLISHER_WINDOW_MAX,
+};
 pub use subscription::Subscription;

@@ -1,8 +1,8 @@
 //! One server connection kept up: the handshake ([`connect`]) and the
 //! loop that serves a connection, and when it breaks connects again with
 //! doubling delays ([`keep_connected`]). The client's control connection
-//! (`driver.rs`) and each of a publisher's replica links
-//! (`publisher.rs`) are a [`Session`] over this one loop.
+//! (`driver.rs`) and each server link the publishers share
+//! (`publisher/links.rs`) are a [`Session`] over this one loop.
 
 use std::time::Duration;
 

@@ -18,17 +18,27 @@ const BEFORE: u64 = 300;
 const DURING: u64 = 300;
 
 /// Each stream's info, publisher, history and messages not yet answered.
-struct Streams {
-    infos: Vec<StreamInfo>,
-    publishers: Vec<Publisher>,
-    histories: Vec<checker::ClientHistory>,
-    pending: Vec<Vec<PendingPublish>>,
+pub(crate) struct Streams {
+    pub(crate) infos: Vec<StreamInfo>,
+    pub(crate) publishers: Vec<Publisher>,
+    pub(crate) histories: Vec<checker::ClientHistory>,
+    pub(crate) pending: Vec<Vec<PendingPublish>>,
 }
 
 impl Streams {
+    /// No streams yet.
+    pub(crate) fn new(count: usize) -> Streams {
+        Streams {
+            infos: Vec::new(),
+            publishers: Vec::new(),
+            histories: vec![checker::ClientHistory::default(); count],
+            pending: (0..count).map(|_| Vec::new()).collect(),
+        }
+    }
+
     /// Submits messages `from..to` to every stream, a message to each in
     /// turn, so the server's rounds hold several streams.
-    async fn submit(&mut self, from: u64, to: u64) {
+    pub(crate) async fn submit(&mut self, from: u64, to: u64) {
         for index in from..to {
             for (stream, publisher) in self.publishers.iter().enumerate() {
                 let mut payload = vec![index as u8; 300];
@@ -44,7 +54,7 @@ impl Streams {
     }
 
     /// Waits for every answer and notes each acknowledgement.
-    async fn settle(&mut self) {
+    pub(crate) async fn settle(&mut self) {
         for (stream, pending) in self.pending.iter_mut().enumerate() {
             for sent in pending.drain(..) {
                 let published = tokio::time::timeout(Duration::from_secs(30), sent)
@@ -74,12 +84,7 @@ fn streams_sharing_the_journal_lose_nothing_acknowledged_to_a_sigkill() {
         let client = Client::connect(ClientConfig::new(address.to_string()))
             .await
             .unwrap();
-        let mut streams = Streams {
-            infos: Vec::new(),
-            publishers: Vec::new(),
-            histories: vec![checker::ClientHistory::default(); STREAMS],
-            pending: (0..STREAMS).map(|_| Vec::new()).collect(),
-        };
+        let mut streams = Streams::new(STREAMS);
         for index in 0..STREAMS {
             let info = client
                 .create_stream(&format!("j{index}"), DurabilityConfig::Sync)

@@ -10,6 +10,7 @@ mod duplication;
 mod failover;
 mod growth;
 mod journal;
+mod links;
 mod metrics;
 mod partitions;
 mod patterns;

@@ -8,7 +8,9 @@
 //! and resends on a timeout with the same event id and content, so a
 //! message that had landed is answered with its original version and the
 //! `duplicate` flag. A broken connection is re-established in the
-//! background; the retry covers what it lost.
+//! background; the retry covers what it lost. The connections are its
+//! [`PublisherLinks`]' (`links.rs`): its own, or shared with the client's
+//! other publishers, one per server.
 //!
 //! Failover: when the link to the primary is down, or a server answers
 //! `NotPrimary`, or messages time out, the publisher asks the servers it
@@ -18,11 +20,13 @@
 //!
 //! Who does what: the producer and everything it decides sit in one
 //! [`Core`] behind a lock. A caller's `submit` runs the producer and
-//! hands the frames to each server's [`Outbox`]. When the message is the
-//! only one in flight and the connection is idle, the caller's own thread
+//! hands the frames to each server's [`Outbox`] (shared by the publishers
+//! on that server's link). When the message is the publisher's only one
+//! in flight and the connection is idle, the caller's own thread
 //! writes it to the socket (`net::SharedWriter`); with more in flight the
 //! frames queue for the link task, which writes what gathered in one go.
-//! Each link task also feeds the answers it reads to the producer itself;
+//! Each link task also feeds the answers it reads to the producers
+//! themselves, each publisher's in one step per read;
 //! a background task ticks the resends and follows the placement, and
 //! parks its timer while the publisher is idle with every link up (a send,
 //! a broken link or the publisher's drop wake it). So a
@@ -40,14 +44,17 @@ use engine::replication::{
     Bytes, Completion, Content, HybridMode, Msg, Node, Placement, Producer, ProducerSettings,
     Protocol, Refusal, ServerId,
 };
-use net::SharedWriter;
 use proto::{ErrorCode, EventId, Frame, StreamInfo};
-use tokio::sync::{mpsc, oneshot, watch, Notify, Semaphore};
+use tokio::sync::{mpsc, oneshot, Notify, Semaphore};
 
 use crate::client::Client;
 use crate::config::{ClientConfig, Credentials};
 use crate::error::ClientError;
-use crate::link::{self, Connection, Ended, Session};
+
+mod links;
+
+pub use links::PublisherLinks;
+use links::{MemberKey, Outbox};
 
 /// How long the placement refresher waits for other servers once one has
 /// answered.
@@ -58,21 +65,6 @@ pub const REFRESH_INTERVAL: Duration = Duration::from_millis(100);
 
 /// How often the background task ticks the producer (resends).
 const TICK: Duration = Duration::from_millis(10);
-
-/// Bytes waiting for one server at most: past this (a server that stopped
-/// reading) further frames are dropped, and the resend timer sends the
-/// messages again. Well above a whole window of 1 KB messages (65,536 ×
-/// about 1.1 KB framed), so nothing is dropped in ordinary running: a
-/// dropped frame holds the low-water mark, and so the window, until its
-/// resend.
-const OUTBOX_BYTES_MAX: usize = 256 * 1024 * 1024;
-
-/// Capacity of the buffer a frame sent at once is encoded into: a submit
-/// of a 1 KB message fits without growing it.
-const FRAME_BYTES_GUESS: usize = 2048;
-
-/// Bytes of answers one read takes.
-const ANSWER_READ_BYTES: usize = 32 * 1024;
 
 /// Messages answered under one hold of the lock, about: a burst of acks
 /// (an output commit boundary releasing thousands, which a server sends as
@@ -132,17 +124,6 @@ pub struct PublisherConfig {
     pub held_bytes_max: usize,
 }
 
-impl PublisherConfig {
-    /// What every link of the publisher is configured with, whatever
-    /// server it reaches (its address aside).
-    fn links(&self) -> ClientConfig {
-        let mut links = ClientConfig::new(String::new());
-        links.connect_timeout = self.connect_timeout;
-        links.credentials = self.credentials.clone();
-        links
-    }
-}
-
 impl Default for PublisherConfig {
     fn default() -> Self {
         PublisherConfig {
@@ -170,6 +151,8 @@ struct Shared {
     /// The stream's name, which each link opens the stream by.
     name: String,
     client_id: u128,
+    /// The session (producer) number within the client.
+    session: u64,
     core: Mutex<Core>,
     /// The window: a send takes a permit, and a permit comes back when the
     /// producer's low-water mark passes a sequence (`Shared::complete`).
@@ -272,87 +255,6 @@ impl Replies {
     }
 }
 
-/// The way to one server: the bytes waiting for its link task, the
-/// wake-up of that task, and the connection's writer while the link is up.
-#[derive(Default)]
-struct Outbox {
-    state: Mutex<OutboxState>,
-    ready: Notify,
-}
-
-#[derive(Default)]
-struct OutboxState {
-    writer: Option<Arc<SharedWriter>>,
-    /// Encoded frames the link task has not handed to the writer yet.
-    waiting: Vec<u8>,
-    /// The link task is writing what it took from `waiting`: a frame sent
-    /// at once now would overtake it.
-    handing_over: bool,
-}
-
-impl Outbox {
-    /// Sends what `encode` writes. When `now`, the link is up and nothing
-    /// waits for the link task, the frame goes to the writer from this
-    /// thread (written at once if the connection is idle); otherwise it is
-    /// appended to what waits, and the link task writes it all in one go.
-    /// Past `OUTBOX_BYTES_MAX` bytes waiting the frame is dropped: the
-    /// resend timer covers it.
-    fn push(&self, now: bool, encode: impl FnOnce(&mut Vec<u8>)) {
-        let mut state = self.state.lock().expect("outbox lock");
-        if now && state.waiting.is_empty() && !state.handing_over {
-            if let Some(writer) = &state.writer {
-                let mut bytes = Vec::with_capacity(FRAME_BYTES_GUESS);
-                encode(&mut bytes);
-                let _ = writer.try_send(bytes, None);
-                return;
-            }
-        }
-        if state.waiting.len() >= OUTBOX_BYTES_MAX {
-            return;
-        }
-        let was_empty = state.waiting.is_empty();
-        encode(&mut state.waiting);
-        drop(state);
-        if was_empty {
-            self.ready.notify_one();
-        }
-    }
-
-    /// The link task's part: swaps what waits into `writing` (the buffer
-    /// it keeps, so neither is allocated again) and writes it, outside the
-    /// lock, so a sender never waits for the write.
-    fn hand_over(&self, writing: &mut Vec<u8>) {
-        let writer = {
-            let mut guard = self.state.lock().expect("outbox lock");
-            let state = &mut *guard;
-            let Some(writer) = state.writer.clone() else {
-                return;
-            };
-            if state.waiting.is_empty() {
-                return;
-            }
-            writing.clear();
-            std::mem::swap(writing, &mut state.waiting);
-            state.handing_over = true;
-            writer
-        };
-        // Refused, the frames are lost with the connection or the full
-        // queue; the resend timer covers them.
-        let _ = writer.send_gathered(writing);
-        self.state.lock().expect("outbox lock").handing_over = false;
-    }
-
-    /// The link is up on `writer`: what waited goes first.
-    fn up(&self, writer: &Arc<SharedWriter>, writing: &mut Vec<u8>) {
-        self.state.lock().expect("outbox lock").writer = Some(Arc::clone(writer));
-        self.hand_over(writing);
-    }
-
-    fn down(&self) {
-        self.state.lock().expect("outbox lock").writer = None;
-    }
-}
-
 /// A message sent and not yet done.
 pub struct PendingPublish {
     pub event: EventId,
@@ -374,8 +276,24 @@ impl std::future::Future for PendingPublish {
 
 impl Publisher {
     /// Connects to every replica of the stream `info` describes (as
-    /// `Client::open_stream` or `create_stream` returned it).
+    /// `Client::open_stream` or `create_stream` returned it), over
+    /// connections of its own.
     pub async fn connect(
+        info: &StreamInfo,
+        config: PublisherConfig,
+    ) -> Result<Publisher, ClientError> {
+        let links = PublisherLinks::new(&config);
+        Publisher::connect_over(&links, info, config).await
+    }
+
+    /// Connects to every replica of the stream over `links`, which it
+    /// shares with the other publishers made with them: one connection per
+    /// server for all of them. `config.client_id` must be `None` or the
+    /// links' own; the links' credentials and connect timeout hold. Each
+    /// publisher of one stream on the same links needs a session of its
+    /// own.
+    pub async fn connect_over(
+        links: &PublisherLinks,
         info: &StreamInfo,
         config: PublisherConfig,
     ) -> Result<Publisher, ClientError> {
@@ -386,61 +304,31 @@ impl Publisher {
             return Err(ClientError::Protocol("the stream has no replicas".into()));
         }
         check_window(config.window)?;
+        let client_id = links.client_id();
+        if config.client_id.is_some_and(|id| id != client_id) {
+            return Err(ClientError::Config(format!(
+                "client id {:032x} given to a publisher on links of client {client_id:032x}: leave it unset or give the links' own",
+                config.client_id.unwrap_or_default()
+            )));
+        }
         let placement = Placement {
             replicas: info.replicas.iter().map(|r| r.id).collect(),
             primary: info.primary,
             epoch: info.epoch,
         };
-        let client_id = config.client_id.unwrap_or_else(proto::random_u128);
-        let links = config.links();
-        let mut first_connections = Vec::new();
+        let shared = Arc::new(Shared::new(info, &config, client_id, protocol, placement));
+        let mut joined = Vec::with_capacity(info.replicas.len());
         for replica in &info.replicas {
-            let link_config = links.to(&replica.address);
-            // The first connection must succeed: a wrong address is an
-            // error now, not an endless retry.
-            let connection = link::connect(&link_config, client_id).await?;
-            first_connections.push((replica.id, link_config, connection));
-        }
-        let producer = Producer::new(
-            client_id,
-            config.session,
-            protocol,
-            placement,
-            ProducerSettings {
-                retry_ms: config.retry.as_millis() as u64,
-                sender_logging: matches!(info.durability, proto::DurabilityConfig::Sender { .. }),
-                ..ProducerSettings::default()
-            },
-        );
-        let outboxes: HashMap<ServerId, Arc<Outbox>> = first_connections
-            .iter()
-            .map(|(id, _, _)| (*id, Arc::default()))
-            .collect();
-        let shared = Arc::new(Shared {
-            stream: info.id,
-            name: info.name.clone(),
-            client_id,
-            core: Mutex::new(Core::new(producer, outboxes.clone())),
-            window: Semaphore::new(config.window),
-            held_room: Notify::new(),
-            held_bytes_max: config.held_bytes_max,
-            mode: AtomicU8::new(0),
-            held: Held::default(),
-            refusals: Mutex::default(),
-            link_states: Mutex::default(),
-            closed: AtomicBool::new(false),
-            timer: Timer::default(),
-        });
-        let (stop, stopped) = watch::channel(false);
-        for (id, link_config, connection) in first_connections {
-            tokio::spawn(run_link(
-                id,
-                link_config,
-                Arc::clone(&shared),
-                Some(connection),
-                Arc::clone(&outboxes[&id]),
-                stopped.clone(),
-            ));
+            match links.join(replica.id, &replica.address, &shared).await {
+                Ok(outbox) => {
+                    shared.lock().outboxes.insert(replica.id, outbox);
+                    joined.push(replica.id);
+                }
+                Err(error) => {
+                    links.leave(joined, shared.key());
+                    return Err(error);
+                }
+            }
         }
         let addresses: Vec<String> = info.replicas.iter().map(|r| r.address.clone()).collect();
         let addresses = Arc::new(Mutex::new(addresses));
@@ -449,7 +337,7 @@ impl Publisher {
         tokio::spawn(run_refresher(
             info.name.clone(),
             Arc::clone(&addresses),
-            links.clone(),
+            links.config().clone(),
             refresh_receiver,
             infos,
         ));
@@ -457,8 +345,7 @@ impl Publisher {
             shared: Arc::clone(&shared),
             addresses,
             refresh,
-            links,
-            stop,
+            links: links.clone(),
         };
         tokio::spawn(background.run(infos_receiver));
         Ok(Publisher { shared, protocol })
@@ -548,8 +435,61 @@ impl Drop for Publisher {
 }
 
 impl Shared {
+    /// A publisher of the stream `info` describes, with no link yet.
+    fn new(
+        info: &StreamInfo,
+        config: &PublisherConfig,
+        client_id: u128,
+        protocol: Protocol,
+        placement: Placement,
+    ) -> Shared {
+        let producer = Producer::new(
+            client_id,
+            config.session,
+            protocol,
+            placement,
+            ProducerSettings {
+                retry_ms: config.retry.as_millis() as u64,
+                sender_logging: matches!(info.durability, proto::DurabilityConfig::Sender { .. }),
+                ..ProducerSettings::default()
+            },
+        );
+        Shared {
+            stream: info.id,
+            name: info.name.clone(),
+            client_id,
+            session: config.session,
+            core: Mutex::new(Core::new(producer)),
+            window: Semaphore::new(config.window),
+            held_room: Notify::new(),
+            held_bytes_max: config.held_bytes_max,
+            mode: AtomicU8::new(0),
+            held: Held::default(),
+            refusals: Mutex::default(),
+            link_states: Mutex::default(),
+            closed: AtomicBool::new(false),
+            timer: Timer::default(),
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, Core> {
         self.core.lock().expect("publisher lock")
+    }
+
+    /// What the shared links know this publisher by.
+    fn key(&self) -> MemberKey {
+        (self.stream, self.session)
+    }
+
+    /// The link to `server` went up or down.
+    fn set_link(&self, server: ServerId, up: bool) {
+        self.link_states
+            .lock()
+            .expect("link states lock")
+            .insert(server, up);
+        if !up {
+            self.wake_background();
+        }
     }
 
     /// The refusal of message `sequence` with `code`, as the producer
@@ -692,10 +632,10 @@ impl Shared {
 }
 
 impl Core {
-    fn new(producer: Producer, outboxes: HashMap<ServerId, Arc<Outbox>>) -> Core {
+    fn new(producer: Producer) -> Core {
         Core {
             producer,
-            outboxes,
+            outboxes: HashMap::new(),
             replies: Replies::default(),
             completed: Vec::new(),
             out: Vec::new(),
@@ -747,10 +687,8 @@ struct Background {
     /// Every server address seen, for placement requests.
     addresses: Arc<Mutex<Vec<String>>>,
     refresh: mpsc::Sender<()>,
-    /// The configuration of a new link, but for its address.
-    links: ClientConfig,
-    /// Tells the links to end.
-    stop: watch::Sender<bool>,
+    /// The connections the publisher shares.
+    links: PublisherLinks,
 }
 
 impl Background {
@@ -777,7 +715,8 @@ impl Background {
                     };
                     self.shared.reply(freed, &mut done);
                     if finished {
-                        let _ = self.stop.send(true);
+                        let servers: Vec<ServerId> = self.shared.lock().outboxes.keys().copied().collect();
+                        self.links.leave(servers, self.shared.key());
                         return;
                     }
                     if park.is_some_and(|links| self.links_up(links)) {
@@ -870,15 +809,21 @@ impl Background {
                 }
             }
         }
-        let mut new_links = Vec::new();
         for replica in &info.replicas {
             if core.outboxes.contains_key(&replica.id) {
                 continue;
             }
-            let outbox: Arc<Outbox> = Arc::default();
-            core.outboxes.insert(replica.id, Arc::clone(&outbox));
-            let link_config = self.links.to(&replica.address);
-            new_links.push((replica.id, link_config, outbox));
+            // Only a publisher already on this stream and session could
+            // refuse it, and the links checked that when it joined.
+            match self
+                .links
+                .attach_later(replica.id, &replica.address, shared)
+            {
+                Ok(outbox) => {
+                    core.outboxes.insert(replica.id, outbox);
+                }
+                Err(error) => tracing::warn!(%error, "cannot reach a new replica"),
+            }
         }
         core.suspect = false;
         core.step(shared.stream, |producer, now, out| {
@@ -887,16 +832,6 @@ impl Background {
         let freed = shared.complete(&mut core, done);
         drop(core);
         shared.reply(freed, done);
-        for (id, link_config, outbox) in new_links {
-            tokio::spawn(run_link(
-                id,
-                link_config,
-                Arc::clone(shared),
-                None,
-                outbox,
-                self.stop.subscribe(),
-            ));
-        }
     }
 }
 
@@ -1136,184 +1071,6 @@ async fn run_refresher(
     }
 }
 
-/// Keeps a connection to one server (the client's one connection loop,
-/// `link::keep_connected`): writes its outbox and hands the answers it
-/// reads to the producer, until the publisher's tasks stop.
-async fn run_link(
-    server: ServerId,
-    config: ClientConfig,
-    shared: Arc<Shared>,
-    first: Option<Connection>,
-    outbox: Arc<Outbox>,
-    stop: watch::Receiver<bool>,
-) {
-    let client = shared.client_id;
-    let mut link = Link {
-        server,
-        shared,
-        outbox,
-        stop,
-        writing: Vec::new(),
-    };
-    link::keep_connected(&config, client, first, &mut link).await;
-}
-
-/// A publisher's link to one replica, as a session of the connection loop.
-struct Link {
-    server: ServerId,
-    shared: Arc<Shared>,
-    outbox: Arc<Outbox>,
-    stop: watch::Receiver<bool>,
-    /// The buffer the link writes from, swapped with the outbox's.
-    writing: Vec<u8>,
-}
-
-impl Link {
-    fn set_up(&self, up: bool) {
-        self.shared
-            .link_states
-            .lock()
-            .expect("link states lock")
-            .insert(self.server, up);
-        if !up {
-            self.shared.wake_background();
-        }
-    }
-}
-
-impl Session for Link {
-    async fn serve(&mut self, connection: Connection) -> Ended {
-        self.set_up(true);
-        let Connection {
-            mut reader,
-            writer,
-            mut buffer,
-            ..
-        } = connection;
-        let writer =
-            Arc::new(SharedWriter::new(writer, usize::MAX).with_queued_bytes_max(OUTBOX_BYTES_MAX));
-        // Opening the stream first tells the server that this connection
-        // is the stream's: the client's answers of other streams (its
-        // other publishers') do not come here. The answer is not needed.
-        let open = Frame::OpenStream {
-            request: 0,
-            name: self.shared.name.clone(),
-        };
-        if writer.try_send(open.to_bytes(), None).is_err() {
-            return Ended::Broken;
-        }
-        self.outbox.up(&writer, &mut self.writing);
-        let flusher = writer.run();
-        tokio::pin!(flusher);
-        let (client, stream) = (self.shared.client_id, self.shared.stream);
-        loop {
-            tokio::select! {
-                // It ends only when the socket fails: what was queued is
-                // lost with the connection, and the resend timer covers it.
-                _ = &mut flusher => return Ended::Broken,
-                _ = self.outbox.ready.notified() => self.outbox.hand_over(&mut self.writing),
-                read = net::read_into(&mut reader, buffer.receiving(), ANSWER_READ_BYTES) => {
-                    if !matches!(read, Ok(count) if count > 0) {
-                        return Ended::Broken;
-                    }
-                    let answers = decode_answers(&self.shared, self.server, client, stream, &mut buffer);
-                    if !answers.is_empty() {
-                        self.shared.answers(answers).await;
-                    }
-                }
-                _ = self.stop.changed() => {
-                    self.outbox.down();
-                    return Ended::Closed;
-                }
-            }
-        }
-    }
-
-    async fn wait(&mut self) -> bool {
-        let _ = self.stop.changed().await;
-        false
-    }
-
-    fn down(&mut self) {
-        self.outbox.down();
-        self.set_up(false);
-    }
-}
-
-/// The answers in what a link has read so far, for the producer.
-fn decode_answers(
-    shared: &Shared,
-    server: ServerId,
-    client: u128,
-    stream: u64,
-    buffer: &mut proto::FrameBuffer,
-) -> Vec<(ServerId, Msg)> {
-    let mut answers = Vec::new();
-    loop {
-        match buffer.next_frame(64 * 1024 * 1024) {
-            // Another stream's answer for this client (another publisher
-            // of it with the same session number): not this producer's,
-            // whatever its sequence says. A server sends them down a
-            // connection only until the stream it opened is known there.
-            Ok(Some(
-                Frame::Stamped { stream: of, .. }
-                | Frame::Refused { stream: of, .. }
-                | Frame::Acked { stream: of, .. }
-                | Frame::Checkpointed { stream: of, .. },
-            )) if of != stream => {}
-            Ok(Some(Frame::Stamped {
-                session,
-                sequence,
-                version,
-                epoch,
-                flags,
-                ..
-            })) => {
-                answers.push((
-                    server,
-                    Msg::Stamped {
-                        event: EventId {
-                            client,
-                            session,
-                            sequence,
-                        },
-                        version,
-                        epoch,
-                        duplicate: flags & proto::frame::ACKED_FLAG_DUPLICATE != 0,
-                    },
-                ));
-            }
-            Ok(Some(Frame::Refused {
-                session,
-                sequence,
-                code,
-                message,
-                ..
-            })) => {
-                let event = EventId {
-                    client,
-                    session,
-                    sequence,
-                };
-                if let Some(refusal) = shared.refusal(sequence, code, message) {
-                    answers.push((server, Msg::Refused { event, refusal }));
-                }
-            }
-            Ok(Some(Frame::Checkpointed { version, flags, .. })) => {
-                answers.push((
-                    server,
-                    Msg::Checkpointed {
-                        through: version,
-                        resend: flags & proto::frame::CHECKPOINTED_FLAG_RESEND != 0,
-                    },
-                ));
-            }
-            Ok(Some(frame)) => push_acks(client, frame, &mut answers),
-            Ok(None) | Err(_) => return answers,
-        }
-    }
-}
-
 /// A refusal code as the producer understands it; codes that a retry
 /// cannot fix end the message with an error.
 fn refusal_of(code: ErrorCode) -> Option<Refusal> {
@@ -1340,6 +1097,12 @@ mod tests {
     use super::*;
 
     fn shared_of(window: usize) -> Shared {
+        shared_on(3, 1, window)
+    }
+
+    /// A publisher of client 7 on `stream` with `session`, its one replica
+    /// server 1.
+    pub(super) fn shared_on(stream: u64, session: u64, window: usize) -> Shared {
         let placement = Placement {
             replicas: vec![1],
             primary: 1,
@@ -1347,16 +1110,17 @@ mod tests {
         };
         let producer = Producer::new(
             7,
-            1,
+            session,
             Protocol::OneHopAckClient,
             placement,
             ProducerSettings::default(),
         );
         Shared {
-            stream: 3,
-            name: "s".into(),
+            stream,
+            name: format!("s{stream}"),
             client_id: 7,
-            core: Mutex::new(Core::new(producer, HashMap::new())),
+            session,
+            core: Mutex::new(Core::new(producer)),
             window: Semaphore::new(window),
             held_room: Notify::new(),
             held_bytes_max: usize::MAX,
@@ -1384,60 +1148,6 @@ mod tests {
             count: 1,
         };
         (1, ack)
-    }
-
-    /// Publishers of two streams with one client id and session number
-    /// number their messages alike: an answer of the other stream, which a
-    /// server may send down this connection before it knows the stream
-    /// the connection opened, must not answer this producer's message.
-    #[test]
-    fn answers_of_another_stream_are_not_this_producers() {
-        let shared = shared_of(4);
-        let acked = |stream| Frame::Acked {
-            stream,
-            server: 1,
-            session: 1,
-            sequence: 1,
-            version: 9,
-            epoch: 1,
-            flags: 0,
-            hint: 0,
-            more: 0,
-        };
-        let mut buffer = proto::FrameBuffer::new();
-        let other = [
-            acked(4),
-            Frame::Stamped {
-                stream: 4,
-                session: 1,
-                sequence: 1,
-                version: 9,
-                epoch: 1,
-                flags: 0,
-            },
-            Frame::Refused {
-                stream: 4,
-                session: 1,
-                sequence: 1,
-                code: ErrorCode::LogFailed,
-                message: "not yours".into(),
-            },
-            Frame::Checkpointed {
-                stream: 4,
-                version: 9,
-                flags: 0,
-            },
-        ];
-        for frame in other.iter().chain([&acked(3)]) {
-            buffer.extend(&frame.to_bytes());
-        }
-        let answers = decode_answers(&shared, 1, 7, 3, &mut buffer);
-        assert_eq!(answers.len(), 1, "{answers:?}");
-        assert!(
-            matches!(answers[0], (1, Msg::Ack { version: 9, .. })),
-            "{answers:?}"
-        );
-        assert!(shared.refusals.lock().unwrap().is_empty());
     }
 
     #[tokio::test]
