@@ -546,6 +546,9 @@ type Batch = (Arc<Shared>, Vec<(ServerId, Msg)>);
 struct Sorted {
     batches: Vec<Batch>,
     index: HashMap<MemberKey, usize>,
+    /// The key of the answer before, and where its batch is: a run of one
+    /// publisher's answers (a lone stream's, always) needs no hashing.
+    last: Option<(MemberKey, usize)>,
 }
 
 impl Sorted {
@@ -560,15 +563,19 @@ impl Sorted {
 
     /// The answers gathered for `key`'s publisher, if it is on the link.
     fn answers(&mut self, members: &Members, key: MemberKey) -> Option<&mut Vec<(ServerId, Msg)>> {
-        let at = match self.index.get(&key) {
-            Some(at) => *at,
-            None => {
-                let member = members.by_key.get(&key)?;
-                self.batches.push((Arc::clone(member), Vec::new()));
-                self.index.insert(key, self.batches.len() - 1);
-                self.batches.len() - 1
-            }
+        let at = match self.last.filter(|(last, _)| *last == key) {
+            Some((_, at)) => at,
+            None => match self.index.get(&key) {
+                Some(at) => *at,
+                None => {
+                    let member = members.by_key.get(&key)?;
+                    self.batches.push((Arc::clone(member), Vec::new()));
+                    self.index.insert(key, self.batches.len() - 1);
+                    self.batches.len() - 1
+                }
+            },
         };
+        self.last = Some((key, at));
         Some(&mut self.batches[at].1)
     }
 }
