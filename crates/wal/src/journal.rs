@@ -727,7 +727,7 @@ struct FlusherShared {
 
 #[derive(Default)]
 struct FlushJob {
-    files: Vec<(PathBuf, Arc<dyn StorageFile>)>,
+    files: Vec<(SegmentPath, Arc<dyn StorageFile>)>,
     busy: bool,
     shutdown: bool,
     /// The first sync that failed: its file, and the error.
@@ -810,7 +810,9 @@ impl FlusherShared {
             let mut failed = None;
             for (path, file) in files {
                 if let Err(error) = file.sync_data() {
-                    failed.get_or_insert_with(|| (path, error.kind(), error.to_string()));
+                    failed.get_or_insert_with(|| {
+                        (path.to_path_buf(), error.kind(), error.to_string())
+                    });
                 }
             }
             job = self.job.lock().expect("flusher lock poisoned");
@@ -824,7 +826,11 @@ impl FlusherShared {
 }
 
 /// Files written through the page cache, to sync at the next rotation.
-pub(crate) type Dirty = HashMap<PathBuf, Arc<dyn StorageFile>>;
+pub(crate) type Dirty = HashMap<SegmentPath, Arc<dyn StorageFile>>;
+
+/// A segment file's path, shared: a log keeps its current segment's, so
+/// that writing a batch formats no path.
+pub(crate) type SegmentPath = Arc<Path>;
 
 /// A frame's numbers.
 #[derive(Clone, Copy)]

@@ -148,6 +148,9 @@ pub(crate) struct Shared {
     /// last written (its base, and the path relative to the journal's
     /// folder), so that a round does not format it anew.
     pub(crate) journal_path: Mutex<Option<(u64, Arc<str>)>>,
+    /// The path of the segment last written (its base, and the path), so
+    /// that writing a batch does not format it anew.
+    pub(crate) last_segment_path: Mutex<Option<(u64, Arc<std::path::Path>)>>,
 }
 
 /// What [`Log::on_durable`] calls with each new durable version, and
@@ -289,6 +292,7 @@ impl Log {
             on_durable: Mutex::new(None),
             journal_tail: Mutex::new(None),
             journal_path: Mutex::new(None),
+            last_segment_path: Mutex::new(None),
         });
         let io_thread = shared.spawn_io()?;
         Ok(Log { shared, io_thread })

@@ -10,6 +10,7 @@ use std::time::Instant;
 
 use crate::config::Durability;
 use crate::error::LogError;
+use crate::journal::SegmentPath;
 use crate::log::{Shared, Tail, Writing};
 use crate::storage::{StorageFile, BLOCK_BYTES};
 
@@ -96,6 +97,20 @@ impl crate::journal::Member for Shared {
 }
 
 impl Shared {
+    /// The path of the segment with first version `base` (the last one
+    /// asked for is kept).
+    fn segment_path_of(&self, base: u64) -> SegmentPath {
+        let mut cached = self.last_segment_path.lock().expect("path lock poisoned");
+        match &*cached {
+            Some((cached_base, path)) if *cached_base == base => Arc::clone(path),
+            _ => {
+                let path: SegmentPath = crate::segment::segment_path(&self.folder, base).into();
+                *cached = Some((base, Arc::clone(&path)));
+                path
+            }
+        }
+    }
+
     pub(crate) fn run_io(self: Arc<Self>) {
         let mut writing = Writing {
             tail: self.current_tail(),
@@ -253,7 +268,7 @@ impl Shared {
     fn trim_tail(
         &self,
         tail: &Tail,
-        touched: &mut Vec<(std::path::PathBuf, Arc<dyn StorageFile>)>,
+        touched: &mut Vec<(SegmentPath, Arc<dyn StorageFile>)>,
     ) -> Result<(), LogError> {
         let length = {
             let state = self.lock_state();
@@ -270,9 +285,9 @@ impl Shared {
         if tail.allocated <= length {
             return Ok(());
         }
-        let path = crate::segment::segment_path(&self.folder, tail.base);
+        let path = self.segment_path_of(tail.base);
         file.set_len(length).map_err(|source| LogError::Io {
-            path: path.clone(),
+            path: path.to_path_buf(),
             source,
         })?;
         if !touched.iter().any(|(p, _)| *p == path) {
@@ -343,12 +358,12 @@ impl Shared {
         tail: &mut Tail,
         mut dirty: Option<&mut crate::journal::Dirty>,
     ) -> Result<(), LogError> {
-        let mut touched: Vec<(std::path::PathBuf, Arc<dyn StorageFile>)> = Vec::new();
+        let mut touched: Vec<(SegmentPath, Arc<dyn StorageFile>)> = Vec::new();
         for chunk in batch {
             let (path, file) = self.segment_for(chunk, tail, &mut touched)?;
             self.write_chunk(chunk, file.as_ref(), tail, dirty.is_none())
                 .map_err(|source| LogError::Io {
-                    path: path.clone(),
+                    path: path.to_path_buf(),
                     source,
                 })?;
             match dirty.as_deref_mut() {
@@ -372,9 +387,9 @@ impl Shared {
         &self,
         chunk: &crate::log::Chunk,
         tail: &mut Tail,
-        touched: &mut Vec<(std::path::PathBuf, Arc<dyn StorageFile>)>,
-    ) -> Result<(std::path::PathBuf, Arc<dyn StorageFile>), LogError> {
-        let path = crate::segment::segment_path(&self.folder, chunk.segment_base);
+        touched: &mut Vec<(SegmentPath, Arc<dyn StorageFile>)>,
+    ) -> Result<(SegmentPath, Arc<dyn StorageFile>), LogError> {
+        let path = self.segment_path_of(chunk.segment_base);
         let file = match self.segment_file(chunk.segment_base) {
             Some(file) if chunk.segment_base == tail.base => file,
             Some(file) => {
@@ -391,7 +406,7 @@ impl Shared {
                 // (the tail's earlier batches too: a journal round writes
                 // them unsynced).
                 if let Some(file) = self.segment_file(tail.base) {
-                    let tail_path = crate::segment::segment_path(&self.folder, tail.base);
+                    let tail_path = self.segment_path_of(tail.base);
                     if !touched.iter().any(|(p, _)| *p == tail_path) {
                         touched.push((tail_path, file));
                     }
@@ -584,10 +599,10 @@ impl Shared {
     }
 }
 
-fn sync_all(files: &[(std::path::PathBuf, Arc<dyn StorageFile>)]) -> Result<(), LogError> {
+fn sync_all(files: &[(SegmentPath, Arc<dyn StorageFile>)]) -> Result<(), LogError> {
     for (path, file) in files {
         file.sync_data().map_err(|source| LogError::Io {
-            path: path.clone(),
+            path: path.to_path_buf(),
             source,
         })?;
     }
