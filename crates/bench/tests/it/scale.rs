@@ -81,3 +81,33 @@ fn bench_scale_runs_memory_and_sender_streams() {
         );
     }
 }
+
+/// `--connections publisher`: each publisher on connections of its own,
+/// as before the clients shared theirs; every message acknowledged, and
+/// the table says so.
+#[test]
+fn bench_scale_runs_with_a_connection_per_publisher() {
+    let folder = tempfile::tempdir().unwrap();
+    let args = ScaleArgs {
+        server_binary: Some(stamplog_binary()),
+        streams: vec![3],
+        clients: vec![1],
+        messages: 300,
+        window: 16,
+        disk_syncs: 10,
+        connections: scale::Connections::Publisher,
+        output: quiet_output(folder.path()),
+        ..ScaleArgs::default()
+    };
+    let figures = scale::run(args.clone()).unwrap();
+    assert_eq!(figures.cells.len(), 1);
+    assert_eq!(figures.cells[0].messages, 300, "{:?}", figures.cells[0]);
+    let table = scale::table(&figures, &args);
+    assert!(
+        table.title().contains("connections of each publisher's own"),
+        "{}",
+        table.title()
+    );
+    let json = read_json(&folder.path().join("figures.json"));
+    assert_eq!(json["connections"], "publisher");
+}
