@@ -104,7 +104,9 @@ fn bench_scale_runs_with_a_connection_per_publisher() {
     assert_eq!(figures.cells[0].messages, 300, "{:?}", figures.cells[0]);
     let table = scale::table(&figures, &args);
     assert!(
-        table.title().contains("connections of each publisher's own"),
+        table
+            .title()
+            .contains("connections of each publisher's own"),
         "{}",
         table.title()
     );

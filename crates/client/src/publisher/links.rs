@@ -63,6 +63,9 @@ impl std::fmt::Debug for PublisherLinks {
 
 struct Pool {
     client_id: u128,
+    /// The sum of the windows of the publishers on one link, at most
+    /// (`PublisherConfig::server_in_flight_max`).
+    in_flight_max: usize,
     /// What every link is configured with, but for its address.
     config: ClientConfig,
     servers: Mutex<HashMap<ServerId, Arc<ServerLink>>>,
@@ -78,6 +81,7 @@ impl PublisherLinks {
         PublisherLinks {
             pool: Arc::new(Pool {
                 client_id: config.client_id.unwrap_or_else(proto::random_u128),
+                in_flight_max: config.server_in_flight_max,
                 config: links,
                 servers: Mutex::default(),
             }),
@@ -133,7 +137,7 @@ impl PublisherLinks {
         let mut servers = self.pool.lock();
         if let Some(link) = servers.get(&server) {
             // Raced with another publisher's join: its connection serves.
-            link.add(member)?;
+            link.add(member, self.pool.in_flight_max)?;
             return Ok(Some(Arc::clone(&link.outbox)));
         }
         let Some(first) = first else {
@@ -159,7 +163,7 @@ impl PublisherLinks {
     ) -> Result<Arc<Outbox>, ClientError> {
         let mut servers = self.pool.lock();
         if let Some(link) = servers.get(&server) {
-            link.add(member)?;
+            link.add(member, self.pool.in_flight_max)?;
             return Ok(Arc::clone(&link.outbox));
         }
         self.start(&mut servers, server, address, member, None)
@@ -180,7 +184,7 @@ impl PublisherLinks {
             members: Mutex::default(),
             changed: Notify::new(),
         });
-        link.add(member)?;
+        link.add(member, self.pool.in_flight_max)?;
         servers.insert(server, Arc::clone(&link));
         let outbox = Arc::clone(&link.outbox);
         let config = self.pool.config.to(address);
@@ -248,13 +252,26 @@ impl ServerLink {
 
     /// Puts `member` on the link; while a connection is up, its stream is
     /// opened there at once, so the server routes its answers here.
-    fn add(&self, member: &Arc<Shared>) -> Result<(), ClientError> {
+    /// Refused when the stream and session has a publisher here already,
+    /// or when the windows of the publishers here would pass
+    /// `in_flight_max` (a publisher alone is never refused).
+    fn add(&self, member: &Arc<Shared>, in_flight_max: usize) -> Result<(), ClientError> {
         let mut members = self.lock();
         let key = member.key();
         if members.by_key.contains_key(&key) {
             return Err(ClientError::Config(format!(
                 "stream {} already has a publisher with session {} on these links: give each publisher of a stream a session of its own",
                 member.name, key.1
+            )));
+        }
+        let windows: usize = members.by_key.values().map(|m| m.window_size).sum();
+        if !members.by_key.is_empty() && windows + member.window_size > in_flight_max {
+            return Err(ClientError::Config(format!(
+                "a publisher of stream {} with a window of {} would give the publishers on these links {} messages in flight to server {}, past the {in_flight_max} one connection may have there (PublisherConfig::server_in_flight_max; the server's in_flight_per_connection_max): give the publishers smaller windows, or make more links",
+                member.name,
+                member.window_size,
+                windows + member.window_size,
+                self.server
             )));
         }
         members.by_key.insert(key, Arc::clone(member));
@@ -616,9 +633,9 @@ mod tests {
             changed: Notify::new(),
         });
         for member in [&a, &b, &c] {
-            link.add(member).unwrap();
+            link.add(member, 4096).unwrap();
         }
-        let again = link.add(&Arc::new(shared_on(4, 1, 4)));
+        let again = link.add(&Arc::new(shared_on(4, 1, 4)), 4096);
         assert!(matches!(again, Err(ClientError::Config(_))), "{again:?}");
         let session = LinkSession {
             link,
@@ -682,5 +699,37 @@ mod tests {
         assert!(matches!(answers[1].1, Msg::Checkpointed { through: 9, .. }));
         assert_eq!(c.refusals.lock().unwrap().get(&1).unwrap(), "for c");
         assert!(a.refusals.lock().unwrap().is_empty());
+    }
+
+    fn empty_link() -> ServerLink {
+        ServerLink {
+            server: 2,
+            outbox: Arc::default(),
+            members: Mutex::default(),
+            changed: Notify::new(),
+        }
+    }
+
+    /// A server refuses a connection's writes past its in-flight bound as
+    /// `Busy`: publishers whose windows together would pass it on one link
+    /// are refused when they join, saying why; one alone may have any
+    /// window, as with links of its own.
+    #[test]
+    fn publishers_whose_windows_pass_a_servers_in_flight_bound_are_refused_when_they_join() {
+        let link = empty_link();
+        link.add(&Arc::new(shared_on(1, 1, 4)), 10).unwrap();
+        link.add(&Arc::new(shared_on(2, 1, 6)), 10).unwrap();
+        let refused = link.add(&Arc::new(shared_on(3, 1, 1)), 10);
+        let Err(ClientError::Config(message)) = refused else {
+            panic!("{refused:?}");
+        };
+        assert!(
+            message.contains("11 messages in flight to server 2")
+                && message.contains("past the 10"),
+            "{message}"
+        );
+        assert_eq!(link.lock().by_key.len(), 2);
+        let alone = empty_link();
+        alone.add(&Arc::new(shared_on(1, 1, 64)), 10).unwrap();
     }
 }

@@ -122,6 +122,13 @@ pub struct PublisherConfig {
     /// Sender-based logging: past this many bytes of acknowledged messages
     /// kept for the primary's next checkpoint, new sends wait.
     pub held_bytes_max: usize,
+    /// Messages the publishers sharing one server's connection
+    /// ([`PublisherLinks`], made with this configuration) may keep in
+    /// flight there together, by the sum of their windows: a server
+    /// refuses a connection's writes past its `in_flight_per_connection_max`
+    /// (4,096 by default, this default) as `Busy`. A publisher alone on
+    /// its links may have any window.
+    pub server_in_flight_max: usize,
 }
 
 impl Default for PublisherConfig {
@@ -134,6 +141,7 @@ impl Default for PublisherConfig {
             session: 1,
             connect_timeout: Duration::from_secs(5),
             held_bytes_max: 256 * 1024 * 1024,
+            server_in_flight_max: 4096,
         }
     }
 }
@@ -153,6 +161,8 @@ struct Shared {
     client_id: u128,
     /// The session (producer) number within the client.
     session: u64,
+    /// The most messages it keeps in flight (`PublisherConfig::window`).
+    window_size: usize,
     core: Mutex<Core>,
     /// The window: a send takes a permit, and a permit comes back when the
     /// producer's low-water mark passes a sequence (`Shared::complete`).
@@ -459,6 +469,7 @@ impl Shared {
             name: info.name.clone(),
             client_id,
             session: config.session,
+            window_size: config.window,
             core: Mutex::new(Core::new(producer)),
             window: Semaphore::new(config.window),
             held_room: Notify::new(),
@@ -1120,6 +1131,7 @@ mod tests {
             name: format!("s{stream}"),
             client_id: 7,
             session,
+            window_size: window,
             core: Mutex::new(Core::new(producer)),
             window: Semaphore::new(window),
             held_room: Notify::new(),
