@@ -124,9 +124,8 @@ impl PublisherLinks {
         Ok(attached.expect("a link with its first connection is always made"))
     }
 
-    /// Joins `member` to the link to `server`: the one there is, or a new
-    /// one served from `first` (without it, `None` when there is no link
-    /// yet, unless `address` may be connected to later: see `attach_later`).
+    /// Joins `member` to the link to `server`: the one there is, or else a
+    /// new one served from `first`; `None` when there is neither.
     fn attach(
         &self,
         server: ServerId,
