@@ -126,7 +126,12 @@ impl ClientConnection {
     /// Whether a message of `stream` for this connection's client goes to
     /// this connection.
     fn wants(&self, stream: u64) -> bool {
-        self.streams.is_empty() || self.streams.binary_search(&stream).is_ok()
+        self.streams.is_empty() || self.opened(stream)
+    }
+
+    /// The connection opened or wrote to `stream`.
+    fn opened(&self, stream: u64) -> bool {
+        self.streams.binary_search(&stream).is_ok()
     }
 }
 
@@ -355,21 +360,21 @@ impl Router {
 
     /// Hands messages of `stream` to the client's connections that opened
     /// or wrote to it and to those that did neither with any stream yet
-    /// (`declare`), on this thread (a client that is not connected gets
-    /// nothing: it will retry).
+    /// (`declare`); when no connection of the client opened or wrote to
+    /// it, to every one: a connection a client shares among its streams may not
+    /// have said it carries this one yet (its `OpenStream` is behind a
+    /// message the primary forwarded here). On this thread; a client that
+    /// is not connected gets nothing: it will retry.
     pub(crate) fn send_client(&self, client: u128, stream: u64, msgs: Vec<Msg>) {
         // Delivered outside the router's lock: a delivery may write.
         let connections: Vec<Arc<Outgoing>> = {
             let clients = self.clients.lock().expect("router lock");
-            clients
-                .get(&client)
-                .map(|list| {
-                    list.iter()
-                        .filter(|c| c.wants(stream))
-                        .map(|c| Arc::clone(&c.outgoing))
-                        .collect()
-                })
-                .unwrap_or_default()
+            let list = clients.get(&client).map(Vec::as_slice).unwrap_or_default();
+            let opened = list.iter().any(|c| c.opened(stream));
+            list.iter()
+                .filter(|c| !opened || c.wants(stream))
+                .map(|c| Arc::clone(&c.outgoing))
+                .collect()
         };
         let count = msgs.len() as u64;
         let dropped = match connections.split_last() {

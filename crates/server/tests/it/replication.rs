@@ -270,7 +270,8 @@ fn acked_of(frames: &[proto::Frame], stream: u64) -> u64 {
 /// stream) gets each acknowledgement on the connections that opened or
 /// wrote to its stream, and a connection that did neither with any stream
 /// still gets them all: one stream's acks do not go down every
-/// connection of the client.
+/// connection of the client. A stream no connection opened goes down
+/// every one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_streams_acks_go_to_the_client_connections_that_opened_it() {
     use crate::harness::{create_on_three, raw_hello, read_frames};
@@ -335,6 +336,47 @@ async fn a_streams_acks_go_to_the_client_connections_that_opened_it() {
         (5, 5),
         "{frames_all:?}"
     );
+    // A stream none of the client's connections here opened or wrote to
+    // (a connection the client shares among its streams whose
+    // `OpenStream` has not arrived yet): its acks go down every one of
+    // them, not nowhere.
+    let mut c = None;
+    for attempt in 0..6 {
+        let name = format!("routed-c{attempt}");
+        let (_client, info) = create_on_three(&cluster, &name, Protocol::OneHopAckClient).await;
+        if info.primary != backup {
+            c = Some(info);
+            break;
+        }
+    }
+    let c = c.expect("a stream led by another server");
+    let mut writer = raw_hello(cluster.address(c.primary)).await;
+    let mut submit = Vec::new();
+    proto::frame::SubmitFields {
+        stream: c.id,
+        kind: proto::frame::SUBMIT_WRITE,
+        version: 0,
+        epoch: 0,
+        session: 1,
+        sequence: 1,
+        low_water: 1,
+    }
+    .encode(&mut submit, b"", b"unannounced");
+    writer.write_all(&submit).await.unwrap();
+    let (written, _) = read_frames(&mut writer, 1, Duration::from_secs(5)).await;
+    assert_eq!(
+        acked_of(&written, c.id),
+        1,
+        "the primary's ack: {written:?}"
+    );
+    for (name, socket) in [
+        ("a", &mut only_a),
+        ("b", &mut only_b),
+        ("neither", &mut neither),
+    ] {
+        let (frames, _) = read_frames(socket, usize::MAX, quiet).await;
+        assert_eq!(acked_of(&frames, c.id), 1, "{name}: {frames:?}");
+    }
     cluster.stop().await;
 }
 
