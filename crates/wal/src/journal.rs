@@ -105,6 +105,12 @@ pub(crate) trait Member: Send + Sync {
     fn latch_io(&self, message: String);
     /// The path of the log's segment `base`, relative to `root`.
     fn segment_path(&self, root: &Path, base: u64) -> Arc<str>;
+    /// Whether the log keeps blocks of a round (not yet in its segment)
+    /// and was not listed for the next rotation yet; it is listed now.
+    fn take_listing(&self) -> bool;
+    /// Writes the blocks the log keeps to its segment, its file noted in
+    /// `dirty`, and takes it off the rotation's list.
+    fn spill(&self, dirty: &mut Dirty) -> Result<(), LogError>;
 }
 
 /// Settings of a journal.
@@ -482,6 +488,9 @@ impl Inner {
         }
         for (log, chunks) in taken {
             log.write(chunks, started, Some(&mut writer.dirty));
+            if log.take_listing() {
+                writer.kept.push(Arc::downgrade(&log));
+            }
         }
         if writer.position - writer.flushed_at >= self.config.bytes_max / FLUSHES_PER_EPOCH
             && writer.flusher.offer(&mut writer.dirty)
@@ -551,6 +560,12 @@ impl Inner {
     /// rotation, then starts the next epoch at the first block.
     fn rotate(&self, writer: &mut Writer) -> Result<(), LogError> {
         writer.flusher.wait_idle()?;
+        // A log dropped since wrote what it kept as it closed.
+        for log in std::mem::take(&mut writer.kept) {
+            if let Some(log) = log.upgrade() {
+                log.spill(&mut writer.dirty)?;
+            }
+        }
         for (path, file) in writer.dirty.drain() {
             file.sync_data().map_err(io_error(&path))?;
         }
@@ -591,6 +606,10 @@ struct Writer {
     buffer: BlockBuffer,
     /// Where the journal stood when the flusher was last handed files.
     flushed_at: u64,
+    /// Logs that kept blocks of a round since the last rotation: the
+    /// rotation writes them to their segments first (the frames it
+    /// leaves behind are those blocks' only durable copy).
+    kept: Vec<std::sync::Weak<dyn Member>>,
     flusher: Flusher,
     direct: DirectWriters,
 }
@@ -708,6 +727,7 @@ impl Writer {
             dirty: HashMap::new(),
             buffer: BlockBuffer::default(),
             flushed_at: BLOCK_BYTES as u64,
+            kept: Vec::new(),
             flusher: Flusher::start()?,
         })
     }

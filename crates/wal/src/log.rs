@@ -151,7 +151,39 @@ pub(crate) struct Shared {
     /// The path of the segment last written (its base, and the path), so
     /// that writing a batch does not format it anew.
     pub(crate) last_segment_path: Mutex<Option<(u64, Arc<std::path::Path>)>>,
+    /// A journaled log: the blocks its journal rounds wrote, kept here
+    /// rather than written to the segment each round (see [`Kept`]).
+    pub(crate) kept: Mutex<Kept>,
 }
+
+/// A journaled log's blocks that its journal rounds made durable in the
+/// journal but did not write to their segment yet: they go there in one
+/// write once they reach [`KEPT_BYTES_MAX`], and before anything reads or
+/// changes the segment file (a read, a segment roll, a trim, a direct
+/// write, a checkpoint) and before the journal rotates (its frames are the
+/// kept blocks' only durable copy until then). One image of consecutive
+/// whole blocks of the tail segment, each round's blocks written over the
+/// image from their first block on.
+#[derive(Default)]
+pub(crate) struct Kept {
+    /// The segment file, its path, and the offset of the image's first
+    /// block.
+    pub(crate) target: Option<(Arc<dyn StorageFile>, crate::journal::SegmentPath, u64)>,
+    pub(crate) bytes: Vec<u8>,
+    /// The file kept blocks were last written to, through the page cache:
+    /// the journal's next rotation syncs it (a write outside a round, for
+    /// a read say, may come after the flusher synced the file).
+    pub(crate) written: Option<(crate::journal::SegmentPath, Arc<dyn StorageFile>)>,
+    /// The same, for the journal's next round to hand its flusher.
+    pub(crate) fresh: Option<(crate::journal::SegmentPath, Arc<dyn StorageFile>)>,
+    /// The journal has the log in its list of logs to write out at its
+    /// next rotation.
+    pub(crate) listed: bool,
+}
+
+/// Bytes of blocks a journaled log keeps before writing them to its
+/// segment.
+pub(crate) const KEPT_BYTES_MAX: usize = 64 * 1024;
 
 /// What [`Log::on_durable`] calls with each new durable version, and
 /// whether more records wait for the I/O thread (the log is busy).
@@ -293,6 +325,7 @@ impl Log {
             journal_tail: Mutex::new(None),
             journal_path: Mutex::new(None),
             last_segment_path: Mutex::new(None),
+            kept: Mutex::default(),
         });
         let io_thread = shared.spawn_io()?;
         Ok(Log { shared, io_thread })
@@ -467,7 +500,7 @@ impl Log {
         max_bytes: usize,
         out: &mut Vec<u8>,
     ) -> Result<usize, ReadError> {
-        let durable = self.durable_version();
+        let durable = self.shared.durable_for_read()?;
         let state = lock(&self.shared.state);
         if from < state.first_version {
             return Err(ReadError::Retained {

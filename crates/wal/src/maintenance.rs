@@ -93,6 +93,7 @@ impl Log {
             .maintenance
             .lock()
             .expect("maintenance lock poisoned");
+        shared.spill_kept(&mut Vec::new())?;
         let durable = self.durable_version();
         if through == 0 || through > durable {
             return Err(LogError::Checkpoint(format!(

@@ -90,7 +90,7 @@ impl crate::Log {
                 state.first_version = through + 1;
                 state.last_version = through;
                 state.checkpoints = vec![through];
-                state.tail_reset = true;
+                shared.reset_tail(&mut state);
                 shared
                     .progress
                     .send_modify(|progress| progress.durable = progress.durable.max(through));

@@ -77,6 +77,25 @@ impl crate::journal::Member for Shared {
         self.latch_message(Arc::from(message));
     }
 
+    fn take_listing(&self) -> bool {
+        let mut kept = self.kept.lock().expect("kept lock poisoned");
+        let list = !kept.bytes.is_empty() && !kept.listed;
+        kept.listed |= list;
+        list
+    }
+
+    fn spill(&self, dirty: &mut crate::journal::Dirty) -> Result<(), LogError> {
+        let spilled = self.spill_kept(&mut Vec::new());
+        if let Err(error) = &spilled {
+            self.latch_message(Arc::from(error.to_string()));
+        }
+        let mut kept = self.kept.lock().expect("kept lock poisoned");
+        kept.listed = false;
+        // Whoever wrote kept blocks since the last rotation: synced now.
+        dirty.extend(kept.written.take());
+        spilled
+    }
+
     fn segment_path(&self, root: &std::path::Path, base: u64) -> Arc<str> {
         let mut cached = self.journal_path.lock().expect("path lock poisoned");
         match &*cached {
@@ -169,8 +188,11 @@ impl Shared {
     fn close_tail(&self, tail: &Tail) {
         if self.lock_state().failed.is_none() {
             let mut touched = Vec::new();
+            // A journaled log's kept blocks go to its segment, synced:
+            // the journal forgets a closed log.
             let trimmed = self
-                .trim_tail(tail, &mut touched)
+                .spill_kept(&mut touched)
+                .and_then(|()| self.trim_tail(tail, &mut touched))
                 .and_then(|()| sync_all(&touched));
             if let Err(error) = trimmed {
                 self.latch(error);
@@ -285,6 +307,8 @@ impl Shared {
         if tail.allocated <= length {
             return Ok(());
         }
+        // Kept blocks past the cut would make the file long again.
+        self.spill_kept(touched)?;
         let path = self.segment_path_of(tail.base);
         file.set_len(length).map_err(|source| LogError::Io {
             path: path.to_path_buf(),
@@ -341,6 +365,85 @@ impl Shared {
         }
     }
 
+    /// A journal round's blocks of the tail segment, from `start`: onto
+    /// the kept image (written over it from `start` on), which goes to the
+    /// file first when they do not continue it, and after them once it
+    /// reaches `KEPT_BYTES_MAX`.
+    fn keep(
+        &self,
+        file: &Arc<dyn StorageFile>,
+        path: &SegmentPath,
+        blocks: &[u8],
+        start: u64,
+    ) -> std::io::Result<()> {
+        let mut kept = self.kept.lock().expect("kept lock poisoned");
+        let continues = kept.target.as_ref().is_some_and(|(to, _, at)| {
+            std::ptr::addr_eq(Arc::as_ptr(to), Arc::as_ptr(file))
+                && (*at..=*at + kept.bytes.len() as u64).contains(&start)
+        });
+        if !continues {
+            write_kept(&mut kept)?;
+            kept.target = Some((Arc::clone(file), Arc::clone(path), start));
+        }
+        let at = kept.target.as_ref().map_or(start, |(_, _, at)| *at);
+        kept.bytes.truncate((start - at) as usize);
+        kept.bytes.extend_from_slice(blocks);
+        if kept.bytes.len() >= crate::log::KEPT_BYTES_MAX {
+            write_kept(&mut kept)?;
+        }
+        Ok(())
+    }
+
+    /// Writes the kept blocks to their segment, through the page cache.
+    fn write_kept(&self) -> std::io::Result<()> {
+        write_kept(&mut self.kept.lock().expect("kept lock poisoned")).map(|_| ())
+    }
+
+    /// The durable version, for a read of the segments (`Log::read`),
+    /// with what journal rounds kept written there first: every version
+    /// up to it was kept before it became durable. A log that cannot
+    /// write them latches failed.
+    pub(crate) fn durable_for_read(&self) -> Result<u64, crate::error::ReadError> {
+        let durable = self.progress.borrow().durable;
+        self.spill_kept(&mut Vec::new()).map_err(|error| {
+            self.latch_message(Arc::from(error.to_string()));
+            crate::error::ReadError::Io(error.to_string())
+        })?;
+        Ok(durable)
+    }
+
+    /// A reset replaced every segment: the writing thread starts a new
+    /// tail, and what journal rounds kept belonged to the files replaced.
+    pub(crate) fn reset_tail(&self, state: &mut crate::log::State) {
+        state.tail_reset = true;
+        let mut kept = self.kept.lock().expect("kept lock poisoned");
+        kept.bytes.clear();
+        kept.target = None;
+    }
+
+    /// Writes the kept blocks to their segment and notes its file in
+    /// `touched` (to be synced, or handed to the journal's flusher). Before
+    /// anything reads the segments (a read, a checkpoint) or changes them
+    /// past the kept blocks (a direct write, a roll, a trim).
+    pub(crate) fn spill_kept(
+        &self,
+        touched: &mut impl Extend<(SegmentPath, Arc<dyn StorageFile>)>,
+    ) -> Result<(), LogError> {
+        let mut kept = self.kept.lock().expect("kept lock poisoned");
+        let path = kept.target.as_ref().map(|(_, path, _)| Arc::clone(path));
+        match write_kept(&mut kept) {
+            Ok(Some(written)) => {
+                touched.extend([written]);
+                Ok(())
+            }
+            Ok(None) => Ok(()),
+            Err(source) => Err(LogError::Io {
+                path: path.map(|p| p.to_path_buf()).unwrap_or_default(),
+                source,
+            }),
+        }
+    }
+
     fn segment_file(&self, base: u64) -> Option<Arc<dyn StorageFile>> {
         let state = self.lock_state();
         let segment = state.segments.iter().rev().find(|s| s.base == base)?;
@@ -359,14 +462,23 @@ impl Shared {
         mut dirty: Option<&mut crate::journal::Dirty>,
     ) -> Result<(), LogError> {
         let mut touched: Vec<(SegmentPath, Arc<dyn StorageFile>)> = Vec::new();
+        if dirty.is_none() {
+            // Past the page cache: the blocks journal rounds kept go first,
+            // or they would later be written over these.
+            self.spill_kept(&mut touched)?;
+        }
         for chunk in batch {
             let (path, file) = self.segment_for(chunk, tail, &mut touched)?;
-            self.write_chunk(chunk, file.as_ref(), tail, dirty.is_none())
+            let kept = self
+                .write_chunk(chunk, (&file, &path), tail, dirty.is_none())
                 .map_err(|source| LogError::Io {
                     path: path.to_path_buf(),
                     source,
                 })?;
             match dirty.as_deref_mut() {
+                // Kept blocks reach the file, and the flusher, once
+                // written.
+                Some(_) if kept => {}
                 Some(dirty) => {
                     dirty.entry(path).or_insert(file);
                 }
@@ -375,7 +487,11 @@ impl Shared {
             }
         }
         match dirty {
-            Some(_) => Ok(()),
+            Some(dirty) => {
+                let fresh = self.kept.lock().expect("kept lock poisoned").fresh.take();
+                dirty.extend(fresh);
+                Ok(())
+            }
             None => sync_all(&touched),
         }
     }
@@ -405,6 +521,7 @@ impl Shared {
                 // never finds a later segment behind a torn earlier one
                 // (the tail's earlier batches too: a journal round writes
                 // them unsynced).
+                self.spill_kept(touched)?;
                 if let Some(file) = self.segment_file(tail.base) {
                     let tail_path = self.segment_path_of(tail.base);
                     if !touched.iter().any(|(p, _)| *p == tail_path) {
@@ -459,10 +576,10 @@ impl Shared {
     fn write_chunk(
         &self,
         chunk: &mut crate::log::Chunk,
-        file: &dyn StorageFile,
+        (file, path): (&Arc<dyn StorageFile>, &SegmentPath),
         tail: &mut Tail,
         direct: bool,
-    ) -> std::io::Result<()> {
+    ) -> std::io::Result<bool> {
         let block = BLOCK_BYTES as u64;
         let start = chunk.offset - chunk.offset % block;
         let end = chunk.offset + chunk.bytes.len() as u64;
@@ -475,6 +592,7 @@ impl Shared {
                 // Read once after opening: the bytes before the chunk, if
                 // they can be read back (a storage that keeps nothing, as
                 // the buffering-only benchmark's, cannot).
+                self.write_kept()?;
                 let mut prefix = vec![0u8; (chunk.offset - start) as usize];
                 file.read_exact_at(&mut prefix, start).ok().map(|()| prefix)
             }
@@ -483,14 +601,17 @@ impl Shared {
             if in_tail {
                 tail.allocated = tail.allocated.max(end);
             }
-            return file.write_at(chunk.bytes.records(), chunk.offset);
+            self.write_kept()?;
+            return file
+                .write_at(chunk.bytes.records(), chunk.offset)
+                .map(|()| false);
         };
         chunk.bytes.set_prefix(&prefix);
         let blocks = chunk.bytes.blocks();
         if direct {
             file.write_blocks_at(blocks, start)?;
         } else {
-            file.write_at(blocks, start)?;
+            self.keep(file, path, blocks, start)?;
         }
         // What the next write, which starts at `end`, puts back in front.
         prefix.clear();
@@ -498,7 +619,7 @@ impl Shared {
             &blocks[(end - end % block - start) as usize..(end - start) as usize],
         );
         tail.written = Some((end, prefix));
-        Ok(())
+        Ok(!direct)
     }
 
     /// Writes the manifest naming `newest_segment` and the kept
@@ -597,6 +718,22 @@ impl Shared {
             .send_modify(|progress| progress.failed = Some(message));
         self.space.notify_waiters();
     }
+}
+
+/// Writes `kept`'s blocks to their file; returns the file written, if
+/// any. Kept as they were if the write fails.
+fn write_kept(
+    kept: &mut crate::log::Kept,
+) -> std::io::Result<Option<(SegmentPath, Arc<dyn StorageFile>)>> {
+    if kept.bytes.is_empty() {
+        return Ok(None);
+    }
+    let (file, path, start) = kept.target.clone().expect("kept blocks have a file");
+    file.write_at(&kept.bytes, start)?;
+    kept.bytes.clear();
+    kept.written = Some((Arc::clone(&path), Arc::clone(&file)));
+    kept.fresh = Some((Arc::clone(&path), Arc::clone(&file)));
+    Ok(Some((path, file)))
 }
 
 fn sync_all(files: &[(SegmentPath, Arc<dyn StorageFile>)]) -> Result<(), LogError> {
