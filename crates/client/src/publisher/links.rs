@@ -113,10 +113,8 @@ impl PublisherLinks {
         address: &str,
         member: &Arc<Shared>,
     ) -> Result<Arc<Outbox>, ClientError> {
-        if self.pool.lock().contains_key(&server) {
-            if let Some(outbox) = self.attach(server, address, member, None)? {
-                return Ok(outbox);
-            }
+        if let Some(outbox) = self.attach(server, address, member, None)? {
+            return Ok(outbox);
         }
         let config = self.pool.config.to(address);
         let first = link::connect(&config, self.pool.client_id).await?;
