@@ -44,6 +44,16 @@ pub const IDLE_BEFORE_DIRECT: Duration = Duration::from_micros(100);
 thread_local! {
     /// Set while this thread runs work that [`deferring`] marked busy.
     static DEFERRING: Cell<bool> = const { Cell::new(false) };
+    /// Sends this thread left for the flushers ([`queued_here`]).
+    static QUEUED: Cell<u64> = const { Cell::new(0) };
+}
+
+/// How many sends this thread has left queued for the flushers rather
+/// than written to their sockets, a count that only grows: work that
+/// must know its sends are in the kernel's hands before it goes on
+/// compares the count before and after them.
+pub fn queued_here() -> u64 {
+    QUEUED.get()
 }
 
 /// Runs `work` with every send it makes queued for the flushers rather
@@ -348,6 +358,7 @@ impl<H: Send + 'static> SharedWriter<H> {
             }
             bytes.drain(..written);
         }
+        QUEUED.set(QUEUED.get() + 1);
         self.enqueue(state, std::mem::take(bytes), hold)
     }
 

@@ -93,6 +93,10 @@ pub(crate) trait Member: Send + Sync {
     fn take_journaled(&self) -> Vec<Chunk>;
     /// A batch of the log goes to a direct writer.
     fn set_in_flight(&self);
+    /// Everything pending, taken for a write on the calling thread and
+    /// marked in flight in the same step; `None` while a direct writer has
+    /// a batch of the log (it puts the log back in the list when done).
+    fn take_direct(&self) -> Option<Vec<Chunk>>;
     /// The direct writer is done: whether a round passed the log over
     /// meanwhile (it must go back in the list).
     fn finish_in_flight(&self) -> bool;
@@ -111,6 +115,86 @@ pub(crate) trait Member: Send + Sync {
     /// Writes the blocks the log keeps to its segment, its file noted in
     /// `dirty`, and takes it off the rotation's list.
     fn spill(&self, dirty: &mut Dirty) -> Result<(), LogError>;
+}
+
+/// A log [`write_here`] holds back, with its journal.
+type Held = (Arc<Inner>, Arc<dyn Member>);
+
+thread_local! {
+    /// The logs whose journal wake-ups this thread holds back, while it
+    /// runs [`write_here`]'s work.
+    static HELD: std::cell::RefCell<Option<Vec<Held>>> = const { std::cell::RefCell::new(None) };
+    /// Set by [`not_here`]: the held logs go to their journals.
+    static ELSEWHERE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Called from [`write_here`]'s work: its logs go to their journals as
+/// usual rather than being written on this thread (for example because
+/// what must leave before the records are durable has not left yet).
+pub fn not_here() {
+    ELSEWHERE.set(true);
+}
+
+/// Runs `work`, holding back the journal wake-ups of the logs it appends
+/// to; then, if it appended to one log alone and that log's journal is
+/// idle, writes the log's records on this thread, past the page cache
+/// and synced, exactly as the journal's round of that log alone would,
+/// and runs its durable hook here. Otherwise the logs go to their
+/// journals as usual. For a thread that may block on the disk and has
+/// nothing better to do meanwhile: with one message in flight, the
+/// reader of a connection, which saves the message the wake-up of the
+/// journal's thread on each replica. Nested calls are one.
+pub fn write_here<R>(work: impl FnOnce() -> R) -> R {
+    let outer = HELD.with(|held| {
+        let mut held = held.borrow_mut();
+        let outer = held.is_some();
+        if !outer {
+            *held = Some(Vec::new());
+        }
+        outer
+    });
+    if outer {
+        return work();
+    }
+    ELSEWHERE.set(false);
+    /// Lets go of the held logs even when `work` panics.
+    struct Release;
+    impl Drop for Release {
+        fn drop(&mut self) {
+            let held = HELD
+                .with(|held| held.borrow_mut().take())
+                .unwrap_or_default();
+            let alone = held.len() == 1 && !ELSEWHERE.replace(false);
+            for (journal, log) in held {
+                if alone && !std::thread::panicking() {
+                    journal.write_or_enqueue(log);
+                } else {
+                    journal.requeue(log);
+                }
+            }
+        }
+    }
+    let release = Release;
+    let result = work();
+    drop(release);
+    result
+}
+
+/// A log's identity for [`Control::alone`].
+fn address(log: &Arc<dyn Member>) -> usize {
+    Arc::as_ptr(log) as *const () as usize
+}
+
+/// Holds `log` back when this thread runs [`write_here`]; gives it back
+/// otherwise.
+fn hold(journal: &Arc<Inner>, log: Arc<dyn Member>) -> Option<Arc<dyn Member>> {
+    HELD.with(|held| match held.borrow_mut().as_mut() {
+        Some(held) => {
+            held.push((Arc::clone(journal), log));
+            None
+        }
+        None => Some(log),
+    })
 }
 
 /// Settings of a journal.
@@ -154,6 +238,9 @@ pub struct JournalMetrics {
     /// Batches written past the journal into their own segment and
     /// synced there: a log alone in its round, or a large batch.
     pub direct_writes: u64,
+    /// Of the direct writes, those the thread that appended the records
+    /// made itself ([`write_here`]).
+    pub in_place_writes: u64,
     /// Records and bytes the journal's rounds carried.
     pub records: u64,
     pub bytes: u64,
@@ -169,6 +256,14 @@ struct Control {
     failed: Option<Arc<str>>,
     rotations_asked: u64,
     rotations_done: u64,
+    /// Logs being written by the threads that appended to them
+    /// ([`write_here`]).
+    inline: usize,
+    /// The log the last round (or write in place) wrote alone, by its
+    /// address; 0 after a round of several. A log may be written in place
+    /// only while it has the journal to itself: with many logs busy, the
+    /// rounds that merge their syncs are what keeps the disk's pace.
+    alone: usize,
     metrics: JournalMetrics,
 }
 
@@ -259,6 +354,8 @@ impl Journal {
                 failed: None,
                 rotations_asked: 0,
                 rotations_done: 0,
+                inline: 0,
+                alone: 0,
                 metrics: JournalMetrics::default(),
             }),
             work: Condvar::new(),
@@ -306,6 +403,14 @@ impl Journal {
         self.inner.lock().metrics
     }
 
+    /// Whether the journal's thread waits for work, with none in its
+    /// list: a log alone on the journal is then written in place by
+    /// [`write_here`].
+    pub fn idle(&self) -> bool {
+        let control = self.inner.lock();
+        control.waiting && control.ready.is_empty()
+    }
+
     pub fn path(&self) -> &Path {
         &self.inner.path
     }
@@ -341,37 +446,99 @@ impl Inner {
 
     /// Called by a log whose first pending chunk just arrived: the next
     /// round takes it. `Err` when the journal failed or stopped.
-    pub(crate) fn enqueue(&self, log: Arc<dyn Member>) -> Result<(), Arc<str>> {
-        let mut control = self.lock();
+    pub(crate) fn enqueue(self: &Arc<Self>, log: Arc<dyn Member>) -> Result<(), Arc<str>> {
+        let control = self.lock();
         if let Some(failure) = &control.failed {
             return Err(failure.clone());
         }
         if control.shutdown {
             return Err(Arc::from("the journal is closed"));
         }
+        let Some(log) = hold(self, log) else {
+            return Ok(());
+        };
+        self.push_ready(control, log);
+        Ok(())
+    }
+
+    /// Puts `log` in the list and wakes the journal's thread if it waits.
+    fn push_ready(&self, mut control: MutexGuard<'_, Control>, log: Arc<dyn Member>) {
         control.ready.push(log);
         let wake = control.waiting;
         drop(control);
         if wake {
             self.work.notify_one();
         }
-        Ok(())
     }
 
-    /// A log a round passed over while a direct writer had a batch of it.
-    fn requeue(&self, log: Arc<dyn Member>) {
-        let mut control = self.lock();
+    /// The journal's lock; `None`, with `log` latched failed, when the
+    /// journal has failed.
+    fn lock_unless_failed(&self, log: &Arc<dyn Member>) -> Option<MutexGuard<'_, Control>> {
+        let control = self.lock();
         if let Some(failure) = &control.failed {
             let failure = failure.to_string();
             drop(control);
             log.latch_io(failure);
+            return None;
+        }
+        Some(control)
+    }
+
+    /// A log a round passed over while a direct writer had a batch of it.
+    fn requeue(&self, log: Arc<dyn Member>) {
+        if let Some(control) = self.lock_unless_failed(&log) {
+            self.push_ready(control, log);
+        }
+    }
+
+    /// A log [`write_here`] held back: written on this thread when the
+    /// journal is idle and nothing else waits (a round of it alone would
+    /// be the same direct write, after a wake-up of the journal's
+    /// thread), otherwise handed to the journal as usual.
+    fn write_or_enqueue(self: &Arc<Self>, log: Arc<dyn Member>) {
+        let Some(mut control) = self.lock_unless_failed(&log) else {
+            return;
+        };
+        let alone = control.alone == address(&log);
+        if !(alone && control.waiting && control.ready.is_empty() && !control.shutdown) {
+            self.push_ready(control, log);
             return;
         }
-        control.ready.push(log);
-        let wake = control.waiting;
+        control.inline += 1;
+        control.metrics.direct_writes += 1;
+        control.metrics.in_place_writes += 1;
         drop(control);
-        if wake {
-            self.work.notify_one();
+        let me = std::thread::current().id();
+        // A durable hook run here may drop the log's last handle, which
+        // must not wait for this thread.
+        self.threads.lock().expect("journal lock poisoned").push(me);
+        if let Some(chunks) = log.take_direct() {
+            if !chunks.is_empty() {
+                log.write(chunks, Instant::now(), None);
+            }
+            if log.finish_in_flight() {
+                self.requeue(Arc::clone(&log));
+            }
+        }
+        {
+            let mut threads = self.threads.lock().expect("journal lock poisoned");
+            if let Some(at) = threads.iter().rposition(|thread| *thread == me) {
+                threads.swap_remove(at);
+            }
+        }
+        let mut control = self.lock();
+        control.inline -= 1;
+        if control.shutdown && control.inline == 0 {
+            drop(control);
+            self.work.notify_all();
+        }
+    }
+
+    /// Waits until no thread writes a log of the journal in place.
+    fn wait_inline_idle(&self) {
+        let mut control = self.lock();
+        while control.inline > 0 {
+            control = self.work.wait(control).expect("journal lock poisoned");
         }
     }
 
@@ -426,8 +593,10 @@ impl Inner {
             let asked = self.lock().rotations_done < rotate;
             let finishing = shutdown && self.lock().ready.is_empty();
             if finishing {
-                // A direct writer may put a log back in the list.
+                // A direct writer, or a thread writing a log in place, may
+                // put a log back in the list.
                 writer.direct.wait_idle();
+                self.wait_inline_idle();
                 if !self.lock().ready.is_empty() {
                     continue;
                 }
@@ -458,6 +627,11 @@ impl Inner {
             if !chunks.is_empty() {
                 taken.push((log, chunks));
             }
+        }
+        match taken.as_slice() {
+            [] => {}
+            [(log, _)] => self.lock().alone = address(log),
+            _ => self.lock().alone = 0,
         }
         if taken.len() > 1 {
             let (large, small): (Vec<_>, Vec<_>) = taken.into_iter().partition(|(_, chunks)| {

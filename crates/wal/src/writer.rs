@@ -53,6 +53,19 @@ impl crate::journal::Member for Shared {
         self.lock_state().in_flight = true;
     }
 
+    fn take_direct(&self) -> Option<Vec<crate::log::Chunk>> {
+        let mut state = self.lock_state();
+        if state.in_flight {
+            return None;
+        }
+        state.queued = false;
+        if state.failed.is_some() {
+            return None;
+        }
+        state.in_flight = true;
+        Some(state.pending.drain(..).collect())
+    }
+
     fn finish_in_flight(&self) -> bool {
         let mut state = self.lock_state();
         state.in_flight = false;
@@ -693,12 +706,18 @@ impl Shared {
             now.duration_since(started).as_nanos() as u64,
             Ordering::Relaxed,
         );
-        self.progress
-            .send_modify(|progress| progress.durable = last_version);
-        self.space.notify_waiters();
+        // The new version is readable at once, but the watchers (tasks on
+        // other threads, each a wake-up) are told after the hook, which
+        // sends the acknowledgements.
+        self.progress.send_if_modified(|progress| {
+            progress.durable = last_version;
+            false
+        });
         if let Some(hook) = &*self.on_durable.lock().expect("hook lock poisoned") {
             hook(last_version, backlog);
         }
+        self.progress.send_modify(|_| {});
+        self.space.notify_waiters();
     }
 
     /// Latches the log failed. The data of a failed fsync may or may not be

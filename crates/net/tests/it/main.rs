@@ -1,6 +1,7 @@
 //! `SharedWriter` over real loopback sockets: direct writes from threads
 //! outside any runtime, concurrent senders whose sends never interleave,
-//! the bounded queue, closing, and a peer that goes away.
+//! the bounded queue, closing, a peer that goes away, and the count of
+//! sends a thread left for the flusher.
 
 // A test stops at the first thing that is not as it expects.
 #![allow(clippy::unwrap_used)]
@@ -224,32 +225,37 @@ async fn sends_close_together_and_deferred_sends_go_through_the_flusher() {
     let (writer, mut peer) = pair(16).await;
     let flusher = spawn_flusher(&writer);
     let mut expected = Vec::new();
+    // Each send says whether this thread left it for the flusher
+    // (`net::queued_here`).
     let mut send = |number: u32, defer: bool| {
         let bytes = message(3, number, 100);
         expected.push((3, number));
+        let queued = net::queued_here();
         net::deferring(defer, || writer.try_send(bytes, None)).unwrap();
+        net::queued_here() - queued
     };
     // Idle: written at once. Right after a write: queued.
     let started = std::time::Instant::now();
-    send(0, false);
-    send(1, false);
+    assert_eq!(send(0, false), 0, "written at once");
+    let second = send(1, false);
     let close_together = started.elapsed() < net::IDLE_BEFORE_DIRECT;
     // Each step starts once the one before is written (two writes, direct
     // or a batch), however late a loaded machine runs the flusher.
     written(&writer, 2).await;
     tokio::time::sleep(net::IDLE_BEFORE_DIRECT * 3).await;
     // Idle, but the sender defers: queued.
-    send(2, true);
+    assert_eq!(send(2, true), 1, "left for the flusher");
     written(&writer, 3).await;
     tokio::time::sleep(net::IDLE_BEFORE_DIRECT * 3).await;
     // Idle again, and no longer deferring: written at once.
-    send(3, false);
+    assert_eq!(send(3, false), 0, "written at once");
     let mut read = vec![0u8; 4 * 100];
     peer.read_exact(&mut read).await.unwrap();
     assert_eq!(messages(&read), expected);
     written(&writer, 4).await;
     let stats = writer.stats();
     if close_together {
+        assert_eq!(second, 1, "the second send was left for the flusher");
         assert_eq!(stats.direct, 2, "{stats:?}");
         assert_eq!(stats.flushed, 2, "{stats:?}");
     } else {

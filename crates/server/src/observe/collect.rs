@@ -246,6 +246,12 @@ fn journal_families(server: &ServerState, out: &mut Out) -> fmt::Result {
         journal.direct_writes,
     )?;
     out.counter(
+        "stamplog_journal_in_place_writes",
+        "Of the direct writes, those the connection's reader that appended the record made itself, without waking the journal's thread (a record alone, its stream alone on the journal).",
+        None,
+        journal.in_place_writes,
+    )?;
+    out.counter(
         "stamplog_journal_rotations",
         "Times the journal synced the segments it wrote through the page cache and started again.",
         None,

@@ -13,7 +13,8 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use engine::replication::{
-    Bytes, ClusterView, Effect, Entry, Msg, Node, Placement, Protocol, Replica, ServerId,
+    AckRule, Bytes, ClusterView, Effect, Entry, HybridMode, Msg, Node, Placement, Protocol,
+    Replica, ServerId,
 };
 use proto::DurabilityConfig;
 use serde::{Deserialize, Serialize};
@@ -601,9 +602,16 @@ impl Stream {
         // Many messages in hand: the reader is busy, and its sends go to
         // the flushers rather than costing it a write each.
         let busy = msgs.len() > 1;
-        net::deferring(busy, || {
-            self.drive(|replica, now, out| replica.on_clients(client, msgs, now, out))
-        });
+        let drive = || {
+            net::deferring(busy, || {
+                self.drive(|replica, now, out| replica.on_clients(client, msgs, now, out))
+            })
+        };
+        if busy {
+            drive();
+        } else {
+            self.write_here(drive);
+        }
         Ok(())
     }
 
@@ -616,7 +624,36 @@ impl Stream {
             || msgs
                 .iter()
                 .any(|msg| matches!(msg, Msg::Replicate { entries } if entries.len() > 1));
-        net::deferring(busy, || self.on_peer_step(from, msgs));
+        if busy {
+            net::deferring(true, || self.on_peer_step(from, msgs));
+        } else {
+            self.write_here(|| net::deferring(false, || self.on_peer_step(from, msgs)));
+        }
+    }
+
+    /// Runs a step with one message in hand under `wal::write_here`: its
+    /// record is written and synced by this thread when its log has the
+    /// journal to itself, which saves the wake-up of the journal's
+    /// thread. Only where an acknowledgement waits for every replica's
+    /// log (the ack of one server alone could otherwise leave before the
+    /// copies of the record it releases), and only when every send of
+    /// the step reached its socket (none waits for a flusher).
+    fn write_here(&self, step: impl FnOnce()) {
+        let every_replica = self.protocol != Protocol::Hybrid
+            && matches!(
+                self.protocol.ack_rule(HybridMode::ServerSync),
+                AckRule::EveryReplica | AckRule::PrimaryAfterAll
+            );
+        if !every_replica {
+            return step();
+        }
+        wal::write_here(|| {
+            let queued = net::queued_here();
+            step();
+            if net::queued_here() != queued {
+                wal::not_here();
+            }
+        });
     }
 
     fn on_peer_step(&self, from: ServerId, msgs: Vec<Msg>) {

@@ -167,6 +167,14 @@ async fn every_server_serves_metrics_status_health_and_the_status_page() {
         // stream's alone, written into its own segment, never a frame.
         let direct = sample(&metrics, "stamplog_journal_direct_writes_total").unwrap();
         assert!(direct >= 1.0, "direct writes: {direct}");
+        // One message at a time: the readers that append the records
+        // write them (every server has records it wrote itself).
+        let in_place = sample(&metrics, "stamplog_journal_in_place_writes_total").unwrap();
+        assert!(
+            in_place >= 1.0 && in_place <= direct,
+            "server {}: written in place {in_place} of {direct}",
+            server.id
+        );
         assert_eq!(sample(&metrics, "stamplog_journal_rounds_total"), Some(0.0));
         let synced = sample(&metrics, "stamplog_log_records_per_fdatasync_sum").unwrap();
         assert!(synced >= sent as f64, "every record was synced: {synced}");

@@ -2,7 +2,8 @@
 //! share it keep every acknowledged record in any crash image, a round of
 //! many logs is one write and one fdatasync, redo skips files that are
 //! gone and never writes old bytes into a file made again after a
-//! rotation, and a damaged round is refused unless it is the last.
+//! rotation, a damaged round is refused unless it is the last, and a log
+//! alone on its journal is written in place (`wal::write_here`).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -327,13 +328,19 @@ fn round_starts(journal_file: &[u8]) -> Vec<usize> {
         .collect()
 }
 
-#[test]
-fn a_damaged_round_before_a_later_one_is_refused_and_a_damaged_last_round_ends_redo() {
+/// Two logs on a journal of 1 MiB, in a storage of their own.
+fn two_logs() -> (FaultStorage, Arc<Journal>, Vec<Log>) {
     let storage = FaultStorage::new();
     let journal = Arc::new(open_journal(&storage, 1 << 20).unwrap());
-    let logs: Vec<Log> = (0..2)
+    let logs = (0..2)
         .map(|i| open_log(&storage, i, journaled(&journal, 1 << 20)).0)
         .collect();
+    (storage, journal, logs)
+}
+
+#[test]
+fn a_damaged_round_before_a_later_one_is_refused_and_a_damaged_last_round_ends_redo() {
+    let (storage, _journal, logs) = two_logs();
     let mut payloads: Vec<Vec<Vec<u8>>> = vec![Vec::new(); 2];
     journal_rounds(&storage, &logs, &mut payloads, 4, 0);
     let path = root().join(wal::journal::JOURNAL_FILE);
@@ -366,4 +373,172 @@ fn a_damaged_round_before_a_later_one_is_refused_and_a_damaged_last_round_ends_r
         report.frames > 0,
         "the rounds before it were redone: {report:?}"
     );
+}
+
+/// Waits until the journal's thread waits for work (it returns to its
+/// wait a moment after a round's records are durable).
+fn wait_idle(journal: &Journal) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !journal.idle() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the journal never idles"
+        );
+        std::thread::sleep(Duration::from_micros(100));
+    }
+}
+
+/// Notes the thread each call of `log`'s durable hook runs on.
+fn hook_threads(log: &Log) -> Arc<std::sync::Mutex<Vec<std::thread::ThreadId>>> {
+    let threads: Arc<std::sync::Mutex<Vec<std::thread::ThreadId>>> = Arc::default();
+    let noted = Arc::clone(&threads);
+    log.on_durable(move |_, _| noted.lock().unwrap().push(std::thread::current().id()));
+    threads
+}
+
+#[test]
+fn a_log_alone_on_its_journal_is_written_and_synced_by_the_thread_that_appends() {
+    let storage = FaultStorage::new();
+    let journal = Arc::new(open_journal(&storage, 1 << 20).unwrap());
+    let (log, _) = open_log(&storage, 0, journaled(&journal, 1 << 20));
+    let mut payloads = Vec::new();
+    // The first record goes through the journal: a round of this log alone.
+    push(&log, 0, &mut payloads);
+    wait_durable(&log, 1, "the first record");
+    wait_idle(&journal);
+    let threads = hook_threads(&log);
+    let before = journal.metrics();
+    let syncs = storage.sync_count();
+    let durable = wal::write_here(|| {
+        push(&log, 0, &mut payloads);
+        push(&log, 0, &mut payloads);
+        log.durable_version()
+    });
+    assert_eq!(durable, 1, "nothing is written while the work runs");
+    // Back from `write_here`: both records are durable, synced once, and
+    // the hook ran here.
+    assert_eq!(log.durable_version(), 3);
+    assert_eq!(storage.sync_count() - syncs, 1);
+    assert_eq!(*threads.lock().unwrap(), vec![std::thread::current().id()]);
+    let after = journal.metrics();
+    assert_eq!(after.direct_writes - before.direct_writes, 1);
+    assert_eq!(after.rounds, before.rounds);
+    // Everything is in every crash image.
+    for mode in [CrashMode::DurableOnly, CrashMode::TornTail] {
+        let image = storage.crash(mode, 3);
+        let reopened = Arc::new(open_journal(&image, 1 << 20).unwrap());
+        let (_, seen) = open_log(&image, 0, journaled(&reopened, 1 << 20));
+        assert_prefix(&seen, &payloads, 3, "written in place");
+        assert_eq!(seen.len(), 3);
+    }
+}
+
+#[test]
+fn with_several_logs_busy_write_here_leaves_the_records_to_the_journals_rounds() {
+    let (storage, journal, logs) = two_logs();
+    let mut payloads: Vec<Vec<Vec<u8>>> = vec![Vec::new(); 2];
+    // A round of both logs: neither has the journal to itself.
+    journal_rounds(&storage, &logs, &mut payloads, 1, 0);
+    let threads = hook_threads(&logs[0]);
+    let before = journal.metrics();
+    wal::write_here(|| push(&logs[0], 0, &mut payloads[0]));
+    wait_durable(&logs[0], payloads[0].len() as u64, "through the journal");
+    let here = std::thread::current().id();
+    assert!(
+        threads.lock().unwrap().iter().all(|thread| *thread != here),
+        "the journal's thread made the record durable"
+    );
+    // A round of the log alone (the journal's thread writes it directly);
+    // now it has the journal to itself and the next write is in place.
+    wait_idle(&journal);
+    assert_eq!(journal.metrics().direct_writes - before.direct_writes, 1);
+    wal::write_here(|| push(&logs[0], 0, &mut payloads[0]));
+    assert_eq!(logs[0].durable_version(), payloads[0].len() as u64);
+    assert_eq!(threads.lock().unwrap().last(), Some(&here));
+}
+
+#[test]
+fn records_appended_in_place_survive_every_crash_image_and_a_panic_in_the_work() {
+    let storage = FaultStorage::new();
+    let journal = Arc::new(open_journal(&storage, 64 * 1024).unwrap());
+    let (log, _) = open_log(&storage, 0, journaled(&journal, 16 * 1024));
+    let mut payloads = Vec::new();
+    push(&log, 0, &mut payloads);
+    wait_durable(&log, 1, "the first record");
+    wait_idle(&journal);
+    let before = journal.metrics();
+    for seed in 0..60u64 {
+        wait_idle(&journal);
+        wal::write_here(|| {
+            for _ in 0..1 + seed % 3 {
+                push(&log, 0, &mut payloads);
+            }
+        });
+        let acknowledged = log.durable_version();
+        assert_eq!(acknowledged, payloads.len() as u64, "seed {seed}");
+        let mode = if seed % 2 == 0 {
+            CrashMode::DurableOnly
+        } else {
+            CrashMode::TornTail
+        };
+        let image = storage.crash(mode, seed);
+        let reopened = Arc::new(open_journal(&image, 64 * 1024).unwrap());
+        let (_, seen) = open_log(&image, 0, journaled(&reopened, 16 * 1024));
+        assert_prefix(&seen, &payloads, acknowledged, &format!("seed {seed}"));
+    }
+    let after = journal.metrics();
+    assert_eq!(after.direct_writes - before.direct_writes, 60);
+    assert_eq!(after.rounds, before.rounds, "no journal round was needed");
+    // Work that panics lets go of the log: the journal writes its record.
+    let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        wal::write_here(|| {
+            push(&log, 0, &mut payloads);
+            panic!("the work fails after appending");
+        })
+    }));
+    assert!(unwound.is_err());
+    wait_durable(&log, payloads.len() as u64, "after the panic");
+    // And the thread is free of it: a later call writes in place again.
+    wait_idle(&journal);
+    wal::write_here(|| push(&log, 0, &mut payloads));
+    assert_eq!(log.durable_version(), payloads.len() as u64);
+    drop(log);
+    drop(journal);
+}
+
+#[test]
+fn a_hook_run_in_place_that_drops_the_last_owner_of_its_log_and_journal_waits_for_nothing() {
+    let storage = FaultStorage::new();
+    let journal = Arc::new(open_journal(&storage, 1 << 20).unwrap());
+    let (log, _) = open_log(&storage, 0, journaled(&journal, 1 << 20));
+    let mut payloads = Vec::new();
+    push(&log, 0, &mut payloads);
+    wait_durable(&log, 1, "the first record");
+    wait_idle(&journal);
+    // From here the log holds the journal's last handle, and a slot the
+    // hook empties holds the log's.
+    drop(journal);
+    let slot: Arc<std::sync::Mutex<Option<Log>>> = Arc::new(std::sync::Mutex::new(None));
+    let emptied = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    {
+        let (slot, emptied) = (Arc::clone(&slot), Arc::clone(&emptied));
+        log.on_durable(move |durable, _| {
+            if durable >= 2 {
+                drop(slot.lock().unwrap().take());
+                emptied.store(true, std::sync::atomic::Ordering::Release);
+            }
+        });
+    }
+    *slot.lock().unwrap() = Some(log);
+    wal::write_here(|| {
+        let log = slot.lock().unwrap();
+        push(log.as_ref().unwrap(), 0, &mut payloads);
+    });
+    // The hook ran here, in place, and dropped the log and its journal
+    // without waiting for this thread.
+    assert!(emptied.load(std::sync::atomic::Ordering::Acquire));
+    let image = storage.crash(CrashMode::DurableOnly, 1);
+    let reopened = Arc::new(open_journal(&image, 1 << 20).unwrap());
+    let (_, seen) = open_log(&image, 0, journaled(&reopened, 1 << 20));
+    assert_prefix(&seen, &payloads, 2, "dropped by its hook");
 }
