@@ -599,19 +599,9 @@ impl Stream {
         if self.lock().backlog_bytes > self.backlog_bytes_max {
             return Err((SubmitFailure::Busy, msgs));
         }
-        // Many messages in hand: the reader is busy, and its sends go to
-        // the flushers rather than costing it a write each.
-        let busy = msgs.len() > 1;
-        let drive = || {
-            net::deferring(busy, || {
-                self.drive(|replica, now, out| replica.on_clients(client, msgs, now, out))
-            })
-        };
-        if busy {
-            drive();
-        } else {
-            self.write_here(drive);
-        }
+        self.run_step(msgs.len() > 1, || {
+            self.drive(|replica, now, out| replica.on_clients(client, msgs, now, out))
+        });
         Ok(())
     }
 
@@ -624,32 +614,30 @@ impl Stream {
             || msgs
                 .iter()
                 .any(|msg| matches!(msg, Msg::Replicate { entries } if entries.len() > 1));
-        if busy {
-            net::deferring(true, || self.on_peer_step(from, msgs));
-        } else {
-            self.write_here(|| net::deferring(false, || self.on_peer_step(from, msgs)));
-        }
+        self.run_step(busy, || self.on_peer_step(from, msgs));
     }
 
-    /// Runs a step with one message in hand under `wal::write_here`: its
-    /// record is written and synced by this thread when its log has the
-    /// journal to itself, which saves the wake-up of the journal's
-    /// thread. Only where an acknowledgement waits for every replica's
-    /// log (the ack of one server alone could otherwise leave before the
-    /// copies of the record it releases), and only when every send of
-    /// the step reached its socket (none waits for a flusher).
-    fn write_here(&self, step: impl FnOnce()) {
+    /// Runs a step of a connection's reader. With many messages in hand
+    /// (`busy`) the reader is the bottleneck, and its sends go to the
+    /// flushers rather than costing it a write each. With one, under
+    /// `wal::write_here`: its record is written and synced by this thread
+    /// when its log has the journal to itself, which saves the wake-up of
+    /// the journal's thread. Only where an acknowledgement waits for every
+    /// replica's log (the ack of one server alone could otherwise leave
+    /// before the copies of the record it releases), and only when every
+    /// send of the step reached its socket (none waits for a flusher).
+    fn run_step(&self, busy: bool, step: impl FnOnce()) {
         let every_replica = self.protocol != Protocol::Hybrid
             && matches!(
                 self.protocol.ack_rule(HybridMode::ServerSync),
                 AckRule::EveryReplica | AckRule::PrimaryAfterAll
             );
-        if !every_replica {
-            return step();
+        if busy || !every_replica {
+            return net::deferring(busy, step);
         }
         wal::write_here(|| {
             let queued = net::queued_here();
-            step();
+            net::deferring(false, step);
             if net::queued_here() != queued {
                 wal::not_here();
             }

@@ -388,6 +388,23 @@ fn wait_idle(journal: &Journal) {
     }
 }
 
+/// One log on a journal of `journal_bytes` (segments of `segment_bytes`),
+/// its first record durable through a round of it alone and the
+/// journal's thread idle again: the next record may be written in place.
+fn one_log_alone(
+    journal_bytes: u64,
+    segment_bytes: u64,
+) -> (FaultStorage, Arc<Journal>, Log, Vec<Vec<u8>>) {
+    let storage = FaultStorage::new();
+    let journal = Arc::new(open_journal(&storage, journal_bytes).unwrap());
+    let (log, _) = open_log(&storage, 0, journaled(&journal, segment_bytes));
+    let mut payloads = Vec::new();
+    push(&log, 0, &mut payloads);
+    wait_durable(&log, 1, "the first record");
+    wait_idle(&journal);
+    (storage, journal, log, payloads)
+}
+
 /// Notes the thread each call of `log`'s durable hook runs on.
 fn hook_threads(log: &Log) -> Arc<std::sync::Mutex<Vec<std::thread::ThreadId>>> {
     let threads: Arc<std::sync::Mutex<Vec<std::thread::ThreadId>>> = Arc::default();
@@ -398,14 +415,8 @@ fn hook_threads(log: &Log) -> Arc<std::sync::Mutex<Vec<std::thread::ThreadId>>> 
 
 #[test]
 fn a_log_alone_on_its_journal_is_written_and_synced_by_the_thread_that_appends() {
-    let storage = FaultStorage::new();
-    let journal = Arc::new(open_journal(&storage, 1 << 20).unwrap());
-    let (log, _) = open_log(&storage, 0, journaled(&journal, 1 << 20));
-    let mut payloads = Vec::new();
     // The first record goes through the journal: a round of this log alone.
-    push(&log, 0, &mut payloads);
-    wait_durable(&log, 1, "the first record");
-    wait_idle(&journal);
+    let (storage, journal, log, mut payloads) = one_log_alone(1 << 20, 1 << 20);
     let threads = hook_threads(&log);
     let before = journal.metrics();
     let syncs = storage.sync_count();
@@ -459,13 +470,7 @@ fn with_several_logs_busy_write_here_leaves_the_records_to_the_journals_rounds()
 
 #[test]
 fn records_appended_in_place_survive_every_crash_image_and_a_panic_in_the_work() {
-    let storage = FaultStorage::new();
-    let journal = Arc::new(open_journal(&storage, 64 * 1024).unwrap());
-    let (log, _) = open_log(&storage, 0, journaled(&journal, 16 * 1024));
-    let mut payloads = Vec::new();
-    push(&log, 0, &mut payloads);
-    wait_durable(&log, 1, "the first record");
-    wait_idle(&journal);
+    let (storage, journal, log, mut payloads) = one_log_alone(64 * 1024, 16 * 1024);
     let before = journal.metrics();
     for seed in 0..60u64 {
         wait_idle(&journal);
@@ -508,13 +513,7 @@ fn records_appended_in_place_survive_every_crash_image_and_a_panic_in_the_work()
 
 #[test]
 fn a_hook_run_in_place_that_drops_the_last_owner_of_its_log_and_journal_waits_for_nothing() {
-    let storage = FaultStorage::new();
-    let journal = Arc::new(open_journal(&storage, 1 << 20).unwrap());
-    let (log, _) = open_log(&storage, 0, journaled(&journal, 1 << 20));
-    let mut payloads = Vec::new();
-    push(&log, 0, &mut payloads);
-    wait_durable(&log, 1, "the first record");
-    wait_idle(&journal);
+    let (storage, journal, log, mut payloads) = one_log_alone(1 << 20, 1 << 20);
     // From here the log holds the journal's last handle, and a slot the
     // hook empties holds the log's.
     drop(journal);
