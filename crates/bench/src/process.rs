@@ -742,8 +742,65 @@ impl ProcessCluster {
 }
 
 /// `count` free loopback addresses: bound, noted and released; the
-/// servers bind them a moment later.
+/// servers bind them a moment later. They are drawn below the kernel's
+/// ephemeral range (`net.ipv4.ip_local_port_range`), from which the
+/// kernel takes the local port of every outgoing connection and of every
+/// listener on port 0: in that moment the servers started first already
+/// connect to the ones not started yet, and the other tests of the
+/// process make connections of their own, any of which could otherwise
+/// take a reserved port. No port is handed out twice in a process.
 fn free_ports(count: u32) -> anyhow::Result<Vec<SocketAddr>> {
+    static HANDED_OUT: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let (first, last) = match ephemeral_range() {
+        Some((low, _)) if low > RESERVED_PORTS_FROM + 1024 => (RESERVED_PORTS_FROM, low - 1),
+        // No room below the range: ports of the kernel's choosing.
+        _ => return ports_of_the_kernel(count),
+    };
+    let mut handed_out = HANDED_OUT.lock().expect("port list lock");
+    let mut addresses = Vec::new();
+    let mut probes = Vec::new();
+    let mut draw = PortDraw::new(first, last);
+    for _ in 0..PORT_TRIES {
+        if addresses.len() == count as usize {
+            break;
+        }
+        let port = draw.next();
+        if handed_out.contains(&port) {
+            continue;
+        }
+        // Refused: in use, or lingering (TIME_WAIT) from an earlier run.
+        let Ok(probe) = std::net::TcpListener::bind(("127.0.0.1", port)) else {
+            continue;
+        };
+        handed_out.push(port);
+        addresses.push(probe.local_addr()?);
+        probes.push(probe);
+    }
+    anyhow::ensure!(
+        addresses.len() == count as usize,
+        "found {} of {count} free loopback ports in {first}..={last}",
+        addresses.len()
+    );
+    Ok(addresses)
+}
+
+/// Ports at or past this one are drawn by [`free_ports`]; below it are the
+/// well-known and commonly configured ones.
+const RESERVED_PORTS_FROM: u16 = 10_000;
+/// Ports [`free_ports`] tries before it gives up.
+const PORT_TRIES: usize = 10_000;
+
+/// The kernel's ephemeral port range, when it can be read.
+fn ephemeral_range() -> Option<(u16, u16)> {
+    let text = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok()?;
+    let mut bounds = text
+        .split_whitespace()
+        .map(|bound| bound.parse::<u16>().ok());
+    Some((bounds.next()??, bounds.next()??))
+}
+
+/// `count` free loopback addresses of the kernel's choosing (port 0).
+fn ports_of_the_kernel(count: u32) -> anyhow::Result<Vec<SocketAddr>> {
     let mut addresses = Vec::new();
     let mut probes = Vec::new();
     for _ in 0..count {
@@ -754,9 +811,75 @@ fn free_ports(count: u32) -> anyhow::Result<Vec<SocketAddr>> {
     Ok(addresses)
 }
 
+/// Ports in `first..=last` in an order that differs between processes
+/// (seeded by the process id and the clock), so that test processes
+/// running side by side seldom try the same ones.
+struct PortDraw {
+    state: u64,
+    first: u16,
+    span: u64,
+}
+
+impl PortDraw {
+    fn new(first: u16, last: u16) -> PortDraw {
+        let clock = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| since.as_nanos() as u64);
+        PortDraw {
+            state: (clock ^ (u64::from(std::process::id()) << 32)) | 1,
+            first,
+            span: u64::from(last - first) + 1,
+        }
+    }
+
+    fn next(&mut self) -> u16 {
+        // xorshift64*
+        self.state ^= self.state >> 12;
+        self.state ^= self.state << 25;
+        self.state ^= self.state >> 27;
+        let value = self.state.wrapping_mul(0x2545_f491_4f6c_dd1d);
+        self.first + ((value >> 32) % self.span) as u16
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reserved_ports_are_outside_the_kernels_range_and_never_handed_out_twice() {
+        let first = free_ports(6).unwrap();
+        let second = free_ports(6).unwrap();
+        let mut ports: Vec<u16> = first.iter().chain(&second).map(|a| a.port()).collect();
+        if let Some((low, high)) = ephemeral_range() {
+            if low > RESERVED_PORTS_FROM + 1024 {
+                assert!(
+                    ports
+                        .iter()
+                        .all(|&p| (RESERVED_PORTS_FROM..low).contains(&p)),
+                    "{ports:?} not below {low}..={high}"
+                );
+            }
+        }
+        ports.sort_unstable();
+        ports.dedup();
+        assert_eq!(ports.len(), 12, "a port handed out twice");
+        // Released: a server can bind each.
+        for address in first.iter().chain(&second) {
+            std::net::TcpListener::bind(address).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_port_draw_stays_in_its_bounds_and_spreads() {
+        let mut draw = PortDraw::new(10_000, 10_009);
+        let drawn: Vec<u16> = (0..1000).map(|_| draw.next()).collect();
+        assert!(drawn.iter().all(|p| (10_000..=10_009).contains(p)));
+        let mut distinct = drawn.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(distinct.len(), 10, "every port of the span is drawn");
+    }
 
     #[test]
     fn memory_usage_of_this_process_is_positive() {
