@@ -811,34 +811,29 @@ fn ports_of_the_kernel(count: u32) -> anyhow::Result<Vec<SocketAddr>> {
     Ok(addresses)
 }
 
-/// Ports in `first..=last` in an order that differs between processes
-/// (seeded by the process id and the clock), so that test processes
-/// running side by side seldom try the same ones.
+/// Ports in `first..=last` in an order of their own each time (seeded
+/// with random bits), so that test processes running side by side seldom
+/// try the same ones.
 struct PortDraw {
-    state: u64,
+    random: proto::Rng,
     first: u16,
-    span: u64,
+    last: u16,
 }
 
 impl PortDraw {
     fn new(first: u16, last: u16) -> PortDraw {
-        let clock = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |since| since.as_nanos() as u64);
         PortDraw {
-            state: (clock ^ (u64::from(std::process::id()) << 32)) | 1,
+            random: proto::Rng::new(proto::random_u128() as u64),
             first,
-            span: u64::from(last - first) + 1,
+            last,
         }
     }
 
     fn next(&mut self) -> u16 {
-        // xorshift64*
-        self.state ^= self.state >> 12;
-        self.state ^= self.state << 25;
-        self.state ^= self.state >> 27;
-        let value = self.state.wrapping_mul(0x2545_f491_4f6c_dd1d);
-        self.first + ((value >> 32) % self.span) as u16
+        let port = self
+            .random
+            .between(u64::from(self.first), u64::from(self.last));
+        u16::try_from(port).expect("a port within u16 bounds")
     }
 }
 
