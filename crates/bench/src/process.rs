@@ -768,7 +768,7 @@ fn free_ports(count: u32) -> anyhow::Result<Vec<SocketAddr>> {
         if handed_out.contains(&port) {
             continue;
         }
-        // Refused: in use, or lingering (TIME_WAIT) from an earlier run.
+        // Refused: another socket holds it.
         let Ok(probe) = std::net::TcpListener::bind(("127.0.0.1", port)) else {
             continue;
         };
