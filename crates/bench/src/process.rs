@@ -759,12 +759,14 @@ fn free_ports(count: u32) -> anyhow::Result<Vec<SocketAddr>> {
     let mut handed_out = HANDED_OUT.lock().expect("port list lock");
     let mut addresses = Vec::new();
     let mut probes = Vec::new();
-    let mut draw = PortDraw::new(first, last);
+    // An order of its own each time, so that test processes running
+    // side by side seldom try the same ports.
+    let mut random = proto::Rng::new(proto::random_u128() as u64);
     for _ in 0..PORT_TRIES {
         if addresses.len() == count as usize {
             break;
         }
-        let port = draw.next();
+        let port = random.between(u64::from(first), u64::from(last)) as u16;
         if handed_out.contains(&port) {
             continue;
         }
@@ -811,32 +813,6 @@ fn ports_of_the_kernel(count: u32) -> anyhow::Result<Vec<SocketAddr>> {
     Ok(addresses)
 }
 
-/// Ports in `first..=last` in an order of their own each time (seeded
-/// with random bits), so that test processes running side by side seldom
-/// try the same ones.
-struct PortDraw {
-    random: proto::Rng,
-    first: u16,
-    last: u16,
-}
-
-impl PortDraw {
-    fn new(first: u16, last: u16) -> PortDraw {
-        PortDraw {
-            random: proto::Rng::new(proto::random_u128() as u64),
-            first,
-            last,
-        }
-    }
-
-    fn next(&mut self) -> u16 {
-        let port = self
-            .random
-            .between(u64::from(self.first), u64::from(self.last));
-        u16::try_from(port).expect("a port within u16 bounds")
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -863,17 +839,6 @@ mod tests {
         for address in first.iter().chain(&second) {
             std::net::TcpListener::bind(address).unwrap();
         }
-    }
-
-    #[test]
-    fn a_port_draw_stays_in_its_bounds_and_spreads() {
-        let mut draw = PortDraw::new(10_000, 10_009);
-        let drawn: Vec<u16> = (0..1000).map(|_| draw.next()).collect();
-        assert!(drawn.iter().all(|p| (10_000..=10_009).contains(p)));
-        let mut distinct = drawn.clone();
-        distinct.sort_unstable();
-        distinct.dedup();
-        assert_eq!(distinct.len(), 10, "every port of the span is drawn");
     }
 
     #[test]

@@ -505,16 +505,16 @@ impl Inner {
             return;
         }
         control.inline += 1;
-        control.metrics.direct_writes += 1;
-        control.metrics.in_place_writes += 1;
         drop(control);
         let me = std::thread::current().id();
         // A durable hook run here may drop the log's last handle, which
         // must not wait for this thread.
         self.threads.lock().expect("journal lock poisoned").push(me);
+        let mut wrote = false;
         if let Some(chunks) = log.take_direct() {
             if !chunks.is_empty() {
                 log.write(chunks, Instant::now(), None);
+                wrote = true;
             }
             if log.finish_in_flight() {
                 self.requeue(Arc::clone(&log));
@@ -528,6 +528,10 @@ impl Inner {
         }
         let mut control = self.lock();
         control.inline -= 1;
+        if wrote {
+            control.metrics.direct_writes += 1;
+            control.metrics.in_place_writes += 1;
+        }
         if control.shutdown && control.inline == 0 {
             drop(control);
             self.work.notify_all();

@@ -38,15 +38,7 @@ static ZEROS: Zeros = Zeros([0; PREALLOCATE_STEP_BYTES]);
 
 impl crate::journal::Member for Shared {
     fn take_journaled(&self) -> Vec<crate::log::Chunk> {
-        let mut state = self.lock_state();
-        if state.in_flight {
-            return Vec::new();
-        }
-        state.queued = false;
-        if state.failed.is_some() {
-            return Vec::new();
-        }
-        state.pending.drain(..).collect()
+        self.take_pending(false).unwrap_or_default()
     }
 
     fn set_in_flight(&self) {
@@ -54,16 +46,7 @@ impl crate::journal::Member for Shared {
     }
 
     fn take_direct(&self) -> Option<Vec<crate::log::Chunk>> {
-        let mut state = self.lock_state();
-        if state.in_flight {
-            return None;
-        }
-        state.queued = false;
-        if state.failed.is_some() {
-            return None;
-        }
-        state.in_flight = true;
-        Some(state.pending.drain(..).collect())
+        self.take_pending(true)
     }
 
     fn finish_in_flight(&self) -> bool {
@@ -129,6 +112,24 @@ impl crate::journal::Member for Shared {
 }
 
 impl Shared {
+    /// Everything pending, the log no longer queued on its journal; `None`
+    /// while a direct writer has a batch of the log (it stays queued, so
+    /// that writer puts it back in the list when done) or once it failed.
+    /// `in_flight`: the caller writes the batch itself, and the log is
+    /// marked in flight in the same step.
+    fn take_pending(&self, in_flight: bool) -> Option<Vec<crate::log::Chunk>> {
+        let mut state = self.lock_state();
+        if state.in_flight {
+            return None;
+        }
+        state.queued = false;
+        if state.failed.is_some() {
+            return None;
+        }
+        state.in_flight = in_flight;
+        Some(state.pending.drain(..).collect())
+    }
+
     /// The path of the segment with first version `base` (the last one
     /// asked for is kept).
     fn segment_path_of(&self, base: u64) -> SegmentPath {
