@@ -178,8 +178,13 @@ pub struct IntervalRow {
     /// The seed's space overhead: payload bandwidth × T, in bytes.
     pub held_per_interval_bytes: f64,
     /// Peak acks the primary held back at once in the latency phase
-    /// (waiting for the log, the other replicas or a boundary).
+    /// (waiting for the log, the other replicas or a boundary): the most
+    /// of any round.
     pub peak_held_acks: usize,
+    /// Each round's peak, in run order: one stall of the disk raises one
+    /// round's, so the rounds' least says what the interval holds when
+    /// nothing stalls.
+    pub round_peak_held_acks: Vec<usize>,
     /// `peak_held_acks` × payload bytes.
     pub peak_held_bytes: usize,
     /// Seconds of the steady-state span the throughput is measured over.
@@ -544,7 +549,7 @@ struct Pooled {
     latency: Summary,
     offered_rate: f64,
     messages: usize,
-    peak_held_acks: usize,
+    peak_held_acks: Vec<usize>,
 }
 
 fn pool(interval_ms: u32, runs: &[&Run], warmup: usize) -> Pooled {
@@ -576,7 +581,7 @@ fn pool(interval_ms: u32, runs: &[&Run], warmup: usize) -> Pooled {
             .iter()
             .map(|run| run.saturated.acked.len() + run.paced.acked.len())
             .sum(),
-        peak_held_acks: runs.iter().map(|run| run.peak_held_acks).max().unwrap_or(0),
+        peak_held_acks: runs.iter().map(|run| run.peak_held_acks).collect(),
     }
 }
 
@@ -605,6 +610,7 @@ fn rows_of(runs: &[Run], args: &CommitIntervalArgs) -> Vec<IntervalRow> {
             let half = f64::from(pooled.interval_ms) / 2.0;
             let increase = pooled.latency.mean - base.latency.mean;
             let bandwidth = rate * args.size as f64;
+            let peak = pooled.peak_held_acks.iter().copied().max().unwrap_or(0);
             IntervalRow {
                 interval_ms: pooled.interval_ms,
                 messages: pooled.messages,
@@ -617,8 +623,9 @@ fn rows_of(runs: &[Run], args: &CommitIntervalArgs) -> Vec<IntervalRow> {
                 mean_increase_ms: increase,
                 increase_over_half_interval: (pooled.interval_ms > 0).then(|| increase / half),
                 held_per_interval_bytes: bandwidth * f64::from(pooled.interval_ms) / 1e3,
-                peak_held_acks: pooled.peak_held_acks,
-                peak_held_bytes: pooled.peak_held_acks * args.size,
+                peak_held_acks: peak,
+                round_peak_held_acks: pooled.peak_held_acks.clone(),
+                peak_held_bytes: peak * args.size,
                 span_seconds: pooled.span_seconds,
             }
         })
@@ -740,6 +747,7 @@ fn row_json(row: &IntervalRow) -> serde_json::Value {
         "increase_over_half_interval": row.increase_over_half_interval,
         "held_per_interval_bytes": row.held_per_interval_bytes,
         "peak_held_acks": row.peak_held_acks,
+        "round_peak_held_acks": row.round_peak_held_acks,
         "peak_held_bytes": row.peak_held_bytes,
         "span_seconds": row.span_seconds,
     })

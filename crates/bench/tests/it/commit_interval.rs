@@ -47,10 +47,20 @@ fn commit_interval_with_tiny_parameters_reports_every_interval_and_its_latency_c
     );
     assert!(hundred.latency_ms.p50 > zero.latency_ms.p50);
     assert!(hundred.mean_increase_ms > 0.0);
-    // 3,000 msgs/s for 0.1 s: a boundary holds back about 300 acks, where
-    // T = 0 holds only those of a group commit.
+    // 3,000 msgs/s for 0.1 s: a boundary holds back about 300 acks in
+    // every round, where T = 0 holds only those of a group commit. A stall
+    // of the disk in one round raises that round's peak (60 ms hold 180
+    // acks at T = 0), so the rounds' least peaks are compared.
+    let least = |row: &commit_interval::IntervalRow| {
+        assert_eq!(row.round_peak_held_acks.len(), 2, "{row:?}");
+        assert_eq!(
+            row.peak_held_acks,
+            *row.round_peak_held_acks.iter().max().unwrap()
+        );
+        *row.round_peak_held_acks.iter().min().unwrap()
+    };
     assert!(
-        hundred.peak_held_acks >= 100 && hundred.peak_held_acks > 2 * zero.peak_held_acks,
+        least(hundred) >= 100 && least(hundred) > 2 * least(zero),
         "{hundred:?} against {zero:?}"
     );
     let expected_held = hundred.megabytes_per_second * 1e6 * 0.1;
