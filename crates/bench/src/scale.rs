@@ -10,11 +10,17 @@
 //! server (`--connections client`; `publisher` gives each publisher its
 //! own, for comparison) and one publisher per stream it writes (stream j is written by client j mod C, and when
 //! there are fewer streams than clients, client c writes stream c mod S),
-//! each client keeping `--window` messages in flight over its streams.
+//! each client keeping `--window` messages in flight over its streams:
+//! each publisher keeps its share of the window full on its own
+//! (`window_shares`, shares that add up to the whole window), with a
+//! share of the client's messages in proportion (`message_shares`).
 //! The figure is the aggregate rate (`--messages` over the time from the
 //! start to the last ack), beside the disk's and the loopback's limits at
 //! the payload, measured first on a rested disk (`limits::calibrate`),
-//! and the CPU per message the clients and the servers used for it.
+//! and the CPU per message the clients and the servers used for it. With
+//! `--rounds` every cell runs that many times (the counts of streams in
+//! reverse order every other round); a cell's rate is the median, and its
+//! fraction of one stream the median of the rounds' paired ratios.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -87,6 +93,13 @@ pub struct ScaleArgs {
     /// Messages per cell, over all its clients.
     #[arg(long, default_value_t = 200_000)]
     pub messages: usize,
+    /// Rounds of every cell, the order of the counts of streams reversed
+    /// every other round: a cell's rate is the median of its rounds, and
+    /// its fraction of one stream the median of each round's ratio to
+    /// the one-stream cell of the same round (so a slow spell of the
+    /// machine moves both sides of a ratio)
+    #[arg(long, default_value_t = 1)]
+    pub rounds: usize,
     /// Batches each disk-limit writer writes and syncs.
     #[arg(long, default_value_t = 300)]
     pub disk_syncs: usize,
@@ -126,6 +139,12 @@ pub struct ScaleCell {
     /// CPU µs per message of all the clients (this process) and of all
     /// the servers together.
     pub cpu: CpuPerMessage,
+    /// Each round's rate, in run order; `messages_per_second` is their
+    /// median, and the other figures are the median round's.
+    pub round_rates: Vec<f64>,
+    /// The median of each round's rate over the rate of one stream with
+    /// as many clients in the same round; `None` without that cell.
+    pub of_one_stream: Option<f64>,
 }
 
 /// Everything `bench scale` measured.
@@ -153,8 +172,8 @@ pub fn run(args: ScaleArgs) -> anyhow::Result<ScaleFigures> {
         "counts of streams and clients must be at least 1"
     );
     ensure!(
-        args.messages > 0 && args.window > 0,
-        "--messages and --window must be at least 1"
+        args.messages > 0 && args.window > 0 && args.rounds > 0,
+        "--messages, --window and --rounds must be at least 1"
     );
     ensure!(
         (1..=args.servers).contains(&usize::from(args.replicas)),
@@ -170,7 +189,7 @@ pub fn run(args: ScaleArgs) -> anyhow::Result<ScaleFigures> {
     };
     let servers = spawn_cluster(&binary, args.servers, data.path(), options)?;
     let cluster = runtime.block_on(Cluster::connect(servers))?;
-    let total = (args.messages * args.streams.len() * args.clients.len()) as u64;
+    let total = (args.messages * args.streams.len() * args.clients.len() * args.rounds) as u64;
     let bar = progress::bar(total, "scale", args.output.quiet);
     let burst = limits::Burst {
         payload: args.payload,
@@ -179,19 +198,72 @@ pub fn run(args: ScaleArgs) -> anyhow::Result<ScaleFigures> {
     };
     let probe = (usize::from(args.replicas), args.disk_syncs, data.path());
     let limits = runtime.block_on(limits::calibrate(&cluster, burst, probe, &bar))?;
-    let mut cells = Vec::new();
-    for &streams in &args.streams {
-        for &clients in &args.clients {
-            bar.set_message(format!("{streams} streams, {clients} clients"));
-            cells.push(runtime.block_on(run_cell(&cluster, &args, streams, clients, &bar))?);
+    let mut rounds: Vec<Vec<ScaleCell>> = Vec::with_capacity(args.rounds);
+    for round in 0..args.rounds {
+        let mut order = args.streams.clone();
+        if round % 2 == 1 {
+            order.reverse();
         }
+        let mut cells = Vec::new();
+        for streams in order {
+            for &clients in &args.clients {
+                bar.set_message(format!(
+                    "round {} of {}: {streams} streams, {clients} clients",
+                    round + 1,
+                    args.rounds
+                ));
+                cells.push(runtime.block_on(run_cell(&cluster, &args, streams, clients, &bar))?);
+            }
+        }
+        rounds.push(cells);
     }
+    let cells = pool_rounds(&args, &rounds);
     cluster.stop()?;
     drop(runtime);
     bar.finish_and_clear();
     let figures = ScaleFigures { cells, limits };
     write_report(&args, &figures)?;
     Ok(figures)
+}
+
+/// Each cell of `args`'s counts over `rounds`: the median round's figures
+/// with every round's rate, and the median of its paired ratios to one
+/// stream (the lower median for an even count, so no round counts twice).
+fn pool_rounds(args: &ScaleArgs, rounds: &[Vec<ScaleCell>]) -> Vec<ScaleCell> {
+    let find = |round: &[ScaleCell], streams: usize, clients: usize| {
+        let cell = round
+            .iter()
+            .find(|c| c.streams == streams && c.clients == clients);
+        cell.expect("every round runs every cell").clone()
+    };
+    let lower_median = |mut values: Vec<f64>| {
+        values.sort_by(f64::total_cmp);
+        values[(values.len() - 1) / 2]
+    };
+    let mut cells = Vec::new();
+    for &streams in &args.streams {
+        for &clients in &args.clients {
+            let runs: Vec<ScaleCell> = rounds.iter().map(|r| find(r, streams, clients)).collect();
+            let round_rates: Vec<f64> = runs.iter().map(|c| c.messages_per_second).collect();
+            let median = lower_median(round_rates.clone());
+            let of_one_stream = args.streams.contains(&1).then(|| {
+                let ratios = rounds.iter().zip(&runs).map(|(round, cell)| {
+                    cell.messages_per_second / find(round, 1, clients).messages_per_second
+                });
+                lower_median(ratios.collect())
+            });
+            let middle = runs
+                .iter()
+                .find(|c| c.messages_per_second == median)
+                .expect("the median is a round's rate");
+            cells.push(ScaleCell {
+                round_rates,
+                of_one_stream,
+                ..middle.clone()
+            });
+        }
+    }
+    cells
 }
 
 fn publisher_config(args: &ScaleArgs, cluster: &Cluster, window: usize) -> PublisherConfig {
@@ -210,6 +282,29 @@ pub fn streams_of(client: usize, clients: usize, streams: usize) -> Vec<usize> {
         return vec![client % streams];
     }
     (client..streams).step_by(clients).collect()
+}
+
+/// A client's window of `window` messages split among its `publishers`:
+/// shares that differ by at most one and add up to the whole window
+/// (so 100 streams of one client keep 256 in flight, as one stream does,
+/// not 100 × 2), each at least 1.
+pub fn window_shares(window: usize, publishers: usize) -> Vec<usize> {
+    (0..publishers)
+        .map(|index| (window / publishers + usize::from(index < window % publishers)).max(1))
+        .collect()
+}
+
+/// `messages` split in proportion to `windows` (whole messages, the
+/// remainder one each to the first), so that publishers with their
+/// shares of a window finish together.
+pub fn message_shares(messages: usize, windows: &[usize]) -> Vec<usize> {
+    let total: usize = windows.iter().sum();
+    let mut shares: Vec<usize> = windows.iter().map(|w| messages * w / total).collect();
+    let left = messages - shares.iter().sum::<usize>();
+    for share in shares.iter_mut().take(left) {
+        *share += 1;
+    }
+    shares
 }
 
 async fn run_cell(
@@ -233,17 +328,23 @@ async fn run_cell(
     let payload = Arc::new(payload_of(args.payload));
     let clock = CpuClock::start(&cluster.pids())?;
     let started = Instant::now();
-    let tasks: Vec<_> = (0..clients)
-        .zip(groups)
-        .map(|(client, publishers)| {
-            let (payload, bar, window) = (Arc::clone(&payload), bar.clone(), args.window);
-            let messages = args.messages / clients + usize::from(client < args.messages % clients);
-            tokio::spawn(
-                async move { publish(&publishers, window, &payload, messages, &bar).await },
-            )
-        })
-        .collect();
-    let mut runs: Vec<PublishRun> = Vec::with_capacity(clients);
+    // Each publisher keeps its share of its client's window full on its
+    // own, with its share of the client's messages: one late ack holds
+    // back its stream only, as with independent writers of many streams,
+    // and the client's whole window stays in flight.
+    let mut tasks = Vec::new();
+    for (client, publishers) in groups.into_iter().enumerate() {
+        let messages = args.messages / clients + usize::from(client < args.messages % clients);
+        let windows = window_shares(args.window, publishers.len());
+        let shares = message_shares(messages, &windows);
+        for ((publisher, window), messages) in publishers.into_iter().zip(windows).zip(shares) {
+            let (payload, bar) = (Arc::clone(&payload), bar.clone());
+            tasks.push(tokio::spawn(async move {
+                publish(&[publisher], window, &payload, messages, &bar).await
+            }));
+        }
+    }
+    let mut runs: Vec<PublishRun> = Vec::with_capacity(tasks.len());
     for task in tasks {
         runs.push(task.await.context("a client task panicked")??);
     }
@@ -264,6 +365,8 @@ async fn run_cell(
         megabytes_per_second: together.megabytes_per_second(args.payload),
         latency: Summary::of(&together.latencies_us),
         cpu,
+        round_rates: vec![together.messages_per_second()],
+        of_one_stream: None,
     })
 }
 
@@ -278,16 +381,21 @@ async fn connect_clients(
     for client in 0..clients {
         let mine = streams_of(client, clients, infos.len());
         // One client id and one connection per server for all of a
-        // client's publishers; its window shared among them.
-        let config = publisher_config(args, cluster, args.window / mine.len());
+        // client's publishers; its window shared among them, whole.
+        let windows = window_shares(args.window, mine.len());
+        let config = publisher_config(args, cluster, windows[0]);
         let shared = PublisherLinks::new(&config);
         let mut publishers = Vec::with_capacity(mine.len());
-        for index in mine {
+        for (index, window) in mine.into_iter().zip(windows) {
             let links = match args.connections {
                 Connections::Client => shared.clone(),
                 Connections::Publisher => PublisherLinks::new(&config),
             };
-            let publisher = Publisher::connect_over(&links, &infos[index], config.clone())
+            let config = PublisherConfig {
+                window: window.max(1),
+                ..config.clone()
+            };
+            let publisher = Publisher::connect_over(&links, &infos[index], config)
                 .await
                 .with_context(|| format!("cannot connect a publisher to {}", infos[index].name))?;
             publishers.push(publisher);
@@ -319,10 +427,17 @@ pub fn table(figures: &ScaleFigures, args: &ScaleArgs) -> Table {
             .as_ref()
             .map_or("-".into(), |l| fixed(l.loopback.messages_per_second(), 0)),
     );
+    let rounds = if args.rounds > 1 {
+        format!(", median of {} rounds", args.rounds)
+    } else {
+        String::new()
+    };
+    let title = format!("{title}{rounds}");
     let columns = [
         "streams",
         "clients",
         "msgs/s",
+        "rounds' msgs/s",
         "MB/s",
         "p50 µs",
         "p99 µs",
@@ -333,18 +448,19 @@ pub fn table(figures: &ScaleFigures, args: &ScaleArgs) -> Table {
     ];
     let mut table = Table::new(title, &columns);
     for cell in &figures.cells {
-        let one = figures.cell(1, cell.clients).map(|c| c.messages_per_second);
+        let rates: Vec<String> = cell.round_rates.iter().map(|r| fixed(*r, 0)).collect();
         table.row(vec![
             cell.streams.to_string(),
             cell.clients.to_string(),
             fixed(cell.messages_per_second, 0),
+            rates.join(" "),
             fixed(cell.megabytes_per_second, 1),
             fixed(cell.latency.p50, 0),
             fixed(cell.latency.p99, 0),
             fixed(cell.cpu.servers, 1),
             fixed(cell.cpu.client, 1),
             disk.map_or("-".into(), |d| fixed(cell.messages_per_second / d, 2)),
-            one.map_or("-".into(), |o| fixed(cell.messages_per_second / o, 2)),
+            cell.of_one_stream.map_or("-".into(), |o| fixed(o, 2)),
         ]);
     }
     table
@@ -373,6 +489,7 @@ fn write_report(args: &ScaleArgs, figures: &ScaleFigures) -> anyhow::Result<()> 
                 "streams": c.streams, "clients": c.clients, "messages": c.messages,
                 "seconds": c.seconds, "messages_per_second": c.messages_per_second,
                 "megabytes_per_second": c.megabytes_per_second, "latency_us": c.latency.to_json(),
+                "round_messages_per_second": c.round_rates, "of_one_stream": c.of_one_stream,
                 "cpu_us_per_message": { "servers": c.cpu.servers, "clients": c.cpu.client },
             })
         })
@@ -381,6 +498,7 @@ fn write_report(args: &ScaleArgs, figures: &ScaleFigures) -> anyhow::Result<()> 
         "experiment": "scale",
         "payload_bytes": args.payload,
         "window": args.window,
+        "rounds": args.rounds,
         "replicas": args.replicas,
         "connections": format!("{:?}", args.connections).to_lowercase(),
         "journal": args.journal,
@@ -395,7 +513,29 @@ fn write_report(args: &ScaleArgs, figures: &ScaleFigures) -> anyhow::Result<()> 
 
 #[cfg(test)]
 mod tests {
-    use super::streams_of;
+    use super::{message_shares, streams_of, window_shares};
+
+    #[test]
+    fn a_clients_window_is_split_whole_among_its_publishers() {
+        assert_eq!(window_shares(256, 1), [256]);
+        let shares = window_shares(256, 100);
+        assert_eq!(shares.iter().sum::<usize>(), 256);
+        assert_eq!(shares.iter().filter(|w| **w == 3).count(), 56);
+        assert_eq!(shares.iter().filter(|w| **w == 2).count(), 44);
+        assert_eq!(window_shares(256, 7).iter().sum::<usize>(), 256);
+        assert_eq!(window_shares(2, 4), [1, 1, 1, 1], "at least one each");
+    }
+
+    #[test]
+    fn a_clients_messages_follow_its_publishers_windows() {
+        assert_eq!(message_shares(10, &[256]), [10]);
+        assert_eq!(message_shares(10, &[3, 2]), [6, 4]);
+        let windows = window_shares(256, 100);
+        let shares = message_shares(150_000, &windows);
+        assert_eq!(shares.iter().sum::<usize>(), 150_000);
+        assert!(shares[0] >= 1_757 && shares[99] <= 1_172, "{shares:?}");
+        assert_eq!(message_shares(3, &[1, 1, 1, 1]), [1, 1, 1, 0]);
+    }
 
     #[test]
     fn every_stream_has_a_writer_and_every_client_a_stream() {

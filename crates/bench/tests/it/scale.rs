@@ -1,5 +1,5 @@
 //! `bench scale` with tiny parameters: three server processes, one and
-//! three streams, one and two clients.
+//! three streams, one and two clients, two rounds.
 
 use bench::scale::{self, ScaleArgs};
 
@@ -14,6 +14,7 @@ fn bench_scale_runs_every_count_of_streams_and_clients() {
         clients: vec![1, 2],
         messages: 300,
         window: 16,
+        rounds: 2,
         disk_syncs: 10,
         output: quiet_output(folder.path()),
         ..ScaleArgs::default()
@@ -33,6 +34,26 @@ fn bench_scale_runs_every_count_of_streams_and_clients() {
             cell.cpu.servers >= 0.0 && cell.cpu.client >= 0.0,
             "{cell:?}"
         );
+        assert_eq!(cell.round_rates.len(), 2, "{cell:?}");
+        let least = cell.round_rates.iter().copied().fold(f64::MAX, f64::min);
+        assert_eq!(
+            cell.messages_per_second, least,
+            "the lower median of two rounds: {cell:?}"
+        );
+        let of_one = cell.of_one_stream.expect("one stream was measured");
+        if cell.streams == 1 {
+            assert_eq!(of_one, 1.0, "{cell:?}");
+        } else {
+            let one = figures.cell(1, cell.clients).unwrap();
+            let ratios: Vec<f64> = cell
+                .round_rates
+                .iter()
+                .zip(&one.round_rates)
+                .map(|(rate, one)| rate / one)
+                .collect();
+            let least = ratios.iter().copied().fold(f64::MAX, f64::min);
+            assert_eq!(of_one, least, "paired by round: {cell:?} {one:?}");
+        }
     }
     let charged: f64 = figures.cells.iter().map(|c| c.cpu.servers).sum();
     assert!(charged > 0.0, "the servers were charged some CPU");
@@ -42,6 +63,14 @@ fn bench_scale_runs_every_count_of_streams_and_clients() {
     assert_files(&folder.path().join("out"), &["scale.csv", "scale.png"]);
     let json = read_json(&folder.path().join("figures.json"));
     assert_eq!(json["cells"].as_array().unwrap().len(), 4);
+    assert_eq!(json["rounds"], 2);
+    assert_eq!(
+        json["cells"][3]["round_messages_per_second"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
 }
 
 /// `--durability memory` and `sender`: the same cell with streams that
