@@ -558,10 +558,7 @@ fn pool(interval_ms: u32, runs: &[&Run], warmup: usize) -> Pooled {
         .map(|run| steady_rate(&run.saturated, warmup, run.interval_ms))
         .collect();
     let rates: Vec<f64> = measured.iter().map(|(rate, _)| *rate).collect();
-    let mut sorted = rates.clone();
-    sorted.sort_by(f64::total_cmp);
-    // The lower median for an even count: no round counts twice.
-    let median_rate = sorted[(sorted.len() - 1) / 2];
+    let median_rate = report::stats::lower_median(&rates);
     let latencies: Vec<f64> = runs
         .iter()
         .flat_map(|run| {
@@ -636,13 +633,12 @@ fn rows_of(runs: &[Run], args: &CommitIntervalArgs) -> Vec<IntervalRow> {
 /// rate in the same round (the lower median for an even count): whole
 /// rounds move with a shared machine's drift, and the ratio cancels it.
 fn paired_ratio(rates: &[f64], base: &[f64]) -> f64 {
-    let mut ratios: Vec<f64> = rates
+    let ratios: Vec<f64> = rates
         .iter()
         .zip(base)
         .map(|(rate, base)| rate / base)
         .collect();
-    ratios.sort_by(f64::total_cmp);
-    ratios[(ratios.len() - 1) / 2]
+    report::stats::lower_median(&ratios)
 }
 
 /// The seed's sensitivity table: one row per interval.

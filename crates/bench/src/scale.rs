@@ -30,7 +30,7 @@ use anyhow::{ensure, Context};
 use clap::Parser;
 use client::{Protocol, Publisher, PublisherConfig, PublisherLinks, StreamInfo};
 use indicatif::ProgressBar;
-use report::stats::Summary;
+use report::stats::{lower_median, Summary};
 use report::Table;
 
 use crate::cpu::{CpuClock, CpuPerMessage};
@@ -236,21 +236,17 @@ fn pool_rounds(args: &ScaleArgs, rounds: &[Vec<ScaleCell>]) -> Vec<ScaleCell> {
             .find(|c| c.streams == streams && c.clients == clients);
         cell.expect("every round runs every cell").clone()
     };
-    let lower_median = |mut values: Vec<f64>| {
-        values.sort_by(f64::total_cmp);
-        values[(values.len() - 1) / 2]
-    };
     let mut cells = Vec::new();
     for &streams in &args.streams {
         for &clients in &args.clients {
             let runs: Vec<ScaleCell> = rounds.iter().map(|r| find(r, streams, clients)).collect();
             let round_rates: Vec<f64> = runs.iter().map(|c| c.messages_per_second).collect();
-            let median = lower_median(round_rates.clone());
+            let median = lower_median(&round_rates);
             let of_one_stream = args.streams.contains(&1).then(|| {
                 let ratios = rounds.iter().zip(&runs).map(|(round, cell)| {
                     cell.messages_per_second / find(round, 1, clients).messages_per_second
                 });
-                lower_median(ratios.collect())
+                lower_median(&ratios.collect::<Vec<_>>())
             });
             let middle = runs
                 .iter()

@@ -68,6 +68,15 @@ pub fn nearest_rank(sorted: &[f64], percentile: f64) -> f64 {
     sorted[rank.clamp(1, count) - 1]
 }
 
+/// The median of a non-empty set of values, the lower of the two middle
+/// ones for an even count (an observed value: with two rounds, neither
+/// counts twice).
+pub fn lower_median(values: &[f64]) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    nearest_rank(&sorted, 50.0)
+}
+
 /// Copies the samples without NaN and sorts them ascending.
 fn sorted_without_nan(samples: &[f64]) -> Vec<f64> {
     let mut sorted: Vec<f64> = samples
@@ -123,6 +132,14 @@ pub fn density(samples: &[f64], bins: usize) -> Vec<(f64, f64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_lower_median_is_an_observed_value() {
+        assert_eq!(lower_median(&[3.0]), 3.0);
+        assert_eq!(lower_median(&[5.0, 1.0]), 1.0);
+        assert_eq!(lower_median(&[2.0, 9.0, 4.0]), 4.0);
+        assert_eq!(lower_median(&[4.0, 1.0, 3.0, 2.0]), 2.0);
+    }
 
     #[test]
     fn summary_of_one_to_one_hundred_has_nearest_rank_percentiles() {
