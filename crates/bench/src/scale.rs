@@ -331,9 +331,9 @@ async fn run_cell(
     let mut tasks = Vec::new();
     for (client, publishers) in groups.into_iter().enumerate() {
         let messages = args.messages / clients + usize::from(client < args.messages % clients);
-        let windows = window_shares(args.window, publishers.len());
+        let windows: Vec<usize> = publishers.iter().map(|(_, window)| *window).collect();
         let shares = message_shares(messages, &windows);
-        for ((publisher, window), messages) in publishers.into_iter().zip(windows).zip(shares) {
+        for ((publisher, window), messages) in publishers.into_iter().zip(shares) {
             let (payload, bar) = (Arc::clone(&payload), bar.clone());
             tasks.push(tokio::spawn(async move {
                 publish(&[publisher], window, &payload, messages, &bar).await
@@ -366,13 +366,14 @@ async fn run_cell(
     })
 }
 
-/// Each client's publishers, one per stream it writes (`streams_of`).
+/// Each client's publishers, one per stream it writes (`streams_of`),
+/// each with its share of the client's window (`window_shares`).
 async fn connect_clients(
     cluster: &Cluster,
     args: &ScaleArgs,
     infos: &[StreamInfo],
     clients: usize,
-) -> anyhow::Result<Vec<Vec<Publisher>>> {
+) -> anyhow::Result<Vec<Vec<(Publisher, usize)>>> {
     let mut groups = Vec::with_capacity(clients);
     for client in 0..clients {
         let mine = streams_of(client, clients, infos.len());
@@ -388,13 +389,13 @@ async fn connect_clients(
                 Connections::Publisher => PublisherLinks::new(&config),
             };
             let config = PublisherConfig {
-                window: window.max(1),
+                window,
                 ..config.clone()
             };
             let publisher = Publisher::connect_over(&links, &infos[index], config)
                 .await
                 .with_context(|| format!("cannot connect a publisher to {}", infos[index].name))?;
-            publishers.push(publisher);
+            publishers.push((publisher, window));
         }
         groups.push(publishers);
     }
