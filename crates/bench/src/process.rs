@@ -771,7 +771,7 @@ fn free_ports(count: u32) -> anyhow::Result<Vec<SocketAddr>> {
             continue;
         }
         // Refused: another socket holds it.
-        let Ok(probe) = std::net::TcpListener::bind(("127.0.0.1", port)) else {
+        let Ok(probe) = probe(SocketAddr::from(([127, 0, 0, 1], port))) else {
             continue;
         };
         handed_out.push(port);
@@ -801,12 +801,24 @@ fn ephemeral_range() -> Option<(u16, u16)> {
     Some((bounds.next()??, bounds.next()??))
 }
 
+/// A socket bound to `address` (with `SO_REUSEADDR`) that does not
+/// listen. A process forked by another thread before the probe closes
+/// holds a copy of it until that process execs; a listening probe would
+/// then refuse the server's bind for that moment, a bound one does not
+/// (two sockets with `SO_REUSEADDR` clash only when one listens).
+fn probe(address: SocketAddr) -> std::io::Result<tokio::net::TcpSocket> {
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.set_reuseaddr(true)?;
+    socket.bind(address)?;
+    Ok(socket)
+}
+
 /// `count` free loopback addresses of the kernel's choosing (port 0).
 fn ports_of_the_kernel(count: u32) -> anyhow::Result<Vec<SocketAddr>> {
     let mut addresses = Vec::new();
     let mut probes = Vec::new();
     for _ in 0..count {
-        let probe = std::net::TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
+        let probe = probe(SocketAddr::from(([127, 0, 0, 1], 0))).context("finding a free port")?;
         addresses.push(probe.local_addr()?);
         probes.push(probe);
     }
