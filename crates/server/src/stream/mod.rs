@@ -3,6 +3,7 @@
 
 mod checkpoints;
 mod meta;
+mod sends;
 mod tasks;
 mod transfer;
 
@@ -24,6 +25,22 @@ use wal::{AppendError, Durability, Log, LogConfig, ReadError, Retention};
 use crate::config::ServerConfig;
 use crate::error::{CheckpointError, StreamOpenError};
 use crate::replication::{ControlEvent, Router};
+use sends::{Outbox, Sends};
+
+/// A stream's way to the router, for its steps' messages.
+struct RouterOutbox<'a> {
+    router: &'a Router,
+    stream: u64,
+}
+
+impl Outbox for RouterOutbox<'_> {
+    fn to_peer(&self, to: ServerId, msg: Msg) {
+        self.router.send_peer(to, self.stream, msg);
+    }
+    fn to_client(&self, client: u128, msgs: Vec<Msg>) {
+        self.router.send_client(client, self.stream, msgs);
+    }
+}
 
 pub(crate) use checkpoints::CheckpointSchedule;
 pub use meta::{stream_name_error, StreamMeta, META_FILE};
@@ -714,23 +731,19 @@ impl Stream {
 
     fn apply(&self, core: &mut Core, mut effects: Vec<Effect>, now: u64, later: &mut Vec<Later>) {
         let immediate = self.durability != DurabilityConfig::Sync;
-        // Messages for each client go in one note.
-        let mut to_clients: Vec<(u128, Vec<Msg>)> = Vec::new();
+        let out = RouterOutbox {
+            router: &self.router,
+            stream: self.id,
+        };
+        let mut sends = Sends::default();
         let mut appends = Vec::new();
         while !effects.is_empty() {
             let mut appended = false;
             for effect in std::mem::take(&mut effects) {
                 match effect {
-                    // After the step's sends: a record leaves for the other
-                    // replicas before this log's I/O thread is woken for it.
                     Effect::Append(entry) => appends.push(entry),
-                    Effect::Send(Node::Server(to), msg) => self.router.send_peer(to, self.id, msg),
-                    Effect::Send(Node::Client(client), msg) => {
-                        match to_clients.iter_mut().find(|(c, _)| *c == client) {
-                            Some((_, msgs)) => msgs.push(msg),
-                            None => to_clients.push((client, vec![msg])),
-                        }
-                    }
+                    Effect::Send(Node::Server(to), msg) => sends.peer(to, msg),
+                    Effect::Send(Node::Client(client), msg) => sends.client(client, msg),
                     Effect::Serve {
                         to,
                         from,
@@ -746,9 +759,7 @@ impl Stream {
                     Effect::Visible(version) => {
                         // Readers read the log up to it: it holds the
                         // records first.
-                        for entry in appends.drain(..) {
-                            appended |= self.append(core, entry);
-                        }
+                        appended |= self.append_all(core, &mut appends, &mut sends, &out);
                         self.visible.send_replace(version);
                     }
                     Effect::EpochStarted {
@@ -769,18 +780,34 @@ impl Stream {
                     }),
                 }
             }
-            for entry in appends.drain(..) {
-                appended |= self.append(core, entry);
-            }
+            appended |= self.append_all(core, &mut appends, &mut sends, &out);
             if immediate && appended {
                 // `memory` and `paged` acknowledge what the log buffer took.
                 let through = self.log.last_version();
                 core.replica.on_logged(through, now, &mut effects);
             }
         }
-        for (client, msgs) in to_clients {
-            self.router.send_client(client, self.id, msgs);
+        sends.finish(&out);
+    }
+
+    /// Hands `appends` to the log, after the messages for the other
+    /// replicas (`sends`). `true` when the log took one.
+    fn append_all(
+        &self,
+        core: &mut Core,
+        appends: &mut Vec<Entry>,
+        sends: &mut Sends,
+        out: &RouterOutbox<'_>,
+    ) -> bool {
+        if appends.is_empty() {
+            return false;
         }
+        sends.before_append(out);
+        let mut appended = false;
+        for entry in appends.drain(..) {
+            appended |= self.append(core, entry);
+        }
+        appended
     }
 
     /// Hands a record to the log, or to the backlog when the log is full

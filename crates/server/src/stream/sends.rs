@@ -1,0 +1,120 @@
+//! The order in which a step's messages leave. A step's messages for the
+//! other replicas leave before this log takes a record (a record leaves
+//! for them before this log's I/O thread is woken for it); otherwise
+//! they leave after the clients' messages. An ack is on its client's
+//! path, while a replica's progress or commit point is not, and each send
+//! to a peer on the same machine's loopback also runs the peer's receive
+//! and wake-up in the sender's time. The messages for each client go in
+//! one note.
+
+use engine::replication::{Msg, ServerId};
+
+/// Where a step's messages go.
+pub(super) trait Outbox {
+    fn to_peer(&self, to: ServerId, msg: Msg);
+    fn to_client(&self, client: u128, msgs: Vec<Msg>);
+}
+
+/// A step's messages that have not left yet.
+#[derive(Default)]
+pub(super) struct Sends {
+    peers: Vec<(ServerId, Msg)>,
+    clients: Vec<(u128, Vec<Msg>)>,
+}
+
+impl Sends {
+    pub(super) fn peer(&mut self, to: ServerId, msg: Msg) {
+        self.peers.push((to, msg));
+    }
+
+    pub(super) fn client(&mut self, client: u128, msg: Msg) {
+        match self.clients.iter_mut().find(|(c, _)| *c == client) {
+            Some((_, msgs)) => msgs.push(msg),
+            None => self.clients.push((client, vec![msg])),
+        }
+    }
+
+    /// The log is about to take a record: the peers' messages leave now.
+    pub(super) fn before_append(&mut self, out: &impl Outbox) {
+        for (to, msg) in self.peers.drain(..) {
+            out.to_peer(to, msg);
+        }
+    }
+
+    /// The step is done: the clients' messages leave, then the peers'.
+    pub(super) fn finish(mut self, out: &impl Outbox) {
+        for (client, msgs) in self.clients.drain(..) {
+            out.to_client(client, msgs);
+        }
+        self.before_append(out);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+
+    use super::*;
+
+    /// Records where each message went, in order.
+    #[derive(Default)]
+    struct Recorded(RefCell<Vec<String>>);
+
+    impl Outbox for Recorded {
+        fn to_peer(&self, to: ServerId, msg: Msg) {
+            self.0.borrow_mut().push(format!("peer {to}: {msg:?}"));
+        }
+        fn to_client(&self, client: u128, msgs: Vec<Msg>) {
+            self.0
+                .borrow_mut()
+                .push(format!("client {client}: {} messages", msgs.len()));
+        }
+    }
+
+    fn progress(logged: u64) -> Msg {
+        Msg::Progress {
+            logged,
+            last: logged,
+        }
+    }
+
+    #[test]
+    fn a_steps_acks_leave_before_its_progress_and_each_client_gets_one_note() {
+        let out = Recorded::default();
+        let mut sends = Sends::default();
+        sends.peer(1, progress(7));
+        sends.client(9, progress(1));
+        sends.client(8, progress(2));
+        sends.client(9, progress(3));
+        sends.finish(&out);
+        assert_eq!(
+            out.0.into_inner(),
+            vec![
+                "client 9: 2 messages".to_string(),
+                "client 8: 1 messages".to_string(),
+                format!("peer 1: {:?}", progress(7)),
+            ]
+        );
+    }
+
+    #[test]
+    fn messages_for_the_peers_leave_before_the_log_takes_a_record() {
+        let out = Recorded::default();
+        let mut sends = Sends::default();
+        sends.peer(2, progress(1));
+        sends.client(9, progress(1));
+        sends.before_append(&out);
+        // Only the peers' so far; the client's waits for the step's end.
+        assert_eq!(out.0.borrow().len(), 1);
+        sends.peer(3, progress(2));
+        sends.finish(&out);
+        assert_eq!(
+            out.0.into_inner(),
+            vec![
+                format!("peer 2: {:?}", progress(1)),
+                "client 9: 1 messages".to_string(),
+                format!("peer 3: {:?}", progress(2)),
+            ]
+        );
+    }
+}
