@@ -126,6 +126,22 @@ async fn follow_progress(
     }
 }
 
+/// The first tick of a stream's clock: the next multiple of `tick` since
+/// the process's first clock started, so that every stream of the
+/// server ticks at the same moments. Their heartbeats then leave
+/// together (sends that close together share a write, `net`), and a
+/// peer takes them in together, instead of each stream's costing a
+/// write and a wake-up of its own.
+fn aligned_start(tick: Duration) -> tokio::time::Instant {
+    static ANCHOR: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    let anchor = *ANCHOR.get_or_init(std::time::Instant::now);
+    let tick_nanos = tick.as_nanos().max(1);
+    let now = std::time::Instant::now();
+    let phase = now.duration_since(anchor).as_nanos() % tick_nanos;
+    let wait = u64::try_from(tick_nanos - phase).unwrap_or(u64::MAX);
+    tokio::time::Instant::from_std(now + Duration::from_nanos(wait))
+}
+
 /// Ticks the replica every `tick`, and at each output commit boundary a
 /// version waits for.
 async fn run_clock(
@@ -134,8 +150,8 @@ async fn run_clock(
     timer: Arc<BoundaryTimer>,
     mut stopping: watch::Receiver<bool>,
 ) {
-    let mut interval = tokio::time::interval(tick);
-    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut interval = tokio::time::interval_at(aligned_start(tick), tick);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
         // The next output commit boundary, if a version waits for
         // one; a step that needs an earlier one wakes this task
@@ -171,6 +187,32 @@ async fn run_clock(
         stream.drive(|replica, now, out| replica.on_tick(now, out));
         if recovering {
             stream.report_sender_recovery();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn every_streams_clock_starts_on_the_same_beat() {
+        let tick = Duration::from_millis(10);
+        let first = aligned_start(tick);
+        // Clocks started at other moments, within a tick and a few ticks
+        // later, start on the same beat: a whole number of ticks apart,
+        // and never more than a tick from when they start.
+        for pause in [3_300, 17_900, 41_000] {
+            tokio::time::sleep(Duration::from_micros(pause)).await;
+            let now = tokio::time::Instant::now();
+            let start = aligned_start(tick);
+            assert!(start > now && start <= now + tick, "within one tick");
+            let apart = start.duration_since(first);
+            assert_eq!(
+                apart.as_nanos() % tick.as_nanos(),
+                0,
+                "{apart:?} apart is not a whole number of ticks"
+            );
         }
     }
 }
