@@ -107,6 +107,42 @@ fn send_then_tail_prints_every_message_with_its_version() {
 }
 
 #[test]
+fn a_local_cluster_forms_without_a_server_refusing_its_peers_control_connections() {
+    // The servers start together: one asks the others for votes before
+    // their control planes are up. Each waits for its own rather than
+    // refusing the connection with an error its peer cannot read.
+    let data = tempfile::tempdir().unwrap();
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let mut child = Command::new(BINARY)
+        .args([
+            "cluster",
+            "--servers",
+            "3",
+            "--insecure",
+            "--no-admin",
+            "--data",
+        ])
+        .arg(data.path().join("cluster"))
+        .stdout(Stdio::piped())
+        .stderr(log.reopen().unwrap())
+        .spawn()
+        .unwrap();
+    let mut ready = false;
+    for line in BufReader::new(child.stdout.take().unwrap()).lines() {
+        if line.unwrap().starts_with("cluster ready") {
+            ready = true;
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let log = std::fs::read_to_string(log.path()).unwrap();
+    assert!(ready, "{log}");
+    assert!(log.contains("joined the cluster in view 3"), "{log}");
+    assert!(!log.contains("does not parse"), "{log}");
+}
+
+#[test]
 fn a_server_announces_the_address_it_is_told_to_advertise() {
     // Another loopback address than the one it listens on, with the
     // listener's port: what peers and clients are told to dial.

@@ -364,8 +364,10 @@ async fn opener_of(
             certified(server, chain, from)?;
             // Any server may speak to the control plane: one that is not
             // a member yet joins this way (it asks to be added as a
-            // voter, then proposes its `Join`).
-            if server.control.get().is_none() {
+            // voter, then proposes its `Join`). A server that is starting
+            // serves it in a moment: its peers, starting too, ask for
+            // votes before it is up.
+            if !control_started(server).await {
                 return Err(bad(format!(
                     "server {from} asked for the control plane, and this server runs none"
                 )));
@@ -374,6 +376,23 @@ async fn opener_of(
         }
         _ => return Err(bad("the first frame must be a hello".into())),
     })
+}
+
+/// How long a control connection waits for this server's control plane
+/// to start before it is refused.
+const CONTROL_START_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Whether this server runs a control plane, waiting up to
+/// `CONTROL_START_WAIT` for one that is starting.
+async fn control_started(server: &ServerState) -> bool {
+    let deadline = tokio::time::Instant::now() + CONTROL_START_WAIT;
+    while server.control.get().is_none() {
+        if !server.config.cluster.is_multi() || tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    true
 }
 
 /// Why a connection's first frame was not taken; answered with one
