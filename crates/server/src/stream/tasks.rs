@@ -204,9 +204,10 @@ mod tests {
         // and never more than a tick from when they start.
         for pause in [3_300, 17_900, 41_000] {
             tokio::time::sleep(Duration::from_micros(pause)).await;
-            let now = tokio::time::Instant::now();
+            let before = tokio::time::Instant::now();
             let start = aligned_start(tick);
-            assert!(start > now && start <= now + tick, "within one tick");
+            let after = tokio::time::Instant::now();
+            assert!(start > before && start <= after + tick, "within one tick");
             let apart = start.duration_since(first);
             assert_eq!(
                 apart.as_nanos() % tick.as_nanos(),
