@@ -385,9 +385,13 @@ const CONTROL_START_WAIT: std::time::Duration = std::time::Duration::from_secs(2
 /// Whether this server runs a control plane, waiting up to
 /// `CONTROL_START_WAIT` for one that is starting.
 async fn control_started(server: &ServerState) -> bool {
+    if !server.config.cluster.is_multi() {
+        // A server alone never runs one.
+        return server.control.get().is_some();
+    }
     let deadline = tokio::time::Instant::now() + CONTROL_START_WAIT;
     while server.control.get().is_none() {
-        if !server.config.cluster.is_multi() || tokio::time::Instant::now() >= deadline {
+        if tokio::time::Instant::now() >= deadline {
             return false;
         }
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
