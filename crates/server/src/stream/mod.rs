@@ -79,18 +79,50 @@ struct Gate {
 /// Milliseconds on the server's monotonic clock, as the state machines see
 /// time.
 pub fn now_ms() -> u64 {
-    static START: OnceLock<Instant> = OnceLock::new();
-    START.get_or_init(Instant::now).elapsed().as_millis() as u64
+    clock_start().elapsed().as_millis() as u64
 }
 
-/// When the tick task must next wake for the output commit interval: the
+/// The instant a time of [`now_ms`] stands for.
+fn instant_of_ms(ms: u64) -> Instant {
+    clock_start() + Duration::from_millis(ms)
+}
+
+fn clock_start() -> Instant {
+    static START: OnceLock<Instant> = OnceLock::new();
+    *START.get_or_init(Instant::now)
+}
+
+/// When the tick task must next wake. For the output commit interval: the
 /// state machine says when (`Replica::wake_at`), and a step that needs an
-/// earlier wake than the one the task sleeps toward wakes it.
+/// earlier wake than the one the task sleeps toward wakes it. And while
+/// the stream is quiet (`Core::quiet_until`) the task rests until its
+/// next heartbeat rather than ticking every tick (`run_clock`).
 #[derive(Debug)]
 struct BoundaryTimer {
     wake: Notify,
     /// The time (`now_ms`) the tick task sleeps toward; `u64::MAX`: none.
     scheduled: AtomicU64,
+    /// While the stream is quiet: the time (`now_ms`) the tick task rests
+    /// until, set under the stream's lock; 0 while it ticks every tick.
+    rests_until: AtomicU64,
+}
+
+impl BoundaryTimer {
+    /// After a change to the replica (under the stream's lock), while the
+    /// tick task rests: a replica no longer quiet, or that needs its clock
+    /// sooner (a backup that became the primary owes a heartbeat now),
+    /// wakes it. A rest starts only at a tick, so this wakes the task at
+    /// most once a tick, however many messages a busy stream takes.
+    fn rouse(&self, core: &Core) {
+        let rests_until = self.rests_until.load(Ordering::Acquire);
+        if rests_until == 0 {
+            return;
+        }
+        if core.quiet_until().is_none_or(|at| at < rests_until) {
+            self.rests_until.store(0, Ordering::Release);
+            self.wake.notify_one();
+        }
+    }
 }
 
 /// The replication state and the records waiting for room in the log.
@@ -100,6 +132,18 @@ struct Core {
     /// record waits behind them.
     backlog: VecDeque<Entry>,
     backlog_bytes: usize,
+}
+
+impl Core {
+    /// When the stream's clock next has work, if none before its next
+    /// heartbeat (`Replica::quiet_until`): records waiting for room in the
+    /// log are the clock's too.
+    fn quiet_until(&self) -> Option<u64> {
+        match self.backlog.is_empty() {
+            true => self.replica.quiet_until(),
+            false => None,
+        }
+    }
 }
 
 /// A stream's replication numbers at one instant (`Stream::gauges`).
@@ -133,6 +177,8 @@ pub struct Stream {
     /// (`sync` streams), so the progress task skips what the log's durable
     /// hook already drove.
     logged_driven: AtomicU64,
+    /// Ticks the clock gave the replica (`run_clock`).
+    clock_ticks: AtomicU64,
     pub id: u64,
     pub name: String,
     pub durability: DurabilityConfig,
@@ -306,6 +352,7 @@ impl Stream {
         let stream = Stream {
             deleted: AtomicBool::new(false),
             logged_driven: AtomicU64::new(0),
+            clock_ticks: AtomicU64::new(0),
             id: meta.id,
             name: meta.name.clone(),
             durability,
@@ -337,6 +384,7 @@ impl Stream {
             boundary_timer: Arc::new(BoundaryTimer {
                 wake: Notify::new(),
                 scheduled: AtomicU64::new(u64::MAX),
+                rests_until: AtomicU64::new(0),
             }),
         };
         stream.drive(|replica, now, out| replica.start(now, out));
@@ -354,7 +402,9 @@ impl Stream {
     pub fn recover_senders(&self) {
         if self.is_sender_logged() {
             let checkpointed = self.checkpointed();
-            self.lock().replica.recover_senders(now_ms(), checkpointed);
+            let mut core = self.lock();
+            core.replica.recover_senders(now_ms(), checkpointed);
+            self.boundary_timer.rouse(&core);
         }
     }
 
@@ -533,6 +583,12 @@ impl Stream {
     /// the other replicas or an output commit boundary).
     pub fn pending_acks(&self) -> usize {
         self.lock().replica.pending_acks()
+    }
+
+    /// How many times the stream's clock has ticked its replica: about
+    /// every tick while something waits, every heartbeat while quiet.
+    pub fn clock_ticks(&self) -> u64 {
+        self.clock_ticks.load(Ordering::Relaxed)
     }
 
     /// A subscription's place in this stream, starting at `from`: it
@@ -788,6 +844,7 @@ impl Stream {
             }
         }
         sends.finish(&out);
+        self.boundary_timer.rouse(core);
     }
 
     /// Hands `appends` to the log, after the messages for the other

@@ -422,3 +422,67 @@ async fn an_idle_publisher_parks_its_timer_and_wakes_for_a_send_or_a_broken_link
     drop(publisher);
     cluster.stop().await;
 }
+
+/// An idle stream's clock rests between heartbeats instead of ticking
+/// every tick (1,000 idle streams on three servers took 0.8 of a core
+/// ticking), the heartbeats still go, and a write after the rest is done
+/// and found on every replica.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_streams_clock_rests_between_heartbeats_and_wakes_for_a_write() {
+    let folder = tempfile::tempdir().unwrap();
+    let cluster = LocalCluster::start(3, folder.path(), |_| {}).await.unwrap();
+    let (_client, info) =
+        crate::harness::create_on_three(&cluster, "resting", Protocol::OneHopAckClient).await;
+    let publisher = crate::harness::publisher(&info, 16, 500).await;
+    let tick = server::ServerConfig::new(folder.path()).tick_interval;
+    let heartbeat = engine::replication::ReplicaSettings::default().heartbeat_ms;
+    let streams: Vec<_> = cluster
+        .servers
+        .iter()
+        .map(|server| server.state().stream_by_name("resting").unwrap())
+        .collect();
+    let ticks = || streams.iter().map(|s| s.clock_ticks()).collect::<Vec<_>>();
+    let mut last_version = 0;
+    for round in 0..2u8 {
+        for index in 0..5u8 {
+            let payload = [round, index];
+            let sent = publisher.send(b"", &payload);
+            let ack = tokio::time::timeout(Duration::from_secs(10), sent)
+                .await
+                .expect("a write after a rest is done")
+                .unwrap();
+            last_version = ack.version;
+        }
+        // Quiet within a heartbeat of the last ack; then resting.
+        tokio::time::sleep(Duration::from_millis(3 * heartbeat)).await;
+        let before = ticks();
+        let second = Duration::from_secs(1);
+        tokio::time::sleep(second).await;
+        let after = ticks();
+        let every_tick = (second.as_millis() / tick.as_millis()) as u64;
+        let every_heartbeat = second.as_millis() as u64 / heartbeat;
+        for (server, (before, after)) in before.iter().zip(&after).enumerate() {
+            let ticked = after - before;
+            assert!(
+                ticked <= every_heartbeat + every_heartbeat / 2,
+                "round {round}, server {}: {ticked} ticks in {second:?} at rest ({every_tick} at every tick)",
+                server + 1
+            );
+            assert!(
+                ticked >= every_heartbeat / 4,
+                "round {round}, server {}: {ticked} ticks in {second:?}: the heartbeats stopped",
+                server + 1
+            );
+        }
+    }
+    assert_eq!(last_version, 10);
+    for stream in &streams {
+        assert_eq!(
+            stream.visible_version(),
+            10,
+            "every replica has every write"
+        );
+    }
+    drop(publisher);
+    cluster.stop().await;
+}

@@ -429,6 +429,43 @@ impl Replica {
         self.boundaries.wake_at(self.machine.last_version())
     }
 
+    /// When [`Replica::on_tick`] next has work, if it has none before this
+    /// replica's next heartbeat: that heartbeat's time (`u64::MAX` for a
+    /// replica with no heartbeat to send). `None` while anything waits on
+    /// the clock or on another message: records not logged, committed or
+    /// sent yet, acknowledgements held back, held or missing records,
+    /// reservations, a start or rejoin, sender recovery, a hybrid stream's
+    /// recent writers. A caller that ticks only then must ask again after
+    /// every step, as a step can end the quiet. Output commit boundaries
+    /// are [`Replica::wake_at`]'s.
+    pub fn quiet_until(&self) -> Option<u64> {
+        let last = self.machine.last_version();
+        let waits = self.logged < last
+            || self.committed < last
+            || self.pending_acks() > 0
+            || !self.out_entries.is_empty()
+            || !self.out_bindings.is_empty()
+            || self.unrecorded.is_some()
+            || self.rejoining.is_some()
+            || !self.reservations.is_empty()
+            || (self.protocol == Protocol::Hybrid && !self.active.is_empty())
+            || self.sender_recovering()
+            || !self.held.is_empty()
+            || !self.unbound.is_empty()
+            || self.waiting_since.is_some()
+            || self.need_to.is_some()
+            || (!self.is_primary() && self.known_last() > last);
+        if waits {
+            return None;
+        }
+        let sent_at = match self.is_primary() {
+            true if self.standalone() => return Some(u64::MAX),
+            true => self.commit_sent_at,
+            false => self.progress_sent_at,
+        };
+        Some(sent_at.map_or(0, |at| at.saturating_add(self.settings.heartbeat_ms)))
+    }
+
     /// Acknowledgements this replica holds back (waiting for the log, the
     /// other replicas or a boundary).
     pub fn pending_acks(&self) -> usize {

@@ -571,3 +571,76 @@ fn a_checkpoint_is_announced_by_a_sender_logged_primary_to_its_senders() {
         "no sender log"
     );
 }
+
+/// The clock may rest (`Replica::quiet_until`) only while nothing waits
+/// on it or on another message, and then until the next heartbeat: a
+/// primary with a record not yet logged everywhere is not quiet, nor is a
+/// backup that knows of a version it lacks.
+#[test]
+fn a_replica_is_quiet_only_when_nothing_waits_and_then_until_its_next_heartbeat() {
+    let settings = ReplicaSettings::default();
+    let heartbeat = settings.heartbeat_ms;
+    let mut primary = started_primary(Protocol::OneHopAckClient, settings);
+    let mut out = Vec::new();
+    log_all(&mut primary, &mut out, 2);
+    primary.on_tick(10, &mut out);
+    assert_eq!(primary.quiet_until(), Some(10 + heartbeat), "{out:?}");
+
+    // A write: not quiet until every replica logged it and acked.
+    out.clear();
+    primary.on_client(42, write(42, 1), 20, &mut out);
+    let entries = appended(&out);
+    assert_eq!(primary.quiet_until(), None);
+    log_all(&mut primary, &mut out, 21);
+    assert_eq!(
+        primary.quiet_until(),
+        None,
+        "the backups have not logged it"
+    );
+    let last = entries.last().map(Entry::version).unwrap();
+    for id in [2, 3] {
+        primary.on_peer(id, Msg::Progress { logged: last, last }, 22, &mut out);
+    }
+    // The new commit point went to the backups at once: the next
+    // heartbeat is due a heartbeat later.
+    assert_eq!(primary.quiet_until(), Some(22 + heartbeat), "{out:?}");
+    primary.on_tick(22 + heartbeat, &mut out);
+    assert_eq!(primary.quiet_until(), Some(22 + 2 * heartbeat));
+
+    // A backup told of a version it lacks is not quiet: its clock asks
+    // for it after the gap timeout.
+    let mut backup = Replica::new(7, 2, placement(), Protocol::OneHopAckClient, settings);
+    let mut out = Vec::new();
+    backup.start(0, &mut out);
+    backup.on_peer(
+        1,
+        Msg::Replicate {
+            entries: entries.clone(),
+        },
+        1,
+        &mut out,
+    );
+    log_all(&mut backup, &mut out, 2);
+    backup.on_peer(
+        1,
+        Msg::Commit {
+            committed: last,
+            last,
+        },
+        3,
+        &mut out,
+    );
+    backup.on_tick(10, &mut out);
+    // It reported its log when it logged the record.
+    assert_eq!(backup.quiet_until(), Some(2 + heartbeat), "{out:?}");
+    backup.on_peer(
+        1,
+        Msg::Commit {
+            committed: last,
+            last: last + 2,
+        },
+        11,
+        &mut out,
+    );
+    assert_eq!(backup.quiet_until(), None);
+}
