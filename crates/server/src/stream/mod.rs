@@ -87,6 +87,7 @@ fn instant_of_ms(ms: u64) -> Instant {
     clock_start() + Duration::from_millis(ms)
 }
 
+/// The start of the state machines' time, and of the clocks' beats.
 fn clock_start() -> Instant {
     static START: OnceLock<Instant> = OnceLock::new();
     *START.get_or_init(Instant::now)
@@ -98,7 +99,7 @@ fn clock_start() -> Instant {
 /// the stream is quiet (`Core::quiet_until`) the task rests until its
 /// next heartbeat rather than ticking every tick (`run_clock`).
 #[derive(Debug)]
-struct BoundaryTimer {
+struct ClockTimer {
     wake: Notify,
     /// The time (`now_ms`) the tick task sleeps toward; `u64::MAX`: none.
     scheduled: AtomicU64,
@@ -107,7 +108,7 @@ struct BoundaryTimer {
     rests_until: AtomicU64,
 }
 
-impl BoundaryTimer {
+impl ClockTimer {
     /// After a change to the replica (under the stream's lock), while the
     /// tick task rests: a replica no longer quiet, or that needs its clock
     /// sooner (a backup that became the primary owes a heartbeat now),
@@ -217,7 +218,7 @@ pub struct Stream {
     /// `notify_one` waits for it), so no checkpoint file appears in a
     /// folder being removed.
     deleting: Arc<Notify>,
-    boundary_timer: Arc<BoundaryTimer>,
+    clock_timer: Arc<ClockTimer>,
     /// The next version of each subscription reading this stream (its
     /// lag, for the metrics); a finished one's is dropped.
     readers: Mutex<Vec<Weak<AtomicU64>>>,
@@ -381,7 +382,7 @@ impl Stream {
             tasks: Mutex::new(Vec::new()),
             readers: Mutex::new(Vec::new()),
             deleting: Arc::new(Notify::new()),
-            boundary_timer: Arc::new(BoundaryTimer {
+            clock_timer: Arc::new(ClockTimer {
                 wake: Notify::new(),
                 scheduled: AtomicU64::new(u64::MAX),
                 rests_until: AtomicU64::new(0),
@@ -404,7 +405,7 @@ impl Stream {
             let checkpointed = self.checkpointed();
             let mut core = self.lock();
             core.replica.recover_senders(now_ms(), checkpointed);
-            self.boundary_timer.rouse(&core);
+            self.clock_timer.rouse(&core);
         }
     }
 
@@ -763,8 +764,8 @@ impl Stream {
             step(&mut core.replica, now, &mut effects);
             self.apply(&mut core, effects, now, &mut later);
             if let Some(at) = core.replica.wake_at() {
-                if at < self.boundary_timer.scheduled.load(Ordering::Acquire) {
-                    self.boundary_timer.wake.notify_one();
+                if at < self.clock_timer.scheduled.load(Ordering::Acquire) {
+                    self.clock_timer.wake.notify_one();
                 }
             }
         }
@@ -844,7 +845,7 @@ impl Stream {
             }
         }
         sends.finish(&out);
-        self.boundary_timer.rouse(core);
+        self.clock_timer.rouse(core);
     }
 
     /// Hands `appends` to the log, after the messages for the other

@@ -74,7 +74,7 @@ impl Stream {
             run_clock(
                 Arc::downgrade(self),
                 tick,
-                Arc::clone(&self.boundary_timer),
+                Arc::clone(&self.clock_timer),
                 stop,
             )
             .instrument(span),
@@ -127,7 +127,7 @@ async fn follow_progress(
 }
 
 /// The first tick of a stream's clock: the next multiple of `tick` since
-/// the grid's start (`grid_start`), so that every stream of the
+/// the grid's start (`next_beat`), so that every stream of the
 /// server ticks at the same moments. Their heartbeats then leave
 /// together (sends that close together share a write, `net`), and a
 /// peer takes them in together, instead of each stream's costing a
@@ -135,21 +135,17 @@ async fn follow_progress(
 fn aligned_start(tick: Duration) -> tokio::time::Instant {
     // The grid's start is set before the time is read: the first clock
     // starts a whole tick after it.
-    grid_start();
+    clock_start();
     next_beat(std::time::Instant::now(), tick)
 }
 
-/// The start of the clocks' grid: the beats are the multiples of the tick
-/// since. The start of the state machines' time (`now_ms`) too, so a beat
-/// falls on a whole millisecond of it, and a heartbeat due a whole number
-/// of ticks after the beat it left on falls on a beat.
-fn grid_start() -> std::time::Instant {
-    clock_start()
-}
-
-/// The first beat of the clocks' grid after `after`.
+/// The first beat of the clocks' grid after `after`. The beats are the
+/// multiples of the tick since the start of the state machines' time
+/// (`clock_start`, `now_ms`), so a beat falls on a whole millisecond of
+/// it, and a heartbeat due a whole number of ticks after the beat it left
+/// on falls on a beat.
 fn next_beat(after: std::time::Instant, tick: Duration) -> tokio::time::Instant {
-    let anchor = grid_start();
+    let anchor = clock_start();
     let tick_nanos = tick.as_nanos().max(1);
     let phase = after.saturating_duration_since(anchor).as_nanos() % tick_nanos;
     let wait = u64::try_from(tick_nanos - phase).unwrap_or(u64::MAX);
@@ -179,11 +175,11 @@ fn rest_deadline(until: u64, tick: Duration) -> Option<tokio::time::Instant> {
 /// took 0.8 of a core, 0.5 resting). It rests only once the stream was
 /// quiet at two ticks in a row, so a busy stream's moments between
 /// messages do not count. A step that ends the quiet wakes the clock
-/// (`BoundaryTimer::rouse`).
+/// (`ClockTimer::rouse`).
 async fn run_clock(
     weak: Weak<Stream>,
     tick: Duration,
-    timer: Arc<BoundaryTimer>,
+    timer: Arc<ClockTimer>,
     mut stopping: watch::Receiver<bool>,
 ) {
     let mut interval = tokio::time::interval_at(aligned_start(tick), tick);
@@ -251,7 +247,7 @@ async fn run_clock(
 /// under the lock, so a step after it sees it and wakes the task.
 fn plan_wait(
     stream: &Stream,
-    timer: &BoundaryTimer,
+    timer: &ClockTimer,
     was_quiet: &mut bool,
     tick_ms: u64,
 ) -> (Option<u64>, Option<u64>) {
