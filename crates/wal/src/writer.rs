@@ -173,6 +173,10 @@ impl Shared {
             // the batch starts the new one.
             writing.tail = self.tail_of(batch[0].segment_base);
         }
+        // A journal round's bytes go through the page cache, unsynced:
+        // zeros ahead of them would save no fdatasync, and would cost the
+        // disk as many bytes again.
+        let journaled = dirty.is_some();
         let written = self.write_batch(&mut batch, &mut writing.tail, dirty);
         match written {
             Ok(()) => {
@@ -185,7 +189,7 @@ impl Shared {
                     .max((2 * bytes).next_multiple_of(PREALLOCATE_STEP_BYTES as u64))
                     .min(PREALLOCATE_AHEAD_MAX_BYTES);
                 self.complete(batch, started);
-                if in_tail {
+                if in_tail && !journaled {
                     self.preallocate(&mut writing.tail, end, writing.ahead);
                 }
                 true
@@ -581,12 +585,13 @@ impl Shared {
     /// from the block boundary before the chunk (the same bytes again, so
     /// a torn write leaves them as they were), its records, and zeros to
     /// the next boundary, which the preallocated tail holds anyway.
-    /// Only inside the zeros already in the file: a write that would grow
-    /// the file goes as an append of the records alone, as without blocks,
-    /// since a crash keeps an append's bytes in order while a write over
-    /// old bytes and past them may keep the part past them alone.
-    /// `direct`: past the page cache; otherwise through it (a journal
-    /// round).
+    /// `direct`: past the page cache, and only inside the zeros already in
+    /// the file: a write that would grow the file goes as an append of the
+    /// records alone, as without blocks, since a crash keeps an append's
+    /// bytes in order while a write over old bytes and past them may keep
+    /// the part past them alone. Otherwise (a journal round) the blocks
+    /// are kept for the page cache, past the zeros too: the journal's
+    /// frames stay their durable copy until a rotation syncs the file.
     fn write_chunk(
         &self,
         chunk: &mut crate::log::Chunk,
@@ -598,7 +603,10 @@ impl Shared {
         let start = chunk.offset - chunk.offset % block;
         let end = chunk.offset + chunk.bytes.len() as u64;
         let in_tail = chunk.segment_base == tail.base;
-        let fits = in_tail && end.next_multiple_of(block) <= tail.allocated;
+        // Kept blocks (a journal round's) may grow the file: until a
+        // rotation syncs the segment, the journal's frames are their
+        // durable copy, and redo writes them again after a crash.
+        let fits = in_tail && (!direct || end.next_multiple_of(block) <= tail.allocated);
         let prefix = match tail.written.take() {
             _ if !fits => None,
             Some((written, prefix)) if written == chunk.offset => Some(prefix),
@@ -626,6 +634,9 @@ impl Shared {
             file.write_blocks_at(blocks, start)?;
         } else {
             self.keep(file, path, blocks, start)?;
+            // The file reaches the kept blocks' end once they are written:
+            // a clean close cuts it back to the last record.
+            tail.allocated = tail.allocated.max(end.next_multiple_of(block));
         }
         // What the next write, which starts at `end`, puts back in front.
         prefix.clear();

@@ -543,3 +543,71 @@ fn a_hook_run_in_place_that_drops_the_last_owner_of_its_log_and_journal_waits_fo
     let (_, seen) = open_log(&image, 0, journaled(&reopened, 1 << 20));
     assert_prefix(&seen, &payloads, 2, "dropped by its hook");
 }
+
+/// The bytes of log `index`'s segment files, as their lengths stand.
+fn segment_bytes(storage: &FaultStorage, index: usize) -> u64 {
+    let folder = log_folder(index);
+    storage
+        .files()
+        .into_iter()
+        .filter(|(path, _)| path.starts_with(&folder) && path.extension() == Some("seg".as_ref()))
+        .map(|(_, length)| length)
+        .sum()
+}
+
+#[test]
+fn journal_rounds_put_no_zeros_ahead_of_a_segment_while_a_log_written_alone_keeps_them() {
+    const SEGMENT: u64 = 8 << 20;
+    const LOGS: usize = 3;
+    const ALONE: usize = 2;
+    let storage = FaultStorage::new();
+    let journal = Arc::new(open_journal(&storage, 4 << 20).unwrap());
+    let logs: Vec<Log> = (0..LOGS)
+        .map(|i| open_log(&storage, i, journaled(&journal, SEGMENT)).0)
+        .collect();
+    let mut payloads: Vec<Vec<Vec<u8>>> = vec![Vec::new(); LOGS];
+    for _ in 0..20 {
+        // The journal's thread stalls in the sync of log 2's record,
+        // written alone past the journal, while logs 0 and 1 get theirs:
+        // the next round holds both, as frames.
+        storage.hold_syncs();
+        push(&logs[ALONE], ALONE, &mut payloads[ALONE]);
+        std::thread::sleep(Duration::from_millis(10));
+        for (index, log) in logs.iter().enumerate().take(ALONE) {
+            push(log, index, &mut payloads[index]);
+        }
+        storage.release_syncs();
+        for (index, log) in logs.iter().enumerate() {
+            wait_durable(log, payloads[index].len() as u64, "a round");
+        }
+    }
+    let metrics = journal.metrics();
+    assert!(
+        metrics.rounds >= 20 && metrics.direct_writes >= 20,
+        "rounds of several logs and writes of one: {metrics:?}"
+    );
+    let running: Vec<u64> = (0..LOGS).map(|i| segment_bytes(&storage, i)).collect();
+    // A clean close cuts each segment back to its last record.
+    drop(logs);
+    let closed: Vec<u64> = (0..LOGS).map(|i| segment_bytes(&storage, i)).collect();
+    for index in 0..ALONE {
+        assert!(
+            running[index] <= closed[index].next_multiple_of(4096),
+            "log {index}, written only in journal rounds, had {} bytes on file for {} of records",
+            running[index],
+            closed[index]
+        );
+    }
+    assert!(
+        running[ALONE] >= closed[ALONE] + (1 << 20),
+        "the log written alone keeps its tail 1 MiB ahead: {} bytes on file for {} of records",
+        running[ALONE],
+        closed[ALONE]
+    );
+    for (index, payloads) in payloads.iter().enumerate() {
+        let (log, recovered) = open_log(&storage, index, journaled(&journal, SEGMENT));
+        assert_prefix(&recovered, payloads, payloads.len() as u64, "reopened");
+        assert_eq!(recovered.len(), payloads.len(), "log {index} reopened");
+        read_back(&log, payloads, payloads.len() as u64, index as u64);
+    }
+}
