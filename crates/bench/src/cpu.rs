@@ -8,6 +8,11 @@
 //! The kernel counts process time in ticks of 1/100 s (`USER_HZ`, fixed
 //! at 100 for `/proc` on Linux); a run of a second or more of CPU reads to
 //! within 1 %.
+//!
+//! The same clock reads the bytes each server process sent to storage
+//! (`write_bytes` in `/proc/<pid>/io`: its direct writes, and the page
+//! cache it dirtied, which writeback takes to the disk later), so a run
+//! also says how many bytes of disk writes each message cost the servers.
 
 use std::time::Duration;
 
@@ -42,12 +47,16 @@ impl CpuPerMessage {
     }
 }
 
-/// The CPU time each process had used when a run started.
+/// The CPU time each process had used when a run started, and the bytes
+/// each server process had written.
 #[derive(Clone, Debug)]
 pub struct CpuClock {
     client: Duration,
     /// Each server's id, process and CPU time.
     servers: Vec<(u32, u32, Duration)>,
+    /// Each server process's bytes written (once per process); `None`
+    /// where `/proc/<pid>/io` cannot be read.
+    written: Option<Vec<(u32, u64)>>,
 }
 
 impl CpuClock {
@@ -60,7 +69,23 @@ impl CpuClock {
         Ok(CpuClock {
             client: process_cpu("self")?,
             servers: started,
+            written: servers_written(servers),
         })
+    }
+
+    /// Bytes the server processes wrote to storage per message of the
+    /// `messages` sent since `start`; `None` where `/proc/<pid>/io` cannot
+    /// be read.
+    pub fn written_per_message(&self, messages: usize) -> Option<f64> {
+        let before = self.written.as_ref()?;
+        let pids: Vec<(u32, u32)> = before.iter().map(|(pid, _)| (0, *pid)).collect();
+        let after = servers_written(&pids)?;
+        let bytes: u64 = before
+            .iter()
+            .zip(&after)
+            .map(|((_, was), (_, now))| now.saturating_sub(*was))
+            .sum();
+        Some(bytes as f64 / messages.max(1) as f64)
     }
 
     /// CPU per message of the `messages` sent since `start`, the server
@@ -120,6 +145,35 @@ pub fn process_cpu(pid: &str) -> std::io::Result<Duration> {
     })
 }
 
+/// Each distinct process of `servers` (id, pid) with the bytes it has
+/// written; `None` if any cannot be read.
+fn servers_written(servers: &[(u32, u32)]) -> Option<Vec<(u32, u64)>> {
+    let mut pids: Vec<u32> = servers.iter().map(|(_, pid)| *pid).collect();
+    pids.sort_unstable();
+    pids.dedup();
+    pids.into_iter()
+        .map(|pid| Some((pid, process_written(&pid.to_string()).ok()?)))
+        .collect()
+}
+
+/// Bytes process `pid` (`self` for this one) caused to be written to
+/// storage: `write_bytes` of `/proc/<pid>/io`.
+pub fn process_written(pid: &str) -> std::io::Result<u64> {
+    let io = std::fs::read_to_string(format!("/proc/{pid}/io"))?;
+    parse_written(&io).ok_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("/proc/{pid}/io has no write_bytes: {io:?}"),
+        )
+    })
+}
+
+fn parse_written(io: &str) -> Option<u64> {
+    io.lines()
+        .find_map(|line| line.strip_prefix("write_bytes:"))
+        .and_then(|value| value.trim().parse().ok())
+}
+
 /// utime and stime are the 14th and 15th fields, counted after the
 /// command name, which is in parentheses and may hold spaces.
 fn parse_stat(stat: &str) -> Option<Duration> {
@@ -165,6 +219,31 @@ mod tests {
                 "30 s of spinning charged only {used:?}"
             );
         }
+    }
+
+    #[test]
+    fn the_io_file_gives_the_bytes_written_to_storage() {
+        let io = "rchar: 10\nwchar: 20\nsyscr: 1\nsyscw: 2\nread_bytes: 4096\nwrite_bytes: 8192\ncancelled_write_bytes: 0\n";
+        assert_eq!(parse_written(io), Some(8192));
+        assert_eq!(parse_written("rchar: 10\n"), None);
+    }
+
+    #[test]
+    fn this_process_is_charged_for_what_it_writes_and_syncs() {
+        let before = process_written("self").expect("own io");
+        // In the source tree, on a disk: a memory file system writes
+        // nothing to storage.
+        let folder = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).expect("temporary folder");
+        let path = folder.path().join("written");
+        std::fs::write(&path, vec![7u8; 1 << 20]).expect("write");
+        std::fs::File::open(&path)
+            .and_then(|file| file.sync_all())
+            .expect("sync");
+        let written = process_written("self").expect("own io") - before;
+        assert!(
+            written >= 1 << 20,
+            "1 MiB written and synced, {written} counted"
+        );
     }
 
     #[test]

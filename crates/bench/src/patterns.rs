@@ -38,7 +38,8 @@
 //! Each cell is also charged the CPU time (user + system) the client and
 //! each server process used for its measured messages (`cpu::CpuClock`):
 //! per message and per KB, for the client, the stream's primary and its
-//! backups.
+//! backups; and the bytes the server processes wrote to storage per
+//! message (their logs, journals and zeros ahead of their segments).
 //!
 //! The targets (issue 3): at 1 KB, `sync`, R = 3, one-hop-ack-client is the
 //! fastest versioned pattern or within 10% of it and reaches 100,000
@@ -224,6 +225,9 @@ pub struct PatternCell {
     /// CPU microseconds per message of the client and of each server
     /// role, over the measured messages.
     pub cpu: CpuPerMessage,
+    /// Bytes the servers wrote to storage per message, all replicas
+    /// together (`None` where `/proc/<pid>/io` cannot be read).
+    pub disk_bytes_per_message: Option<f64>,
 }
 
 impl PatternCell {
@@ -517,6 +521,7 @@ async fn run_cell(
         .await
         .with_context(|| format!("publishing to {name} failed"))?;
     let cpu = clock.per_message(run.messages, info.primary)?;
+    let disk_bytes_per_message = clock.written_per_message(run.messages);
     drop(publisher);
     let (logs, settled) = cluster
         .settled_replica_logs(&info, durability, (warmup + run.messages) as u64)
@@ -544,6 +549,7 @@ async fn run_cell(
         record_bytes: batch.map(|(_, bytes)| bytes),
         settled,
         cpu,
+        disk_bytes_per_message,
     })
 }
 
@@ -783,7 +789,7 @@ pub fn cells_table(figures: &PatternsFigures) -> Table {
 /// one-hop-ack-client cell (every cell when there is none).
 pub fn cpu_table(figures: &PatternsFigures) -> Table {
     let mut table = Table::new(
-        "CPU per message and per KB of payload (user + system, µs); primary and backup: their server processes (- when the servers share one process), backup the mean of the backups",
+        "CPU per message and per KB of payload (user + system, µs); primary and backup: their server processes (- when the servers share one process), backup the mean of the backups; servers disk: the bytes every server process sent to storage per message (KB, /proc/<pid>/io)",
         &[
             "durability",
             "payload",
@@ -795,6 +801,7 @@ pub fn cpu_table(figures: &PatternsFigures) -> Table {
             "client /KB",
             "primary /KB",
             "backup /KB",
+            "servers disk KB/msg",
         ],
     );
     let headline = |c: &&PatternCell| {
@@ -818,6 +825,7 @@ pub fn cpu_table(figures: &PatternsFigures) -> Table {
             fixed(per_kb.client, 2),
             show(per_kb.primary),
             show(per_kb.backup),
+            show(cell.disk_bytes_per_message.map(|b| b / 1000.0)),
         ]);
     }
     table
@@ -1130,6 +1138,7 @@ fn cell_json(cell: &PatternCell) -> serde_json::Value {
             "backup": cell.cpu.backup,
             "servers": cell.cpu.servers,
         },
+        "servers_disk_bytes_per_message": cell.disk_bytes_per_message,
     })
 }
 

@@ -17,7 +17,8 @@
 //! The figure is the aggregate rate (`--messages` over the time from the
 //! start to the last ack), beside the disk's and the loopback's limits at
 //! the payload, measured first on a rested disk (`limits::calibrate`),
-//! and the CPU per message the clients and the servers used for it. With
+//! the CPU per message the clients and the servers used for it, and the
+//! bytes the servers wrote to storage per message (`cpu::CpuClock`). With
 //! `--rounds` every cell runs that many times (the counts of streams in
 //! reverse order every other round); a cell's rate is the median, and its
 //! fraction of one stream the median of the rounds' paired ratios.
@@ -139,6 +140,9 @@ pub struct ScaleCell {
     /// CPU µs per message of all the clients (this process) and of all
     /// the servers together.
     pub cpu: CpuPerMessage,
+    /// Bytes the servers wrote to storage per message, all replicas
+    /// together (`None` where `/proc/<pid>/io` cannot be read).
+    pub disk_bytes_per_message: Option<f64>,
     /// Each round's rate, in run order; `messages_per_second` is their
     /// median, and the other figures are the median round's.
     pub round_rates: Vec<f64>,
@@ -348,6 +352,7 @@ async fn run_cell(
     // Streams have primaries on every server: only the sums by side mean
     // anything here.
     let cpu = clock.per_message(messages, 0)?;
+    let disk_bytes_per_message = clock.written_per_message(messages);
     for info in &infos {
         cluster.delete(info).await?;
     }
@@ -361,6 +366,7 @@ async fn run_cell(
         megabytes_per_second: together.megabytes_per_second(args.payload),
         latency: Summary::of(&together.latencies_us),
         cpu,
+        disk_bytes_per_message,
         round_rates: vec![together.messages_per_second()],
         of_one_stream: None,
     })
@@ -440,6 +446,7 @@ pub fn table(figures: &ScaleFigures, args: &ScaleArgs) -> Table {
         "p99 µs",
         "servers CPU µs/msg",
         "clients CPU µs/msg",
+        "servers disk KB/msg",
         "of disk",
         "of 1 stream",
     ];
@@ -456,6 +463,8 @@ pub fn table(figures: &ScaleFigures, args: &ScaleArgs) -> Table {
             fixed(cell.latency.p99, 0),
             fixed(cell.cpu.servers, 1),
             fixed(cell.cpu.client, 1),
+            cell.disk_bytes_per_message
+                .map_or("-".into(), |b| fixed(b / 1000.0, 1)),
             disk.map_or("-".into(), |d| fixed(cell.messages_per_second / d, 2)),
             cell.of_one_stream.map_or("-".into(), |o| fixed(o, 2)),
         ]);
@@ -488,6 +497,7 @@ fn write_report(args: &ScaleArgs, figures: &ScaleFigures) -> anyhow::Result<()> 
                 "megabytes_per_second": c.megabytes_per_second, "latency_us": c.latency.to_json(),
                 "round_messages_per_second": c.round_rates, "of_one_stream": c.of_one_stream,
                 "cpu_us_per_message": { "servers": c.cpu.servers, "clients": c.cpu.client },
+                "servers_disk_bytes_per_message": c.disk_bytes_per_message,
             })
         })
         .collect();

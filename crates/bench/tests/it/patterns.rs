@@ -48,6 +48,16 @@ fn patterns_with_tiny_parameters_completes_every_cell_and_writes_its_files() {
             Durability::Sync => {
                 assert!(cell.records_per_sync.unwrap() >= 1.0, "{cell:?}");
                 assert!(cell.record_bytes.unwrap() > cell.payload as f64, "{cell:?}");
+                // Three replicas log every payload.
+                let written = cell.disk_bytes_per_message.expect("the servers' io read");
+                assert!(written >= 3.0 * cell.payload as f64, "{cell:?}");
+                let memory = figures.cells.iter().find(|c| {
+                    c.durability == Durability::Memory
+                        && c.payload == cell.payload
+                        && c.pattern == cell.pattern
+                });
+                let memory = memory.and_then(|c| c.disk_bytes_per_message);
+                assert!(memory < Some(written), "memory {memory:?}: {cell:?}");
             }
             Durability::Memory | Durability::Sender => {
                 assert!(cell.records_per_sync.is_none())

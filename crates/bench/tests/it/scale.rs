@@ -55,13 +55,23 @@ fn bench_scale_runs_every_count_of_streams_and_clients() {
             assert_eq!(of_one, least, "paired by round: {cell:?} {one:?}");
         }
     }
+    let json = read_json(&folder.path().join("figures.json"));
     let charged: f64 = figures.cells.iter().map(|c| c.cpu.servers).sum();
     assert!(charged > 0.0, "the servers were charged some CPU");
+    for cell in &figures.cells {
+        // Three replicas log every 1,000-byte payload with its record's
+        // header: at least that much reaches the servers' files.
+        let written = cell.disk_bytes_per_message.expect("the servers' io read");
+        assert!(written >= 3_000.0, "disk bytes per message: {cell:?}");
+    }
+    assert!(
+        json["cells"][0]["servers_disk_bytes_per_message"].as_f64() >= Some(3_000.0),
+        "{json}"
+    );
     let limits = figures.limits.as_ref().expect("the limits at the payload");
     assert_eq!(limits.payload, 1000);
     assert!(limits.disk.messages_per_second > 0.0 && limits.loopback.messages_per_second() > 0.0);
     assert_files(&folder.path().join("out"), &["scale.csv", "scale.png"]);
-    let json = read_json(&folder.path().join("figures.json"));
     assert_eq!(json["cells"].as_array().unwrap().len(), 4);
     assert_eq!(json["rounds"], 2);
     assert_eq!(
