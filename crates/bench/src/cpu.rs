@@ -136,11 +136,22 @@ impl CpuClock {
 /// User + system time of process `pid` (`self` for this one), its threads'
 /// (living and ended) included.
 pub fn process_cpu(pid: &str) -> std::io::Result<Duration> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    parse_stat(&stat).ok_or_else(|| {
+    read_proc(pid, "stat", parse_stat, "no CPU times")
+}
+
+/// `/proc/<pid>/<file>` read and parsed; an `InvalidData` error saying
+/// what it lacks when it does not parse.
+fn read_proc<T>(
+    pid: &str,
+    file: &str,
+    parse: impl Fn(&str) -> Option<T>,
+    lacks: &str,
+) -> std::io::Result<T> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/{file}"))?;
+    parse(&text).ok_or_else(|| {
         std::io::Error::new(
             std::io::ErrorKind::InvalidData,
-            format!("/proc/{pid}/stat has no CPU times: {stat:?}"),
+            format!("/proc/{pid}/{file} has {lacks}: {text:?}"),
         )
     })
 }
@@ -159,13 +170,7 @@ fn servers_written(servers: &[(u32, u32)]) -> Option<Vec<(u32, u64)>> {
 /// Bytes process `pid` (`self` for this one) caused to be written to
 /// storage: `write_bytes` of `/proc/<pid>/io`.
 pub fn process_written(pid: &str) -> std::io::Result<u64> {
-    let io = std::fs::read_to_string(format!("/proc/{pid}/io"))?;
-    parse_written(&io).ok_or_else(|| {
-        std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!("/proc/{pid}/io has no write_bytes: {io:?}"),
-        )
-    })
+    read_proc(pid, "io", parse_written, "no write_bytes")
 }
 
 fn parse_written(io: &str) -> Option<u64> {
