@@ -69,7 +69,7 @@ impl CpuClock {
         Ok(CpuClock {
             client: process_cpu("self")?,
             servers: started,
-            written: servers_written(servers),
+            written: written_by(distinct(servers.iter().map(|(_, pid)| *pid))),
         })
     }
 
@@ -78,8 +78,7 @@ impl CpuClock {
     /// be read.
     pub fn written_per_message(&self, messages: usize) -> Option<f64> {
         let before = self.written.as_ref()?;
-        let pids: Vec<(u32, u32)> = before.iter().map(|(pid, _)| (0, *pid)).collect();
-        let after = servers_written(&pids)?;
+        let after = written_by(before.iter().map(|(pid, _)| *pid).collect())?;
         let bytes: u64 = before
             .iter()
             .zip(&after)
@@ -103,9 +102,7 @@ impl CpuClock {
             ));
         }
         // Servers in one process: each pid once in the sum.
-        let mut pids: Vec<u32> = used.iter().map(|(_, pid, _)| *pid).collect();
-        pids.sort_unstable();
-        pids.dedup();
+        let pids = distinct(used.iter().map(|(_, pid, _)| *pid));
         let servers: f64 = pids
             .iter()
             .filter_map(|pid| used.iter().find(|(_, p, _)| p == pid))
@@ -156,12 +153,17 @@ fn read_proc<T>(
     })
 }
 
-/// Each distinct process of `servers` (id, pid) with the bytes it has
-/// written; `None` if any cannot be read.
-fn servers_written(servers: &[(u32, u32)]) -> Option<Vec<(u32, u64)>> {
-    let mut pids: Vec<u32> = servers.iter().map(|(_, pid)| *pid).collect();
+/// `pids`, each once.
+fn distinct(pids: impl IntoIterator<Item = u32>) -> Vec<u32> {
+    let mut pids: Vec<u32> = pids.into_iter().collect();
     pids.sort_unstable();
     pids.dedup();
+    pids
+}
+
+/// Each of `pids` with the bytes it has written; `None` if any cannot be
+/// read.
+fn written_by(pids: Vec<u32>) -> Option<Vec<(u32, u64)>> {
     pids.into_iter()
         .map(|pid| Some((pid, process_written(&pid.to_string()).ok()?)))
         .collect()
