@@ -56,8 +56,10 @@ fn patterns_with_tiny_parameters_completes_every_cell_and_writes_its_files() {
                         && c.payload == cell.payload
                         && c.pattern == cell.pattern
                 });
-                let memory = memory.and_then(|c| c.disk_bytes_per_message);
-                assert!(memory < Some(written), "memory {memory:?}: {cell:?}");
+                let memory = memory
+                    .and_then(|c| c.disk_bytes_per_message)
+                    .expect("the memory cell's io read");
+                assert!(memory < written, "memory {memory}: {cell:?}");
             }
             Durability::Memory | Durability::Sender => {
                 assert!(cell.records_per_sync.is_none())
