@@ -16,7 +16,9 @@
 use std::fs::File;
 use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::sync::{mpsc, Arc, Barrier};
+use std::thread::{JoinHandle, ThreadId};
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
@@ -104,34 +106,93 @@ impl SyncProbe {
     }
 }
 
-/// Samples every probe at once, one thread each, released together by a
+/// Probes that sample at once, one thread each, released together by a
 /// barrier: what R replicas' logs on one disk pay when each syncs the same
-/// record at the same moment. Returns the time from the first start to
-/// the last finish, in microseconds.
-pub fn sample_together(probes: &mut [SyncProbe]) -> anyhow::Result<f64> {
-    let start = std::sync::Barrier::new(probes.len());
-    let spans = std::thread::scope(|scope| {
-        let handles: Vec<_> = probes
-            .iter_mut()
-            .map(|probe| {
-                let start = &start;
-                scope.spawn(move || {
-                    start.wait();
-                    let began = Instant::now();
-                    probe.sample().map(|_| (began, Instant::now()))
+/// record at the same moment. The threads live as long as the group, so a
+/// sample starts and ends no thread: an experiment that interleaves these
+/// samples with its own work leaves nothing of them (a thread's exit, its
+/// stack) running into its next step.
+pub struct SyncGroup {
+    go: Vec<mpsc::SyncSender<()>>,
+    done: mpsc::Receiver<(ThreadId, anyhow::Result<(Instant, Instant)>)>,
+    threads: Vec<JoinHandle<SyncProbe>>,
+}
+
+/// How long a sample of the group may take before it counts as stuck.
+const GROUP_SAMPLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+impl SyncGroup {
+    /// Starts one thread per probe; they wait for [`SyncGroup::sample`].
+    pub fn start(probes: Vec<SyncProbe>) -> anyhow::Result<SyncGroup> {
+        let start = Arc::new(Barrier::new(probes.len()));
+        let (report, done) = mpsc::channel();
+        let mut group = SyncGroup {
+            go: Vec::with_capacity(probes.len()),
+            done,
+            threads: Vec::with_capacity(probes.len()),
+        };
+        for mut probe in probes {
+            let (go, wait) = mpsc::sync_channel::<()>(1);
+            let (start, report) = (Arc::clone(&start), report.clone());
+            let thread = std::thread::Builder::new()
+                .name("sync-probe".into())
+                .spawn(move || {
+                    while wait.recv().is_ok() {
+                        start.wait();
+                        let began = Instant::now();
+                        let span = probe.sample().map(|_| (began, Instant::now()));
+                        if report.send((std::thread::current().id(), span)).is_err() {
+                            break;
+                        }
+                    }
+                    probe
                 })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|handle| handle.join().expect("a sync probe panicked"))
-            .collect::<anyhow::Result<Vec<_>>>()
-    })?;
-    let first = spans.iter().map(|(began, _)| *began).min();
-    let last = spans.iter().map(|(_, ended)| *ended).max();
-    match (first, last) {
-        (Some(first), Some(last)) => Ok((last - first).as_secs_f64() * 1e6),
-        _ => Ok(0.0),
+                .context("cannot start a sync probe's thread")?;
+            group.go.push(go);
+            group.threads.push(thread);
+        }
+        Ok(group)
+    }
+
+    /// Samples every probe at once; returns the time from the first start
+    /// to the last finish, in microseconds.
+    pub fn sample(&mut self) -> anyhow::Result<f64> {
+        let spans = self.spans()?;
+        let first = spans.iter().map(|(_, began, _)| *began).min();
+        let last = spans.iter().map(|(_, _, ended)| *ended).max();
+        match (first, last) {
+            (Some(first), Some(last)) => Ok((last - first).as_secs_f64() * 1e6),
+            _ => Ok(0.0),
+        }
+    }
+
+    /// Each probe's start and end in one sample, with the thread that ran it.
+    fn spans(&mut self) -> anyhow::Result<Vec<(ThreadId, Instant, Instant)>> {
+        for go in &self.go {
+            go.send(())
+                .map_err(|_| anyhow::anyhow!("a sync probe's thread is gone"))?;
+        }
+        let mut spans = Vec::with_capacity(self.go.len());
+        for _ in 0..self.go.len() {
+            let (thread, span) = self
+                .done
+                .recv_timeout(GROUP_SAMPLE_TIMEOUT)
+                .context("a sync probe's thread stopped answering")?;
+            spans.push(span.map(|(began, ended)| (thread, began, ended)));
+        }
+        spans.into_iter().collect()
+    }
+
+    /// Stops the threads and removes the probes' files.
+    pub fn finish(self) -> anyhow::Result<()> {
+        drop(self.go);
+        for thread in self.threads {
+            let probe = thread
+                .join()
+                .map_err(|_| anyhow::anyhow!("a sync probe panicked"))?;
+            probe.finish()?;
+        }
+        Ok(())
     }
 }
 
@@ -249,4 +310,61 @@ fn write_batches(
     drop(file);
     std::fs::remove_file(path).with_context(|| format!("cannot remove {}", path.display()))?;
     Ok(latencies)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn group_of(folder: &Path, probes: usize, samples: usize) -> SyncGroup {
+        let probes = (0..probes)
+            .map(|probe| {
+                SyncProbe::preallocated_named(folder, &format!("group-{probe}"), 512, samples)
+                    .unwrap()
+            })
+            .collect();
+        SyncGroup::start(probes).unwrap()
+    }
+
+    #[test]
+    fn a_group_samples_on_the_same_threads_every_time_and_removes_its_files() {
+        let folder = tempfile::tempdir().unwrap();
+        let mut group = group_of(folder.path(), 3, 20);
+        let mut threads: Vec<ThreadId> = group.threads.iter().map(|t| t.thread().id()).collect();
+        threads.sort_unstable_by_key(|id| format!("{id:?}"));
+        for _ in 0..20 {
+            let spans = group.spans().unwrap();
+            // Every sample runs on the group's own threads: none is started
+            // or ended for it.
+            let mut ran: Vec<ThreadId> = spans.iter().map(|(thread, _, _)| *thread).collect();
+            ran.sort_unstable_by_key(|id| format!("{id:?}"));
+            assert_eq!(ran, threads);
+            assert!(spans.iter().all(|(_, began, ended)| ended > began));
+        }
+        assert!(group.sample().unwrap() > 0.0);
+        assert!(group.threads.iter().all(|t| !t.is_finished()));
+        assert_eq!(std::fs::read_dir(folder.path()).unwrap().count(), 3);
+        group.finish().unwrap();
+        assert_eq!(std::fs::read_dir(folder.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn a_probe_that_cannot_write_fails_its_sample_and_the_group_still_finishes() {
+        let folder = tempfile::tempdir().unwrap();
+        let path = folder.path().join("read-only.bin");
+        std::fs::write(&path, [0u8; 512]).unwrap();
+        let read_only = SyncProbe::new(
+            path,
+            File::open(folder.path().join("read-only.bin")).unwrap(),
+            512,
+        );
+        let writable = SyncProbe::preallocated_named(folder.path(), "writable", 512, 4).unwrap();
+        let mut group = SyncGroup::start(vec![writable, read_only]).unwrap();
+        let error = group.sample().unwrap_err();
+        assert!(format!("{error:#}").contains("cannot write"), "{error:#}");
+        // The next sample runs again on both threads, and fails again.
+        assert!(group.sample().is_err());
+        group.finish().unwrap();
+        assert_eq!(std::fs::read_dir(folder.path()).unwrap().count(), 0);
+    }
 }

@@ -58,7 +58,7 @@ use report::stats::{density, Summary};
 use report::Table;
 
 use crate::cpu::{CpuClock, CpuPerMessage};
-use crate::fdatasync::{self, SyncProbe};
+use crate::fdatasync::{SyncGroup, SyncProbe};
 use crate::floor::FlowFloor;
 use crate::limits::{self, DiskLimit, PayloadLimits};
 use crate::output::{self, Output, OutputArgs};
@@ -591,12 +591,14 @@ async fn window_one_latency(
     let size = args.latency_payload;
     let mut preallocated = SyncProbe::preallocated(folder, size, args.latency_messages)?;
     let mut appending = SyncProbe::appending(folder, size)?;
-    let mut together = (0..REPLICAS)
-        .map(|replica| {
-            let name = format!("replica-{replica}-{size}");
-            SyncProbe::preallocated_named(folder, &name, size, args.latency_messages)
-        })
-        .collect::<anyhow::Result<Vec<_>>>()?;
+    let mut together = SyncGroup::start(
+        (0..REPLICAS)
+            .map(|replica| {
+                let name = format!("replica-{replica}-{size}");
+                SyncProbe::preallocated_named(folder, &name, size, args.latency_messages)
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?,
+    )?;
     let mut floor = FlowFloor::start(folder, size, args.latency_messages + LATENCY_WARMUP)?;
     for _ in 0..LATENCY_WARMUP {
         (floor, _) = sample_off_runtime(floor, FlowFloor::sample).await?;
@@ -621,13 +623,8 @@ async fn window_one_latency(
         let (probe, latency) = sample_off_runtime(floor, FlowFloor::sample).await?;
         floor = probe;
         samples.floor.push(latency);
-        let (probes, latency) = tokio::task::spawn_blocking(move || {
-            let latency = fdatasync::sample_together(&mut together);
-            latency.map(|latency| (together, latency))
-        })
-        .await
-        .context("the concurrent bare fdatasyncs panicked")??;
-        together = probes;
+        let (group, latency) = sample_off_runtime(together, SyncGroup::sample).await?;
+        together = group;
         samples.replicas.push(latency);
         bar.inc(3);
     }
@@ -635,9 +632,7 @@ async fn window_one_latency(
     cluster.delete(&info).await?;
     preallocated.finish()?;
     appending.finish()?;
-    for probe in together {
-        probe.finish()?;
-    }
+    together.finish()?;
     floor.finish()?;
     Ok(samples)
 }
