@@ -12,6 +12,7 @@
 //! once it is dropped and done; a link whose last publisher left closes.
 
 use std::collections::HashMap;
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use engine::replication::{Msg, ServerId};
@@ -69,6 +70,8 @@ struct Pool {
     /// What every link is configured with, but for its address.
     config: ClientConfig,
     servers: Mutex<HashMap<ServerId, Arc<ServerLink>>>,
+    /// The messages of every publisher on these links awaiting answers.
+    in_flight: Arc<AtomicUsize>,
 }
 
 impl PublisherLinks {
@@ -84,6 +87,7 @@ impl PublisherLinks {
                 in_flight_max: config.server_in_flight_max,
                 config: links,
                 servers: Mutex::default(),
+                in_flight: Arc::default(),
             }),
         }
     }
@@ -97,6 +101,12 @@ impl PublisherLinks {
     /// it is up).
     pub fn servers(&self) -> usize {
         self.pool.lock().len()
+    }
+
+    /// The count of the messages of every publisher on these links that
+    /// await their answers, which each publisher keeps up to date.
+    pub(super) fn in_flight(&self) -> Arc<AtomicUsize> {
+        Arc::clone(&self.pool.in_flight)
     }
 
     /// What a new link is configured with, but for its address.

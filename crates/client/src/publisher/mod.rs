@@ -230,14 +230,25 @@ type Reply = oneshot::Sender<Result<Published, ClientError>>;
 
 /// The callers waiting for their messages, by sequence. Sequences are
 /// handed out densely and in order, so a queue from the oldest one waiting
-/// holds them without hashing.
+/// holds them without hashing. Each caller waiting counts in `in_flight`,
+/// the count shared by every publisher on the same links.
 #[derive(Default)]
 struct Replies {
     first: u64,
     slots: VecDeque<Option<Reply>>,
+    /// The callers in `slots` still waiting.
+    waiting: usize,
+    in_flight: Arc<AtomicUsize>,
 }
 
 impl Replies {
+    /// Counts in `in_flight` from now on, with the links' other publishers.
+    fn count_in(&mut self, in_flight: Arc<AtomicUsize>) {
+        self.in_flight.fetch_sub(self.waiting, Ordering::Relaxed);
+        in_flight.fetch_add(self.waiting, Ordering::Relaxed);
+        self.in_flight = in_flight;
+    }
+
     fn insert(&mut self, sequence: u64, reply: Reply) {
         if self.slots.is_empty() {
             self.first = sequence;
@@ -248,6 +259,8 @@ impl Replies {
             "a producer hands out sequences densely, in order"
         );
         self.slots.push_back(Some(reply));
+        self.waiting += 1;
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
     }
 
     fn remove(&mut self, sequence: u64) -> Option<Reply> {
@@ -257,11 +270,27 @@ impl Replies {
             self.slots.pop_front();
             self.first += 1;
         }
+        if reply.is_some() {
+            self.waiting -= 1;
+            self.in_flight.fetch_sub(1, Ordering::Relaxed);
+        }
         reply
     }
 
     fn is_empty(&self) -> bool {
         self.slots.is_empty()
+    }
+
+    /// Messages awaiting answers on the links, this publisher's and the
+    /// others'.
+    fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Replies {
+    fn drop(&mut self) {
+        self.in_flight.fetch_sub(self.waiting, Ordering::Relaxed);
     }
 }
 
@@ -327,6 +356,7 @@ impl Publisher {
             epoch: info.epoch,
         };
         let shared = Arc::new(Shared::new(info, &config, client_id, protocol, placement));
+        shared.lock().replies.count_in(links.in_flight());
         let mut joined = Vec::with_capacity(info.replicas.len());
         for replica in &info.replicas {
             match links.join(replica.id, &replica.address, &shared).await {
@@ -678,11 +708,12 @@ impl Core {
     }
 
     /// Encodes what the producer sends into the servers' outboxes. With
-    /// no other message awaiting its answer (window 1, or a lull), the
-    /// frames are written at once by this thread; otherwise they gather
-    /// for the link tasks, which write them in batches.
+    /// at most one other message awaiting its answer on the links, this
+    /// publisher's or another's (window 1, or a lull), the frames are
+    /// written at once by this thread; otherwise they gather for the link
+    /// tasks, which write them in batches.
     fn flush(&mut self, stream: u64, out: &mut Vec<(Node, Msg)>) {
-        let now = self.replies.slots.len() <= 1;
+        let now = self.replies.in_flight() <= 1;
         for (node, msg) in coalesce_confirms(out.drain(..)) {
             let Node::Server(server) = node else { continue };
             if let Some(outbox) = self.outboxes.get(&server) {
@@ -1106,6 +1137,34 @@ fn refusal_of(code: ErrorCode) -> Option<Refusal> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_links_count_every_publishers_waiting_callers_until_answered_or_dropped() {
+        let links = Arc::new(AtomicUsize::new(0));
+        let (mut first, mut second) = (Replies::default(), Replies::default());
+        first.insert(1, oneshot::channel().0);
+        // Counted alone at first, then moved into the links' count.
+        assert_eq!(first.in_flight(), 1);
+        first.count_in(Arc::clone(&links));
+        second.count_in(Arc::clone(&links));
+        for sequence in 2..=3 {
+            first.insert(sequence, oneshot::channel().0);
+        }
+        second.insert(10, oneshot::channel().0);
+        assert_eq!((first.in_flight(), second.in_flight()), (4, 4));
+        // Answered out of order, each counts off once; a repeat does not.
+        assert!(first.remove(2).is_some());
+        assert!(first.remove(2).is_none());
+        assert!(first.remove(9).is_none());
+        assert_eq!(links.load(Ordering::Relaxed), 3);
+        assert!(first.remove(1).is_some());
+        assert_eq!(second.in_flight(), 2);
+        // A publisher dropped with callers waiting takes them off.
+        drop(first);
+        assert_eq!(links.load(Ordering::Relaxed), 1);
+        assert!(second.remove(10).is_some());
+        assert_eq!(links.load(Ordering::Relaxed), 0);
+    }
 
     fn shared_of(window: usize) -> Shared {
         shared_on(3, 1, window)
