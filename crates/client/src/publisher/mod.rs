@@ -232,7 +232,6 @@ type Reply = oneshot::Sender<Result<Published, ClientError>>;
 /// handed out densely and in order, so a queue from the oldest one waiting
 /// holds them without hashing. Each caller waiting counts in `in_flight`,
 /// the count shared by every publisher on the same links.
-#[derive(Default)]
 struct Replies {
     first: u64,
     slots: VecDeque<Option<Reply>>,
@@ -242,11 +241,14 @@ struct Replies {
 }
 
 impl Replies {
-    /// Counts in `in_flight` from now on, with the links' other publishers.
-    fn count_in(&mut self, in_flight: Arc<AtomicUsize>) {
-        self.in_flight.fetch_sub(self.waiting, Ordering::Relaxed);
-        in_flight.fetch_add(self.waiting, Ordering::Relaxed);
-        self.in_flight = in_flight;
+    /// No caller yet; each one to come counts in `in_flight`.
+    fn counting_in(in_flight: Arc<AtomicUsize>) -> Replies {
+        Replies {
+            first: 0,
+            slots: VecDeque::new(),
+            waiting: 0,
+            in_flight,
+        }
     }
 
     fn insert(&mut self, sequence: u64, reply: Reply) {
@@ -355,8 +357,7 @@ impl Publisher {
             primary: info.primary,
             epoch: info.epoch,
         };
-        let shared = Arc::new(Shared::new(info, &config, client_id, protocol, placement));
-        shared.lock().replies.count_in(links.in_flight());
+        let shared = Arc::new(Shared::new(info, &config, links, protocol, placement));
         let mut joined = Vec::with_capacity(info.replicas.len());
         for replica in &info.replicas {
             match links.join(replica.id, &replica.address, &shared).await {
@@ -475,14 +476,16 @@ impl Drop for Publisher {
 }
 
 impl Shared {
-    /// A publisher of the stream `info` describes, with no link yet.
+    /// A publisher of the stream `info` describes, to join `links`, with
+    /// no link yet.
     fn new(
         info: &StreamInfo,
         config: &PublisherConfig,
-        client_id: u128,
+        links: &PublisherLinks,
         protocol: Protocol,
         placement: Placement,
     ) -> Shared {
+        let client_id = links.client_id();
         let producer = Producer::new(
             client_id,
             config.session,
@@ -500,7 +503,7 @@ impl Shared {
             client_id,
             session: config.session,
             window_size: config.window,
-            core: Mutex::new(Core::new(producer)),
+            core: Mutex::new(Core::new(producer, links.in_flight())),
             window: Semaphore::new(config.window),
             held_room: Notify::new(),
             held_bytes_max: config.held_bytes_max,
@@ -673,11 +676,13 @@ impl Shared {
 }
 
 impl Core {
-    fn new(producer: Producer) -> Core {
+    /// `in_flight`: the count of the messages awaiting answers on the
+    /// links the publisher joins.
+    fn new(producer: Producer, in_flight: Arc<AtomicUsize>) -> Core {
         Core {
             producer,
             outboxes: HashMap::new(),
-            replies: Replies::default(),
+            replies: Replies::counting_in(in_flight),
             completed: Vec::new(),
             out: Vec::new(),
             started: Instant::now(),
@@ -1141,13 +1146,9 @@ mod tests {
     #[test]
     fn the_links_count_every_publishers_waiting_callers_until_answered_or_dropped() {
         let links = Arc::new(AtomicUsize::new(0));
-        let (mut first, mut second) = (Replies::default(), Replies::default());
-        first.insert(1, oneshot::channel().0);
-        // Counted alone at first, then moved into the links' count.
-        assert_eq!(first.in_flight(), 1);
-        first.count_in(Arc::clone(&links));
-        second.count_in(Arc::clone(&links));
-        for sequence in 2..=3 {
+        let mut first = Replies::counting_in(Arc::clone(&links));
+        let mut second = Replies::counting_in(Arc::clone(&links));
+        for sequence in 1..=3 {
             first.insert(sequence, oneshot::channel().0);
         }
         second.insert(10, oneshot::channel().0);
@@ -1191,7 +1192,7 @@ mod tests {
             client_id: 7,
             session,
             window_size: window,
-            core: Mutex::new(Core::new(producer)),
+            core: Mutex::new(Core::new(producer, Arc::default())),
             window: Semaphore::new(window),
             held_room: Notify::new(),
             held_bytes_max: usize::MAX,
