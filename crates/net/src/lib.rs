@@ -44,6 +44,8 @@ pub const IDLE_BEFORE_DIRECT: Duration = Duration::from_micros(100);
 thread_local! {
     /// Set while this thread runs work that [`deferring`] marked busy.
     static DEFERRING: Cell<bool> = const { Cell::new(false) };
+    /// Set while this thread runs work that [`prompt`] marked.
+    static PROMPT: Cell<bool> = const { Cell::new(false) };
     /// Sends this thread left for the flushers ([`queued_here`]).
     static QUEUED: Cell<u64> = const { Cell::new(0) };
 }
@@ -65,6 +67,19 @@ pub fn deferring<R>(defer: bool, work: impl FnOnce() -> R) -> R {
     let outer = DEFERRING.replace(defer);
     let result = work();
     DEFERRING.set(outer);
+    result
+}
+
+/// Runs `work` with every send it makes written at once when nothing is
+/// queued on its connection and no flush is under way, however recently
+/// the connection wrote: for a thread about to block (on the disk) after
+/// its sends, whose sends would otherwise wait for a flusher it holds up.
+pub fn prompt<R>(work: impl FnOnce() -> R) -> R {
+    let deferring = DEFERRING.replace(false);
+    let outer = PROMPT.replace(true);
+    let result = work();
+    PROMPT.set(outer);
+    DEFERRING.set(deferring);
     result
 }
 
@@ -340,9 +355,10 @@ impl<H: Send + 'static> SharedWriter<H> {
                 Direct::Always => true,
                 Direct::WhenIdle => {
                     !DEFERRING.get()
-                        && state
-                            .last_write
-                            .is_none_or(|last| last.elapsed() >= IDLE_BEFORE_DIRECT)
+                        && (PROMPT.get()
+                            || state
+                                .last_write
+                                .is_none_or(|last| last.elapsed() >= IDLE_BEFORE_DIRECT))
                 }
                 Direct::Never => false,
             };

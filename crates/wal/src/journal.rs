@@ -267,6 +267,15 @@ struct Control {
     metrics: JournalMetrics,
 }
 
+impl Control {
+    /// Whether a write of the log at `address` alone goes in place: the
+    /// journal's thread waits with nothing in its list, and its last
+    /// round (or write in place) was of that log alone.
+    fn in_place(&self, address: usize) -> bool {
+        self.alone == address && self.waiting && self.ready.is_empty() && !self.shutdown
+    }
+}
+
 pub(crate) struct Inner {
     root: PathBuf,
     path: PathBuf,
@@ -491,6 +500,14 @@ impl Inner {
         }
     }
 
+    /// Whether a [`write_here`] that appends to the log at `address` alone
+    /// would now write it on its thread ([`Inner::write_or_enqueue`]'s
+    /// test, read before the work: the journal may change meanwhile).
+    pub(crate) fn would_write_in_place(&self, address: usize) -> bool {
+        let control = self.lock();
+        control.failed.is_none() && control.in_place(address)
+    }
+
     /// A log [`write_here`] held back: written on this thread when the
     /// journal is idle and nothing else waits (a round of it alone would
     /// be the same direct write, after a wake-up of the journal's
@@ -499,8 +516,7 @@ impl Inner {
         let Some(mut control) = self.lock_unless_failed(&log) else {
             return;
         };
-        let alone = control.alone == address(&log);
-        if !(alone && control.waiting && control.ready.is_empty() && !control.shutdown) {
+        if !control.in_place(address(&log)) {
             self.push_ready(control, log);
             return;
         }

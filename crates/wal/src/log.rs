@@ -424,6 +424,18 @@ impl Log {
         self.shared.space.notified()
     }
 
+    /// Whether records appended to this log alone under
+    /// [`crate::write_here`] would now be written and synced by the
+    /// appending thread: the log shares a journal whose thread is idle and
+    /// whose last round (or write in place) was of this log alone. A hint,
+    /// read before the work; the write itself decides again.
+    pub fn may_write_here(&self) -> bool {
+        let address = Arc::as_ptr(&self.shared) as *const () as usize;
+        self.shared
+            .journal()
+            .is_some_and(|journal| journal.would_write_in_place(address))
+    }
+
     pub fn last_version(&self) -> u64 {
         lock(&self.shared.state).last_version
     }

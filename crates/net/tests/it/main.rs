@@ -268,6 +268,45 @@ async fn sends_close_together_and_deferred_sends_go_through_the_flusher() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prompt_send_is_written_at_once_right_after_a_write_but_never_past_a_queue() {
+    let (writer, mut peer) = pair(16).await;
+    let mut expected = Vec::new();
+    // Whether each send was left for the flusher (`net::queued_here`).
+    let mut send = |number: u32, how: &str| {
+        let bytes = message(5, number, 100);
+        expected.push((5, number));
+        let queued = net::queued_here();
+        match how {
+            "prompt" => net::prompt(|| writer.try_send(bytes, None)).unwrap(),
+            "prompt, deferring outside" => {
+                net::deferring(true, || net::prompt(|| writer.try_send(bytes, None))).unwrap()
+            }
+            _ => writer.try_queue(bytes, None).unwrap(),
+        }
+        net::queued_here() - queued
+    };
+    // However close together, and inside a deferring caller, a prompt
+    // send finds the connection without a queue and writes at once.
+    assert_eq!(send(0, "prompt"), 0, "written at once");
+    assert_eq!(send(1, "prompt"), 0, "written at once right after a write");
+    assert_eq!(send(2, "prompt, deferring outside"), 0, "written at once");
+    // With a send queued (no flusher runs yet), a prompt send queues
+    // behind it rather than overtake it.
+    assert_eq!(send(3, "queue"), 1, "queued");
+    assert_eq!(send(4, "prompt"), 1, "queued behind the queue");
+    let flusher = spawn_flusher(&writer);
+    let mut read = vec![0u8; 5 * 100];
+    peer.read_exact(&mut read).await.unwrap();
+    assert_eq!(messages(&read), expected);
+    written(&writer, 4).await;
+    let stats = writer.stats();
+    assert_eq!(stats.direct, 3, "{stats:?}");
+    assert_eq!(stats.flushed, 1, "the queued two in one write: {stats:?}");
+    writer.close();
+    flusher.await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gathered_batch_is_written_at_once_keeps_its_buffer_and_never_overtakes_a_queue() {
     let (writer, mut peer) = pair(16).await;
     // Right after a write, so the idle rule would queue a `try_send`:

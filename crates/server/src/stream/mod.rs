@@ -684,34 +684,44 @@ impl Stream {
         if self.deleted.load(Ordering::Acquire) {
             return;
         }
-        let busy = msgs.len() > 1
-            || msgs
-                .iter()
-                .any(|msg| matches!(msg, Msg::Replicate { entries } if entries.len() > 1));
+        // Records, not messages, make a reader busy: a `Commit` read with
+        // the next record's copy (a closed loop at window 1) is no batch.
+        let records: usize = msgs
+            .iter()
+            .map(|msg| match msg {
+                Msg::Replicate { entries } => entries.len(),
+                _ => 0,
+            })
+            .sum();
+        let busy = records > 1;
         self.run_step(busy, || self.on_peer_step(from, msgs));
     }
 
-    /// Runs a step of a connection's reader. With many messages in hand
+    /// Runs a step of a connection's reader. With many records in hand
     /// (`busy`) the reader is the bottleneck, and its sends go to the
-    /// flushers rather than costing it a write each. With one, under
-    /// `wal::write_here`: its record is written and synced by this thread
-    /// when its log has the journal to itself, which saves the wake-up of
-    /// the journal's thread. Only where an acknowledgement waits for every
-    /// replica's log (the ack of one server alone could otherwise leave
-    /// before the copies of the record it releases), and only when every
-    /// send of the step reached its socket (none waits for a flusher).
+    /// flushers rather than costing it a write each. With one, when its
+    /// log has the idle journal to itself (`Log::may_write_here`), under
+    /// `wal::write_here`: its record is written and synced by this thread,
+    /// which saves the wake-up of the journal's thread, and its sends (a
+    /// primary's forwards) are written at once (`net::prompt`), however
+    /// recently their connection wrote, since this thread blocks on the
+    /// disk next and could not run a flusher. Only where an
+    /// acknowledgement waits for every replica's log (the ack of one
+    /// server alone could otherwise leave before the copies of the record
+    /// it releases), and only when every send of the step reached its
+    /// socket (none waits for a flusher).
     fn run_step(&self, busy: bool, step: impl FnOnce()) {
         let every_replica = self.protocol != Protocol::Hybrid
             && matches!(
                 self.protocol.ack_rule(HybridMode::ServerSync),
                 AckRule::EveryReplica | AckRule::PrimaryAfterAll
             );
-        if busy || !every_replica {
+        if busy || !every_replica || !self.log.may_write_here() {
             return net::deferring(busy, step);
         }
         wal::write_here(|| {
             let queued = net::queued_here();
-            net::deferring(false, step);
+            net::prompt(step);
             if net::queued_here() != queued {
                 wal::not_here();
             }

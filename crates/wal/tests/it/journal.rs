@@ -471,6 +471,50 @@ fn with_several_logs_busy_write_here_leaves_the_records_to_the_journals_rounds()
 }
 
 #[test]
+fn a_log_may_be_written_here_only_while_it_has_the_idle_journal_to_itself() {
+    let (storage, journal, logs) = two_logs();
+    let mut payloads: Vec<Vec<Vec<u8>>> = vec![Vec::new(); 2];
+    // A round of both logs: neither had the journal to itself.
+    journal_rounds(&storage, &logs, &mut payloads, 1, 0);
+    wait_idle(&journal);
+    assert!(!logs[0].may_write_here() && !logs[1].may_write_here());
+    // A round of the first alone: it may now, the other may not.
+    push(&logs[0], 0, &mut payloads[0]);
+    wait_durable(&logs[0], payloads[0].len() as u64, "a round of it alone");
+    wait_idle(&journal);
+    assert!(logs[0].may_write_here());
+    assert!(!logs[1].may_write_here());
+    // While the journal's thread has work (a round held at its sync), not
+    // even the log alone may.
+    storage.hold_syncs();
+    push(&logs[1], 1, &mut payloads[1]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while journal.idle() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the round never starts"
+        );
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    assert!(!logs[0].may_write_here());
+    storage.release_syncs();
+    wait_durable(&logs[1], payloads[1].len() as u64, "the held round");
+    // The hint agrees with what `write_here` then does.
+    wait_idle(&journal);
+    assert!(logs[1].may_write_here() && !logs[0].may_write_here());
+    let threads = hook_threads(&logs[1]);
+    wal::write_here(|| push(&logs[1], 1, &mut payloads[1]));
+    assert_eq!(logs[1].durable_version(), payloads[1].len() as u64);
+    assert_eq!(
+        threads.lock().unwrap().last(),
+        Some(&std::thread::current().id())
+    );
+    // A log without a journal is never written by `write_here`.
+    let (alone, _) = open_log(&FaultStorage::new(), 7, sync_config(1 << 20));
+    assert!(!alone.may_write_here());
+}
+
+#[test]
 fn records_appended_in_place_survive_every_crash_image_and_a_panic_in_the_work() {
     let (storage, journal, log, mut payloads) = one_log_alone(64 * 1024, 16 * 1024);
     let before = journal.metrics();
