@@ -673,7 +673,7 @@ impl Stream {
         if self.lock().backlog_bytes > self.backlog_bytes_max {
             return Err((SubmitFailure::Busy, msgs));
         }
-        self.run_step(msgs.len() > 1, || {
+        self.run_step(msgs.len(), || {
             self.drive(|replica, now, out| replica.on_clients(client, msgs, now, out))
         });
         Ok(())
@@ -693,30 +693,31 @@ impl Stream {
                 _ => 0,
             })
             .sum();
-        let busy = records > 1;
-        self.run_step(busy, || self.on_peer_step(from, msgs));
+        self.run_step(records, || self.on_peer_step(from, msgs));
     }
 
-    /// Runs a step of a connection's reader. With many records in hand
-    /// (`busy`) the reader is the bottleneck, and its sends go to the
-    /// flushers rather than costing it a write each. With one, when its
-    /// log has the idle journal to itself (`Log::may_write_here`), under
-    /// `wal::write_here`: its record is written and synced by this thread,
-    /// which saves the wake-up of the journal's thread, and its sends (a
-    /// primary's forwards) are written at once (`net::prompt`), however
-    /// recently their connection wrote, since this thread blocks on the
-    /// disk next and could not run a flusher. Only where an
-    /// acknowledgement waits for every replica's log (the ack of one
-    /// server alone could otherwise leave before the copies of the record
-    /// it releases), and only when every send of the step reached its
-    /// socket (none waits for a flusher).
-    fn run_step(&self, busy: bool, step: impl FnOnce()) {
+    /// Runs a step of a connection's reader that carries `records`
+    /// records. With many in hand the reader is the bottleneck, and its
+    /// sends go to the flushers rather than costing it a write each. With
+    /// none (a `Progress`, a `Commit`) its sends follow the usual rule.
+    /// With one, when its log has the idle journal to itself
+    /// (`Log::may_write_here`), under `wal::write_here`: its record is
+    /// written and synced by this thread, which saves the wake-up of the
+    /// journal's thread, and its sends (a primary's forwards) are written
+    /// at once (`net::prompt`), however recently their connection wrote,
+    /// since this thread blocks on the disk next and could not run a
+    /// flusher. Only where an acknowledgement waits for every replica's
+    /// log (the ack of one server alone could otherwise leave before the
+    /// copies of the record it releases), and only when every send of the
+    /// step reached its socket (none waits for a flusher).
+    fn run_step(&self, records: usize, step: impl FnOnce()) {
+        let busy = records > 1;
         let every_replica = self.protocol != Protocol::Hybrid
             && matches!(
                 self.protocol.ack_rule(HybridMode::ServerSync),
                 AckRule::EveryReplica | AckRule::PrimaryAfterAll
             );
-        if busy || !every_replica || !self.log.may_write_here() {
+        if records != 1 || !every_replica || !self.log.may_write_here() {
             return net::deferring(busy, step);
         }
         wal::write_here(|| {
