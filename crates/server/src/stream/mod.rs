@@ -686,10 +686,12 @@ impl Stream {
         }
         // Records, not messages, make a reader busy: a `Commit` read with
         // the next record's copy (a closed loop at window 1) is no batch.
+        // A binding names a record the log takes, so it counts as one.
         let records: usize = msgs
             .iter()
             .map(|msg| match msg {
                 Msg::Replicate { entries } => entries.len(),
+                Msg::Bind { bindings } => bindings.len(),
                 _ => 0,
             })
             .sum();
