@@ -180,8 +180,10 @@ pub fn write_here<R>(work: impl FnOnce() -> R) -> R {
     result
 }
 
-/// A log's identity for [`Control::alone`].
-fn address(log: &Arc<dyn Member>) -> usize {
+/// A log's identity for [`Control::alone`]: the address of its shared
+/// state, the same through an `Arc<Shared>` as through the
+/// `Arc<dyn Member>` made from it.
+pub(crate) fn address<T: ?Sized>(log: &Arc<T>) -> usize {
     Arc::as_ptr(log) as *const () as usize
 }
 

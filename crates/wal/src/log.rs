@@ -430,7 +430,7 @@ impl Log {
     /// whose last round (or write in place) was of this log alone. A hint,
     /// read before the work; the write itself decides again.
     pub fn may_write_here(&self) -> bool {
-        let address = Arc::as_ptr(&self.shared) as *const () as usize;
+        let address = crate::journal::address(&self.shared);
         self.shared
             .journal()
             .is_some_and(|journal| journal.would_write_in_place(address))
