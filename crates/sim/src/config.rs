@@ -180,6 +180,7 @@ impl SimConfig {
             reserve_timeout_ms: 200,
             unbound_timeout_ms: 2_000,
             heartbeat_ms: 20,
+            heartbeat_max_ms: 320,
             held_max: 4_096,
             unbound_max: 4_096,
             need_batch: 64,

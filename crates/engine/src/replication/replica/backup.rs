@@ -219,12 +219,14 @@ impl Replica {
 
     pub(super) fn send_progress(&mut self, now: u64, out: &mut Vec<Effect>) {
         self.progress_sent = self.logged;
-        self.progress_sent_at = Some(now);
+        let last = self.machine.last_version();
+        self.progress_beat
+            .sent(now, (self.logged, last), &self.settings);
         out.push(Effect::Send(
             Node::Server(self.placement.primary),
             Msg::Progress {
                 logged: self.logged,
-                last: self.machine.last_version(),
+                last,
             },
         ));
     }

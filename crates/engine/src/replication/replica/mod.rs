@@ -21,6 +21,7 @@
 
 mod acks;
 mod backup;
+mod heartbeat;
 mod primary;
 mod rejoin;
 mod sender;
@@ -38,6 +39,7 @@ use crate::{Decision, StreamMachine};
 
 use acks::{refuse, refuse_retired, stamped, Boundaries, Waiter, Waiters};
 use backup::Unbound;
+use heartbeat::Heartbeat;
 use primary::Reservation;
 use sender::SenderLog;
 
@@ -84,9 +86,12 @@ pub struct ReplicaSettings {
     /// Client content waiting for its binding is dropped after this long
     /// (the primary never versioned it; the client retries).
     pub unbound_timeout_ms: u64,
-    /// Progress and commit reports are repeated at least this often, so a
-    /// lost one is replaced.
+    /// Progress and commit reports are repeated this long after one that
+    /// told something new, so a lost one is replaced.
     pub heartbeat_ms: u64,
+    /// A repeat that told nothing new doubles the wait before the next,
+    /// up to this: a quiet stream's replicas report about this often.
+    pub heartbeat_max_ms: u64,
     /// Out-of-order records a replica holds back at most.
     pub held_max: usize,
     /// Client messages a replica holds while waiting for bindings, and
@@ -123,6 +128,7 @@ impl Default for ReplicaSettings {
             reserve_timeout_ms: 2_000,
             unbound_timeout_ms: 30_000,
             heartbeat_ms: 50,
+            heartbeat_max_ms: 800,
             held_max: 1 << 16,
             unbound_max: 1 << 16,
             need_batch: 4_096,
@@ -246,9 +252,9 @@ pub struct Replica {
     active: HashMap<u128, u64>,
     /// `hybrid`: the current choice, from the live counts.
     mode: HybridMode,
-    /// When `Commit` (or a rejoining primary's `Probe`) was last sent: the
-    /// heartbeat to the backups.
-    commit_sent_at: Option<u64>,
+    /// When `Commit` (or a rejoining primary's `Probe`) was last sent, and
+    /// when it is repeated: the heartbeat to the backups.
+    commit_beat: Heartbeat,
     /// Records stamped in this step, sent to the backups as one
     /// `Replicate` when the step finishes.
     out_entries: Vec<Entry>,
@@ -274,8 +280,9 @@ pub struct Replica {
     need_to: Option<u64>,
     /// The logged version last reported to the primary (`Progress`).
     progress_sent: u64,
-    /// When `Progress` was last sent: the heartbeat to the primary.
-    progress_sent_at: Option<u64>,
+    /// When `Progress` was last sent, and when it is repeated: the
+    /// heartbeat to the primary.
+    progress_beat: Heartbeat,
     // --- starting and rejoining (`rejoin.rs`) ---
     /// A primary that has just started: each replica's reported newest
     /// version, until every replica has reported and this log holds the
@@ -333,7 +340,7 @@ impl Replica {
             quorum: BTreeMap::from([(1, protocol.ack_rule(HybridMode::ServerSync))]),
             active: HashMap::new(),
             mode: HybridMode::choose(replicas, 0),
-            commit_sent_at: None,
+            commit_beat: Heartbeat::default(),
             out_entries: Vec::new(),
             out_bindings: Vec::new(),
             held: BTreeMap::new(),
@@ -349,7 +356,7 @@ impl Replica {
             rejoin_queue: Vec::new(),
             followed: None,
             progress_sent: 0,
-            progress_sent_at: None,
+            progress_beat: Heartbeat::default(),
             after_log: Waiters::default(),
             after_all: Waiters::default(),
             boundaries: Boundaries::new(settings.commit_interval_ms),
@@ -458,12 +465,12 @@ impl Replica {
         if waits {
             return None;
         }
-        let sent_at = match self.is_primary() {
+        let beat = match self.is_primary() {
             true if self.standalone() => return Some(u64::MAX),
-            true => self.commit_sent_at,
-            false => self.progress_sent_at,
+            true => &self.commit_beat,
+            false => &self.progress_beat,
         };
-        Some(sent_at.map_or(0, |at| at.saturating_add(self.settings.heartbeat_ms)))
+        Some(beat.due_at(&self.settings))
     }
 
     /// Acknowledgements this replica holds back (waiting for the log, the
@@ -737,10 +744,11 @@ impl Replica {
             if self.rejoining.is_some() {
                 // Probes or answers may be lost: ask again.
                 let due = self
-                    .commit_sent_at
+                    .commit_beat
+                    .sent_at
                     .is_none_or(|at| now.saturating_sub(at) >= self.settings.heartbeat_ms);
                 if due {
-                    self.commit_sent_at = Some(now);
+                    self.commit_beat.sent_at = Some(now);
                     self.probe(out);
                     self.need_to = None;
                     self.continue_rejoin(out);
@@ -763,10 +771,7 @@ impl Replica {
                     .retain(|_, seen| now.saturating_sub(*seen) < window);
                 self.mode = HybridMode::choose(self.placement.replicas.len(), self.active.len());
             }
-            let due = self
-                .commit_sent_at
-                .is_none_or(|at| now.saturating_sub(at) >= self.settings.heartbeat_ms);
-            if due && !self.standalone() {
+            if self.commit_beat.is_due(now, &self.settings) && !self.standalone() {
                 self.send_commit(now, out);
             }
         } else {
@@ -774,10 +779,7 @@ impl Replica {
             let timeout = self.settings.unbound_timeout_ms;
             self.unbound
                 .retain(|_, held| now.saturating_sub(held.received) < timeout);
-            let due = self
-                .progress_sent_at
-                .is_none_or(|at| now.saturating_sub(at) >= self.settings.heartbeat_ms);
-            if due {
+            if self.progress_beat.is_due(now, &self.settings) {
                 self.send_progress(now, out);
             }
         }

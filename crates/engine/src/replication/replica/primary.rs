@@ -319,14 +319,13 @@ impl Replica {
     }
 
     pub(super) fn send_commit(&mut self, now: u64, out: &mut Vec<Effect>) {
-        self.commit_sent_at = Some(now);
+        let (committed, last) = (self.committed, self.shareable_last());
+        self.commit_beat
+            .sent(now, (committed, last), &self.settings);
         for backup in self.placement.backups() {
             out.push(Effect::Send(
                 Node::Server(backup),
-                Msg::Commit {
-                    committed: self.committed,
-                    last: self.shareable_last(),
-                },
+                Msg::Commit { committed, last },
             ));
         }
     }

@@ -187,6 +187,10 @@ impl Replica {
         );
         let passed = self.boundary(now, out);
         let new_epoch = placement.epoch != self.placement.epoch;
+        // A replica the new view names may need a report it had: the
+        // repeats start again from the base wait.
+        self.commit_beat.renew();
+        self.progress_beat.renew();
         self.placement = placement;
         if self.standalone() {
             // `unversioned`: each server logs on its own; nothing moves.
@@ -257,8 +261,8 @@ impl Replica {
         self.after_all = Waiters::default();
         self.rejoining = None;
         self.unrecorded = None;
-        self.progress_sent_at = None;
-        self.commit_sent_at = None;
+        self.progress_beat.restart();
+        self.commit_beat.restart();
         if let Some(sender) = &mut self.sender {
             // Versions past the fully logged point were never forwarded
             // and may be cut; their clients resend to the new primary.
