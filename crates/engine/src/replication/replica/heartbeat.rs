@@ -3,11 +3,13 @@
 //! something new leaves at once (the data path sends it) and is repeated
 //! `heartbeat_ms` later, so that one lost on a link is replaced; a repeat
 //! that tells nothing new doubles the wait before the next, up to
-//! `heartbeat_max_ms`. A quiet stream's replicas then exchange a report
-//! about once a `heartbeat_max_ms` rather than every `heartbeat_ms`, while
-//! a lost report is still replaced `heartbeat_ms` after it left. A new view
-//! starts the waits again from `heartbeat_ms`: a replica the view names may
-//! need the report it already had.
+//! `heartbeat_max_ms`, and ends on a multiple of itself, so that a
+//! server's resting streams send their repeats together. A quiet stream's
+//! replicas then exchange a report about once a `heartbeat_max_ms` rather
+//! than every `heartbeat_ms`, while a lost report is still replaced
+//! `heartbeat_ms` after it left. A new view starts the waits again from
+//! `heartbeat_ms`: a replica the view names may need the report it
+//! already had.
 
 use super::ReplicaSettings;
 
@@ -42,10 +44,22 @@ impl Heartbeat {
         self.sent_at = Some(now);
     }
 
-    /// When the report is next due (0: now).
+    /// When the report is next due (0: now). A repeat's longer wait ends
+    /// on a multiple of itself, so that the repeats of a server's resting
+    /// streams leave together (the clocks' beats share the replicas'
+    /// zero, `Replica::on_tick`'s `now`) rather than each on a beat of
+    /// its own.
     pub(super) fn due_at(&self, settings: &ReplicaSettings) -> u64 {
-        let wait = self.wait.max(settings.heartbeat_ms);
-        self.sent_at.map_or(0, |at| at.saturating_add(wait))
+        let base = settings.heartbeat_ms;
+        let wait = self.wait.max(base);
+        let Some(at) = self.sent_at else {
+            return 0;
+        };
+        let due = at.saturating_add(wait);
+        match wait > base {
+            true => due.checked_next_multiple_of(wait).unwrap_or(u64::MAX),
+            false => due,
+        }
     }
 
     pub(super) fn is_due(&self, now: u64, settings: &ReplicaSettings) -> bool {
@@ -83,19 +97,21 @@ mod tests {
         let mut beat = Heartbeat::default();
         assert_eq!(beat.due_at(&settings), 0, "never sent: due now");
         let mut now = 7;
-        let mut waits = Vec::new();
+        let mut dues = Vec::new();
         for _ in 0..6 {
             beat.sent(now, (3, 3), &settings);
-            waits.push(beat.due_at(&settings) - now);
             now = beat.due_at(&settings);
+            dues.push(now);
             assert!(!beat.is_due(now - 1, &settings));
             assert!(beat.is_due(now, &settings));
         }
-        assert_eq!(waits, [50, 100, 200, 400, 400, 400]);
+        // The base wait after news; then 100, 200 and 400 ms at least,
+        // each ending on a multiple of itself.
+        assert_eq!(dues, [57, 200, 400, 800, 1200, 1600]);
         beat.sent(now, (4, 4), &settings);
         assert_eq!(beat.due_at(&settings), now + 50, "news: the base wait");
         beat.sent(now + 50, (4, 4), &settings);
-        assert_eq!(beat.due_at(&settings), now + 150);
+        assert_eq!(beat.due_at(&settings), now + 200, "a repeat: 100 ms on");
         beat.renew();
         assert_eq!(beat.due_at(&settings), now + 100, "a view: the base wait");
         beat.sent(now + 100, (4, 4), &settings);

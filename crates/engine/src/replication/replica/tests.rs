@@ -604,9 +604,13 @@ fn a_replica_is_quiet_only_when_nothing_waits_and_then_until_its_next_heartbeat(
     // The new commit point went to the backups at once: the next
     // heartbeat is due a heartbeat later.
     assert_eq!(primary.quiet_until(), Some(22 + heartbeat), "{out:?}");
-    // That heartbeat told nothing new: the next waits twice as long.
+    // That heartbeat told nothing new: the next waits twice as long, to
+    // a multiple of that wait.
     primary.on_tick(22 + heartbeat, &mut out);
-    assert_eq!(primary.quiet_until(), Some(22 + 3 * heartbeat));
+    assert_eq!(
+        primary.quiet_until(),
+        Some((22 + 3 * heartbeat).next_multiple_of(2 * heartbeat))
+    );
 
     // A backup told of a version it lacks is not quiet: its clock asks
     // for it after the gap timeout.
