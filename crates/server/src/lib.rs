@@ -20,6 +20,7 @@ pub mod auth;
 mod config;
 mod connection;
 mod error;
+mod files;
 mod local;
 mod membership;
 mod metrics;
@@ -36,6 +37,7 @@ pub use config::{advertised_address, ClusterConfig, Peer, ServerConfig, TlsSetti
 pub use error::{
     CheckpointError, LocalError, OpenError, PlaceError, RemoteCreateError, StreamOpenError,
 };
+pub use files::{raise_open_files_limit, OpenFiles};
 pub use local::{LocalCluster, LocalSecurity, LocalServer};
 pub use replication::Router;
 pub use run::{run, run_rejoining, CurrentServer};

@@ -14,8 +14,14 @@ struct Server {
 
 impl Server {
     fn start(extra: &[&str]) -> (Server, tempfile::TempDir) {
+        Server::start_by(Command::new(BINARY), extra)
+    }
+
+    /// `command` runs `stamplog` with the arguments it is given (the
+    /// binary itself, or a shell that sets something up first).
+    fn start_by(mut command: Command, extra: &[&str]) -> (Server, tempfile::TempDir) {
         let data = tempfile::tempdir().unwrap();
-        let mut child = Command::new(BINARY)
+        let mut child = command
             .args(["server", "--listen", "127.0.0.1:0", "--data"])
             .arg(data.path())
             .args(extra)
@@ -193,6 +199,69 @@ fn streams_are_created_listed_and_deleted_from_the_command_line() {
         "{}",
         text(&again.stderr)
     );
+}
+
+/// The soft and hard limits on open files of process `pid`.
+fn open_files_limits(pid: u32) -> (u64, u64) {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let line = limits
+        .lines()
+        .find(|line| line.starts_with("Max open files"))
+        .expect("/proc/PID/limits names the open-file limit");
+    let numbers: Vec<u64> = line
+        .split_whitespace()
+        .filter_map(|word| word.parse().ok())
+        .collect();
+    (numbers[0], numbers[1])
+}
+
+/// Each replica keeps its segment open, so a server started under a soft
+/// limit of 256 open files (many systems give 1,024) stopped creating
+/// streams at about 240 ("Too many open files"). A server raises its
+/// soft limit to the hard one on opening.
+#[test]
+fn a_server_started_under_a_low_open_files_limit_raises_it_and_holds_more_streams() {
+    const SOFT: u64 = 256;
+    const STREAMS: usize = 300;
+    let (_, hard) = open_files_limits(std::process::id());
+    assert!(
+        hard > 2 * SOFT,
+        "this test needs a hard limit on open files above {} (it is {hard})",
+        2 * SOFT
+    );
+    let mut shell = Command::new("sh");
+    shell
+        .arg("-c")
+        .arg(format!("ulimit -Sn {SOFT} && exec \"$0\" \"$@\""))
+        .arg(BINARY);
+    let (server, _data) = Server::start_by(shell, &[]);
+    let pid = server.child.id();
+    assert_eq!(
+        open_files_limits(pid),
+        (hard, hard),
+        "raised to the hard limit"
+    );
+    let address = server.address.as_str();
+    for index in 1..=STREAMS {
+        let name = format!("s{index}");
+        let created = run(&["streams", "-s", address, "create", &name], None);
+        assert!(
+            created.status.success(),
+            "stream {index}: {}",
+            text(&created.stderr)
+        );
+    }
+    let open = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count();
+    assert!(
+        open as u64 > SOFT,
+        "{open} files open: past the limit the server started with"
+    );
+    let last = format!("s{STREAMS}");
+    let sent = run(&["send", "-s", address, "--stream", &last, "hello"], None);
+    assert!(sent.status.success(), "{}", text(&sent.stderr));
+    assert!(text(&sent.stdout).starts_with("version 1 "));
 }
 
 #[test]

@@ -104,6 +104,7 @@ pub struct ServerState {
 impl ServerState {
     /// Opens the data folder and recovers every stream in it.
     pub fn open(mut config: ServerConfig) -> Result<Arc<ServerState>, OpenError> {
+        crate::files::raise_and_log();
         let metrics = crate::metrics::Metrics::for_config(&mut config);
         let (acceptor, dialer, tokens) = security_of(&config)?;
         let router = Arc::new(Router::new(&config.cluster, config.peer_queue_max, dialer));
