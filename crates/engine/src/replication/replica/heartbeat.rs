@@ -19,7 +19,7 @@ use super::ReplicaSettings;
 pub(super) struct Heartbeat {
     /// When the report last left (`None`: not yet in this epoch, so it is
     /// due now).
-    pub(super) sent_at: Option<u64>,
+    sent_at: Option<u64>,
     /// What it said: a `Commit`'s committed and last versions, a
     /// `Progress`'s logged and last versions.
     told: Option<(u64, u64)>,
@@ -64,6 +64,13 @@ impl Heartbeat {
 
     pub(super) fn is_due(&self, now: u64, settings: &ReplicaSettings) -> bool {
         now >= self.due_at(settings)
+    }
+
+    /// A rejoining primary's `Probe` left at `now`: not a report, so it
+    /// is asked again `heartbeat_ms` later, whatever went before.
+    pub(super) fn probed(&mut self, now: u64) {
+        self.renew();
+        self.sent_at = Some(now);
     }
 
     /// A new view: the next report counts as news, `heartbeat_ms` after

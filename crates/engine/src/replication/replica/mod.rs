@@ -743,12 +743,8 @@ impl Replica {
             }
             if self.rejoining.is_some() {
                 // Probes or answers may be lost: ask again.
-                let due = self
-                    .commit_beat
-                    .sent_at
-                    .is_none_or(|at| now.saturating_sub(at) >= self.settings.heartbeat_ms);
-                if due {
-                    self.commit_beat.sent_at = Some(now);
+                if self.commit_beat.is_due(now, &self.settings) {
+                    self.commit_beat.probed(now);
                     self.probe(out);
                     self.need_to = None;
                     self.continue_rejoin(out);
