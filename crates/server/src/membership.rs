@@ -9,6 +9,12 @@
 //! opened, each cut back to the versions the cluster agrees with
 //! (`StreamPlacement::truncate_after`), and placed as the control plane
 //! says. Until then the server answers clients with `Busy`.
+//!
+//! A replica placed here that cannot be made (a disk error, no file
+//! descriptor left) is tried again on a timer, 250 ms after the failure
+//! and then at doubling waits up to 8 s, and at every change of the
+//! state: its stream waits for it, and nothing else may change the
+//! state to try it again.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -23,6 +29,10 @@ use crate::stream::Stream;
 
 /// Proposals for stream events are retried this long at most.
 const EVENT_RETRY_FOR: Duration = Duration::from_secs(30);
+/// The first wait before a replica that could not be made is tried
+/// again; each failure after it doubles the wait, up to the cap.
+const REMAKE_AFTER: Duration = Duration::from_millis(250);
+const REMAKE_AFTER_MAX: Duration = Duration::from_secs(8);
 
 /// Runs the membership of `server` until `stop` fires.
 pub(crate) async fn run(server: Arc<ServerState>, mut stop: watch::Receiver<bool>) {
@@ -47,7 +57,8 @@ pub(crate) async fn run(server: Arc<ServerState>, mut stop: watch::Receiver<bool
         let _ = tokio::task::spawn_blocking(move || open_pending(&server, &state)).await;
     }
     let mut applied = HashSet::new();
-    follow(&server, &state, &mut applied).await;
+    let mut remake = Remake::default();
+    remake.after(follow(&server, &state, &mut applied).await);
     server.ready.send_replace(true);
     tracing::info!(
         "server {} joined the cluster in view {view} ({} members)",
@@ -59,13 +70,20 @@ pub(crate) async fn run(server: Arc<ServerState>, mut stop: watch::Receiver<bool
     let mut events = server.router.take_events().expect("membership runs once");
     let mut watched = control.state();
     loop {
-        let changed = tokio::select! {
+        // `None`: the wait to make a replica again has passed.
+        let woke = tokio::select! {
             _ = stop.wait_for(|s| *s) => break,
-            changed = watched.changed() => changed.is_ok(),
+            changed = watched.changed() => Some(changed.is_ok()),
             Some(event) = events.recv() => {
                 tokio::spawn(propose_event(Arc::clone(&server), control.clone(), event));
                 continue;
             }
+            _ = remake.due() => None,
+        };
+        let Some(changed) = woke else {
+            let state = Arc::clone(&watched.borrow());
+            remake.after(follow(&server, &state, &mut applied).await);
+            continue;
         };
         if !changed {
             break;
@@ -83,9 +101,39 @@ pub(crate) async fn run(server: Arc<ServerState>, mut stop: watch::Receiver<bool
             server.removed.send_replace(true);
             break;
         }
-        follow(&server, &state, &mut applied).await;
+        remake.after(follow(&server, &state, &mut applied).await);
     }
     control.shutdown().await;
+}
+
+/// When `follow` tries again the replicas placed here that it could not
+/// make: never while every one is made, else after a wait that doubles
+/// with each failure in a row.
+#[derive(Default)]
+struct Remake {
+    at: Option<tokio::time::Instant>,
+    wait: Duration,
+}
+
+impl Remake {
+    /// Notes a `follow`'s outcome: whether a replica is still unmade.
+    fn after(&mut self, unmade: bool) {
+        if !unmade {
+            *self = Remake::default();
+            return;
+        }
+        self.wait = (self.wait * 2).clamp(REMAKE_AFTER, REMAKE_AFTER_MAX);
+        self.at = Some(tokio::time::Instant::now() + self.wait);
+    }
+
+    /// Ready once the wait has passed; pending forever while nothing is
+    /// to be made again.
+    async fn due(&self) {
+        match self.at {
+            Some(at) => tokio::time::sleep_until(at).await,
+            None => std::future::pending().await,
+        }
+    }
 }
 
 /// Logs each transition of `state` after `noted` (the last one logged)
@@ -280,9 +328,16 @@ fn open_pending(server: &Arc<ServerState>, state: &ControlState) {
     }
 }
 
-/// Brings this server's replicas in line with the control plane's state.
-async fn follow(server: &Arc<ServerState>, state: &ControlState, applied: &mut HashSet<String>) {
+/// Brings this server's replicas in line with the control plane's state;
+/// returns whether a replica placed here could not be made (to be tried
+/// again, `Remake`).
+async fn follow(
+    server: &Arc<ServerState>,
+    state: &ControlState,
+    applied: &mut HashSet<String>,
+) -> bool {
     let me = server.config.cluster.me;
+    let mut unmade = false;
     // Servers that joined without being in this one's configuration.
     for member in state.members.values() {
         server.router.add_peer(member.id, &member.address);
@@ -309,35 +364,13 @@ async fn follow(server: &Arc<ServerState>, state: &ControlState, applied: &mut H
             Some(stream) if stream.id == placed.id => stream,
             Some(_) => continue,
             None if placement.primary == 0 || pending => continue,
-            None => {
-                // Placed here by a refill, or created while this server
-                // was unreachable: an empty replica that catches up.
-                let info = server.info_for(placed, placement);
-                let retention = proto::RetentionConfig {
-                    bytes: placed.config.retain_bytes,
-                    ms: placed.config.retain_ms,
-                };
-                let creator = Arc::clone(server);
-                let created =
-                    tokio::task::spawn_blocking(move || creator.create_replica(&info, retention))
-                        .await;
-                match created {
-                    Ok(Ok(_)) => {}
-                    Ok(Err(error)) => {
-                        tracing::warn!(
-                            "cannot create the replica of {:?}: {}",
-                            placed.name,
-                            error.message
-                        );
-                        continue;
-                    }
-                    Err(_) => continue,
+            None => match make_replica(server, placed, placement).await {
+                Some(stream) => stream,
+                None => {
+                    unmade = true;
+                    continue;
                 }
-                match server.stream_by_name(&placed.name) {
-                    Some(stream) => stream,
-                    None => continue,
-                }
-            }
+            },
         };
         stream.set_availability(&placed.availability);
         stream.follow(&view);
@@ -352,6 +385,36 @@ async fn follow(server: &Arc<ServerState>, state: &ControlState, applied: &mut H
             let name = stream.name.clone();
             let _ = tokio::task::spawn_blocking(move || deleter.delete_stream(&name)).await;
         }
+    }
+    unmade
+}
+
+/// Makes this server's replica of `placed`, placed here by a refill or
+/// created while this server was unreachable: an empty replica that
+/// catches up. `None` if it cannot be made now (warned).
+async fn make_replica(
+    server: &Arc<ServerState>,
+    placed: &control::StreamPlacement,
+    placement: &engine::replication::Placement,
+) -> Option<Arc<Stream>> {
+    let info = server.info_for(placed, placement);
+    let retention = proto::RetentionConfig {
+        bytes: placed.config.retain_bytes,
+        ms: placed.config.retain_ms,
+    };
+    let creator = Arc::clone(server);
+    let created = tokio::task::spawn_blocking(move || creator.create_replica(&info, retention));
+    match created.await {
+        Ok(Ok(_)) => server.stream_by_name(&placed.name),
+        Ok(Err(error)) => {
+            tracing::warn!(
+                "cannot create the replica of {:?}: {}; trying again",
+                placed.name,
+                error.message
+            );
+            None
+        }
+        Err(_) => None,
     }
 }
 
@@ -455,5 +518,33 @@ fn cut_back(
             tracing::warn!("stream {:?} cannot be cut back: {error}", meta.name);
             false
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_replica_made_again_waits_longer_after_each_failure_and_not_once_made() {
+        let mut remake = Remake::default();
+        assert!(remake.at.is_none(), "nothing to make: never due");
+        let mut waits = Vec::new();
+        for _ in 0..8 {
+            let started = tokio::time::Instant::now();
+            remake.after(true);
+            remake.due().await;
+            waits.push(started.elapsed().as_millis());
+        }
+        assert_eq!(waits, [250, 500, 1000, 2000, 4000, 8000, 8000, 8000]);
+        remake.after(false);
+        assert!(remake.at.is_none(), "every replica made: not due again");
+        let never = tokio::time::timeout(Duration::from_secs(3600), remake.due()).await;
+        assert!(never.is_err(), "due with nothing to make");
+        remake.after(true);
+        assert_eq!(
+            remake.wait, REMAKE_AFTER,
+            "a new failure starts at the base"
+        );
     }
 }

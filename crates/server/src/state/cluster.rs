@@ -186,7 +186,7 @@ impl ServerState {
         for replica in &info.replicas {
             if let Err(problem) = self.create_one(replica, &info, retention).await {
                 tracing::warn!(
-                    "{}; it will be created when server {} sees the placement",
+                    "{}; server {} makes it once it sees the placement and can (it tries again on its own)",
                     problem.message,
                     replica.id
                 );

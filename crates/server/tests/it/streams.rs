@@ -281,3 +281,68 @@ async fn a_connection_holds_a_bounded_number_of_subscriptions() {
     }
     server.stop().await;
 }
+
+/// A replica that cannot be made when its stream is created (here a file
+/// lies where its folder goes on server 3) is made once the cause is
+/// gone, although nothing in the control plane's state changes: the
+/// stream then acknowledges writes with all three replicas.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_that_could_not_be_made_is_made_once_it_can_without_a_new_placement() {
+    use std::time::Duration;
+    let folder = tempfile::tempdir().unwrap();
+    let cluster = server::LocalCluster::start(3, folder.path(), |_| {})
+        .await
+        .unwrap();
+    let streams = folder.path().join("server-3").join("streams");
+    std::fs::create_dir_all(&streams).unwrap();
+    let obstacle = streams.join("blocked");
+    std::fs::write(&obstacle, b"in the way").unwrap();
+    let (_client, info) =
+        crate::harness::create_on_three(&cluster, "blocked", client::Protocol::OneHopAckClient)
+            .await;
+    let third = cluster.servers[2].state();
+    assert_eq!(third.config.cluster.me, 3);
+    let publisher = crate::harness::publisher(&info, 4, 200).await;
+    let first = publisher.submit(b"", b"before").await.unwrap();
+    // Every replica must hold a write before it is acknowledged: this
+    // one waits for server 3's.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        third.stream_by_name("blocked").is_none(),
+        "server 3 made its replica through the file in the way"
+    );
+    let before = cluster.servers[0].state().control_state().unwrap();
+    std::fs::remove_file(&obstacle).unwrap();
+    crate::harness::wait_until(Duration::from_secs(10), "server 3's replica", || {
+        third.stream_by_name("blocked").is_some()
+    })
+    .await;
+    let acked = tokio::time::timeout(Duration::from_secs(10), first)
+        .await
+        .expect("the write before the replica is acknowledged once it is made")
+        .unwrap();
+    assert_eq!(acked.version, 1);
+    let second = publisher.submit(b"", b"after").await.unwrap();
+    let acked = tokio::time::timeout(Duration::from_secs(10), second)
+        .await
+        .expect("a write after the replica is made is acknowledged")
+        .unwrap();
+    assert_eq!(acked.version, 2);
+    let after = cluster.servers[0].state().control_state().unwrap();
+    let placed = |state: &control::ControlState| {
+        let placed = &state.streams["blocked"];
+        (
+            state.view,
+            placed.replicas.clone(),
+            placed.in_sync.clone(),
+            placed.epoch,
+        )
+    };
+    assert_eq!(
+        placed(&before),
+        placed(&after),
+        "the replica was made again on a timer, not by a change of the placement"
+    );
+    drop(publisher);
+    cluster.stop().await;
+}
