@@ -41,6 +41,6 @@ pub use files::{raise_open_files_limit, OpenFiles};
 pub use local::{LocalCluster, LocalSecurity, LocalServer};
 pub use replication::Router;
 pub use run::{run, run_rejoining, CurrentServer};
-pub use state::{ServerState, DEFAULT_REPLICAS};
+pub use state::{ServerState, DAMAGED_FOLDER, DEFAULT_REPLICAS};
 pub use stream::{now_ms, stream_name_error, Stream, StreamGauges, StreamMeta};
 pub use wire::check_peer_message;

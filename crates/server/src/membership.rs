@@ -323,6 +323,8 @@ fn open_pending(server: &Arc<ServerState>, state: &ControlState) {
                 stream.recover_senders();
                 server.insert_opened(Arc::new(stream))
             }
+            // Still placed here: `follow` sets the copy aside and makes
+            // a new replica (`ServerState::create_replica`).
             Err(reason) => tracing::warn!("stream {:?} cannot be opened: {reason}", meta.name),
         }
     }

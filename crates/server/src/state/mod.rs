@@ -51,6 +51,9 @@ struct Registry {
 
 /// How long a delete waits for the stream's log to write what it holds.
 const STREAM_DRAIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// Where copies of streams that could not be opened are kept, in the
+/// data folder.
+pub const DAMAGED_FOLDER: &str = "damaged";
 
 pub struct ServerState {
     pub config: ServerConfig,
@@ -517,10 +520,22 @@ impl ServerState {
             )
         };
         if storage.exists(&folder) {
-            // A folder without a meta file (the registry has no such
-            // stream) is what an interrupted create or delete leaves; none
-            // of it was ever acknowledged, so it goes.
-            storage.remove_dir_all(&folder).map_err(internal)?;
+            match read_meta(storage, &folder, name) {
+                // A folder without a meta file (the registry has no such
+                // stream) is what an interrupted create or delete leaves,
+                // and one of another id an older stream's of this name,
+                // deleted since: none of it is this stream's, so it goes.
+                Ok(None) => storage.remove_dir_all(&folder).map_err(internal)?,
+                Ok(Some(found)) if found.id != meta.id => {
+                    storage.remove_dir_all(&folder).map_err(internal)?
+                }
+                // This stream's own copy, which this server did not open
+                // (a damaged log; or left closed when the server stopped
+                // being a replica, and placed here again since): it may
+                // hold what no other replica does, so it is set aside,
+                // never deleted.
+                _ => set_aside(storage, &self.config.data_dir, &folder, meta).map_err(internal)?,
+            }
         }
         storage.create_dir_all(&folder).map_err(internal)?;
         // The new folder's entry, then its `log/` entry, are made durable
@@ -638,6 +653,40 @@ fn check_and_open_journal(config: &mut ServerConfig) -> Result<(), OpenError> {
 /// The meta file of the stream folder `folder` named `name`, checked;
 /// `None` for a stream whose creation never finished (its meta file is
 /// written last, so nothing was ever acknowledged in it).
+/// Moves a copy of stream `meta` that could not be opened out of the
+/// streams' folder, to `<data>/damaged/<name>-<id>-<unix seconds>`, for
+/// the operator to look at; a fresh replica then takes its place.
+fn set_aside(
+    storage: &dyn wal::Storage,
+    data_dir: &std::path::Path,
+    folder: &std::path::Path,
+    meta: &StreamMeta,
+) -> std::io::Result<()> {
+    let damaged = data_dir.join(DAMAGED_FOLDER);
+    storage.create_dir_all(&damaged)?;
+    let seconds = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_secs());
+    let stem = format!("{}-{}-{seconds}", meta.name, meta.id);
+    let target = (0..)
+        .map(|n| match n {
+            0 => damaged.join(&stem),
+            n => damaged.join(format!("{stem}.{n}")),
+        })
+        .find(|path| !storage.exists(path))
+        .expect("a free name");
+    storage.rename(folder, &target)?;
+    storage.sync_dir(&damaged)?;
+    storage.sync_dir(folder.parent().expect("stream folders have a parent"))?;
+    tracing::warn!(
+        "stream {:?}: the copy this server did not open (a damaged log, or one left from \
+         before it was a replica again) is kept in {}; a new replica catches up from its peers",
+        meta.name,
+        target.display()
+    );
+    Ok(())
+}
+
 fn read_meta(
     storage: &dyn wal::Storage,
     folder: &std::path::Path,

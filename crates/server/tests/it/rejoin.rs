@@ -180,3 +180,77 @@ async fn a_subscription_resumes_on_another_replica_when_its_server_dies() {
     drop(publisher);
     cluster.stop().await;
 }
+
+/// A backup whose log is damaged while it is down (bytes flipped inside a
+/// record well before its tail, so recovery refuses the log rather than
+/// cutting a torn tail) comes back with every version: its copy is set
+/// aside in `<data>/damaged`, as it was, and a new replica catches up
+/// from its peers. The history checker judges every replica.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_whose_log_was_damaged_while_down_comes_back_with_every_version() {
+    let folder = tempfile::tempdir().unwrap();
+    // No journal: its redo would write the damaged bytes over again.
+    let mut cluster = LocalCluster::start(3, folder.path(), |config| {
+        crate::harness::fast(config);
+        config.journal_bytes_max = 0;
+    })
+    .await
+    .unwrap();
+    let (_client, info) =
+        crate::harness::create_on_three(&cluster, NAME, Protocol::OneHopAckClient).await;
+    let publisher = crate::harness::publisher(&info, 16, 200).await;
+    let mut history = ClientHistory::default();
+    send(&publisher, &mut history, 0, 300).await;
+    let victim = (1..=3).find(|&id| id != info.primary).unwrap();
+    let data = crate::replication::data_folders(&cluster);
+    let victim_data = data.iter().find(|(id, _)| *id == victim).unwrap().1.clone();
+    cluster.stop_server(victim).await;
+    let log = victim_data.join("streams").join(NAME).join("log");
+    let mut segments: Vec<_> = std::fs::read_dir(&log)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|e| e == "seg"))
+        .collect();
+    segments.sort();
+    let segment = segments.first().expect("the victim has a segment");
+    let mut bytes = std::fs::read(segment).unwrap();
+    // A third of the way into 300 records of about 90 bytes each.
+    assert!(bytes.len() > 20_000, "{} bytes", bytes.len());
+    let at = bytes.len() / 3;
+    for byte in &mut bytes[at..at + 16] {
+        *byte ^= 0x5a;
+    }
+    std::fs::write(segment, &bytes).unwrap();
+    send(&publisher, &mut history, 300, 400).await;
+    cluster.start_server(victim).await.unwrap();
+    send(&publisher, &mut history, 400, 500).await;
+    let newest = history.acked.iter().map(|a| a.version).max().unwrap();
+    crate::harness::wait_until(Duration::from_secs(20), "every replica complete", || {
+        (1..=3).all(|id| {
+            state_of(&cluster, id)
+                .and_then(|state| state.stream_by_name(NAME))
+                .is_some_and(|stream| stream.log.durable_version() >= newest)
+        })
+    })
+    .await;
+    drop(publisher);
+    cluster.stop().await;
+    let logs = crate::replication::replica_logs(&data, NAME, info.id);
+    let report = checker::check(std::slice::from_ref(&history), &logs, None);
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(report.acknowledged, 500, "{report}");
+    // The copy that could not be opened is kept as it was, not deleted.
+    let kept: Vec<_> = std::fs::read_dir(victim_data.join(server::DAMAGED_FOLDER))
+        .expect("a folder of damaged copies")
+        .map(|entry| entry.unwrap().path())
+        .collect();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    let name = kept[0].file_name().unwrap().to_string_lossy().into_owned();
+    assert!(name.starts_with(&format!("{NAME}-{}-", info.id)), "{name}");
+    let kept_segment = kept[0].join("log").join(segment.file_name().unwrap());
+    assert_eq!(
+        std::fs::read(kept_segment).unwrap(),
+        bytes,
+        "the damaged bytes, kept"
+    );
+}
