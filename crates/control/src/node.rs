@@ -96,6 +96,9 @@ fn command_name(command: &Command) -> String {
         Command::SetRequirement { name, .. } => format!("the requirement of stream {name:?}"),
         Command::EpochStarted { name, .. } => format!("an epoch start of stream {name:?}"),
         Command::InSync { name, .. } => format!("an in-sync report of stream {name:?}"),
+        Command::LogFailed { name, server, .. } => {
+            format!("the failed log of server {server} for stream {name:?}")
+        }
     }
 }
 

@@ -160,6 +160,12 @@ pub struct StreamPlacement {
     /// an old copy of theirs holds is dropped.
     #[serde(default)]
     pub fresh: Vec<ServerId>,
+    /// Replicas whose log failed (`Command::LogFailed`), by server and
+    /// the join view of the process whose log it was: that process holds
+    /// no live replica of the stream, as if it had left; the same server
+    /// joined again (restarted, its log working) is live again.
+    #[serde(default)]
+    pub failed: Vec<(ServerId, u64)>,
     pub availability: Availability,
 }
 
@@ -217,6 +223,14 @@ impl StreamPlacement {
 }
 
 impl StreamPlacement {
+    /// Whether `id`'s copy of the stream is live: the server is a member
+    /// and the log of its current process has not failed.
+    pub fn holds_live(&self, members: &BTreeMap<ServerId, Member>, id: ServerId) -> bool {
+        members
+            .get(&id)
+            .is_some_and(|member| !self.failed.contains(&(id, member.join_view)))
+    }
+
     /// `unversioned`: every replica is its own primary.
     pub fn is_unversioned(&self) -> bool {
         self.config.protocol == "unversioned"
@@ -247,7 +261,7 @@ impl StreamPlacement {
             .replicas
             .iter()
             .copied()
-            .filter(|id| state.members.contains_key(id))
+            .filter(|id| self.holds_live(&state.members, *id))
             .collect();
         let in_sync = self
             .in_sync
@@ -345,6 +359,17 @@ pub enum Command {
         #[serde(default)]
         join_view: Option<u64>,
     },
+    /// A replica's log failed (a write or fsync error, such as a full
+    /// disk) and takes no more records: the replica leaves the stream's
+    /// in-sync set, and a primary hands over to a live in-sync replica.
+    /// Ignored unless `join_view` names the server's current incarnation,
+    /// and while no other in-sync replica is live.
+    LogFailed {
+        name: String,
+        server: ServerId,
+        join_view: u64,
+        reason: String,
+    },
 }
 
 /// The result of applying a command.
@@ -414,6 +439,12 @@ impl ControlState {
                 server,
                 join_view,
             } => self.in_sync(name, epoch, server, join_view),
+            Command::LogFailed {
+                name,
+                server,
+                join_view,
+                reason,
+            } => self.log_failed(name, (server, join_view), reason),
         }
     }
 
@@ -578,6 +609,50 @@ impl ControlState {
         Response::Done
     }
 
+    /// A replica's log failed: for this stream its process counts as
+    /// departed, though the server stays a member for its other streams.
+    /// It leaves the in-sync set; a primary is replaced by the next live
+    /// in-sync replica in a new epoch, and a spare member refills the set
+    /// (`reconcile`). The same server joined again (restarted, its log
+    /// working) comes back as a departed member does.
+    fn log_failed(
+        &mut self,
+        name: String,
+        (server, join_view): (ServerId, u64),
+        reason: String,
+    ) -> Response {
+        let live = self.is_member(server, join_view);
+        let members = &self.members;
+        let Some(stream) = self.streams.get_mut(&name) else {
+            return Response::Ignored(format!("no stream named {name:?}"));
+        };
+        if !live || !stream.in_sync.contains(&server) {
+            return Response::Ignored(format!(
+                "server {server} joined in view {join_view} is not in {name:?}'s in-sync set"
+            ));
+        }
+        let others_live = stream
+            .in_sync
+            .iter()
+            .any(|&other| other != server && members.contains_key(&other));
+        if !others_live {
+            return Response::Ignored(format!(
+                "server {server} is {name:?}'s only live in-sync replica"
+            ));
+        }
+        stream.in_sync.retain(|&other| other != server);
+        // Not live any more: `reconcile` replaces a primary and refills.
+        stream.failed.push((server, join_view));
+        let what = format!(
+            "stream {name:?}: server {server} left the in-sync set ({} of {} replicas in sync): its log failed: {reason}",
+            stream.in_sync.len(),
+            stream.replicas.len()
+        );
+        self.record(what);
+        self.reconcile();
+        Response::Done
+    }
+
     fn create_stream(&mut self, name: String, config: StreamConfig) -> Response {
         if self.streams.contains_key(&name) {
             return Response::Refused(format!("a stream named {name:?} exists"));
@@ -631,6 +706,7 @@ impl ControlState {
             replicas,
             epoch_members: Vec::new(),
             fresh: Vec::new(),
+            failed: Vec::new(),
             availability: Availability::Available,
         };
         self.streams.insert(name.clone(), placement);
@@ -674,44 +750,17 @@ impl ControlState {
         let mut notes = Vec::new();
         let members = &self.members;
         for stream in self.streams.values_mut() {
-            let live = |id: &ServerId| members.contains_key(id);
-            let primary_current = stream.primary.is_some_and(|p| {
+            // A failure noted of a process that has left since is over.
+            stream
+                .failed
+                .retain(|&(id, view)| members.get(&id).is_some_and(|m| m.join_view == view));
+            let failed = stream.failed.clone();
+            let live = |id: &ServerId| {
                 members
-                    .get(&p)
-                    .is_some_and(|m| m.join_view == stream.primary_join_view)
-            });
-            if !primary_current {
-                let next = stream
-                    .replicas
-                    .iter()
-                    .copied()
-                    .find(|id| live(id) && stream.in_sync.contains(id));
-                match next {
-                    Some(next) => {
-                        stream.epoch += 1;
-                        stream.primary = Some(next);
-                        stream.primary_join_view = members[&next].join_view;
-                        stream.epoch_members = stream
-                            .replicas
-                            .iter()
-                            .copied()
-                            .filter(|id| live(id))
-                            .collect();
-                        notes.push(format!(
-                            "stream {:?} failed over: primary {next} in epoch {}",
-                            stream.name, stream.epoch
-                        ));
-                    }
-                    None if stream.primary.is_some() => {
-                        stream.primary = None;
-                        notes.push(format!(
-                            "stream {:?} has no live in-sync replica; writes wait for one",
-                            stream.name
-                        ));
-                    }
-                    None => {}
-                }
-            }
+                    .get(id)
+                    .is_some_and(|m| !failed.contains(&(*id, m.join_view)))
+            };
+            replace_primary(stream, members, &live, &mut notes);
             stream.epoch_members.retain(|id| live(id));
             // Refill: a replica that is gone and out of sync leaves the
             // set (it holds nothing anyone needs); a spare member, or the
@@ -953,6 +1002,56 @@ pub fn name_hash(bytes: &[u8]) -> u64 {
     hash
 }
 
+/// A stream's primary that is not current (gone, failed, or of a
+/// former process) is replaced by the first live in-sync replica in a
+/// new epoch, whose tails it takes from the live replicas; with none,
+/// the stream has no primary and writes wait.
+fn replace_primary(
+    stream: &mut StreamPlacement,
+    members: &BTreeMap<ServerId, Member>,
+    live: &impl Fn(&ServerId) -> bool,
+    notes: &mut Vec<String>,
+) {
+    let primary_current = stream.primary.is_some_and(|p| {
+        live(&p)
+            && members
+                .get(&p)
+                .is_some_and(|m| m.join_view == stream.primary_join_view)
+    });
+    if !primary_current {
+        let next = stream
+            .replicas
+            .iter()
+            .copied()
+            .find(|id| live(id) && stream.in_sync.contains(id));
+        match next {
+            Some(next) => {
+                stream.epoch += 1;
+                stream.primary = Some(next);
+                stream.primary_join_view = members[&next].join_view;
+                stream.epoch_members = stream
+                    .replicas
+                    .iter()
+                    .copied()
+                    .filter(|id| live(id))
+                    .collect();
+                notes.push(format!(
+                    "stream {:?} failed over: primary {next} in epoch {}",
+                    stream.name, stream.epoch
+                ));
+            }
+            None if stream.primary.is_some() => {
+                stream.primary = None;
+                notes.push(format!(
+                    "stream {:?} has no live in-sync replica; writes wait for one",
+                    stream.name
+                ));
+            }
+            None => {}
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1055,6 +1154,115 @@ mod tests {
         };
         assert!(matches!(state.apply(stale), Response::Ignored(_)));
         assert_eq!(state.lead_member().map(|m| m.id), Some(1));
+    }
+
+    fn log_failed(state: &mut ControlState, id: ServerId) -> Response {
+        state.apply(Command::LogFailed {
+            name: "s".into(),
+            server: id,
+            join_view: state.members[&id].join_view,
+            reason: "No space left on device".into(),
+        })
+    }
+
+    #[test]
+    fn a_replica_whose_log_failed_leaves_the_in_sync_set_and_a_primary_hands_over() {
+        let mut state = cluster(3);
+        let Response::Stream(placed) = state.apply(Command::CreateStream {
+            name: "s".into(),
+            config: config(3),
+        }) else {
+            panic!()
+        };
+        let primary = placed.primary.unwrap();
+        let backup = *placed.replicas.iter().find(|&&id| id != primary).unwrap();
+        // A backup: for this stream its process is gone, as a departed
+        // member's is (no spare to refill the set here); its server stays
+        // a member, and the primary and the epoch stay.
+        assert_eq!(log_failed(&mut state, backup), Response::Done);
+        let stream = &state.streams["s"];
+        assert!(!stream.in_sync.contains(&backup));
+        assert!(!stream
+            .live_view(&state)
+            .placement
+            .replicas
+            .contains(&backup));
+        assert!(state.members.contains_key(&backup));
+        assert_eq!((stream.primary, stream.epoch), (Some(primary), 1));
+        assert!(
+            state
+                .transitions
+                .iter()
+                .any(|t| t.what.contains("its log failed: No space")),
+            "{:?}",
+            state.transitions
+        );
+        // The primary: the last other in-sync replica takes over in a new
+        // epoch, and takes no tail from the failed replicas.
+        assert_eq!(log_failed(&mut state, primary), Response::Done);
+        let stream = &state.streams["s"];
+        let next = stream.primary.unwrap();
+        assert!(next != primary && next != backup, "{next}");
+        assert_eq!(stream.epoch, 2);
+        assert_eq!(stream.in_sync, vec![next]);
+        assert!(!stream.is_recorded());
+        assert_eq!(stream.live_view(&state).consider, vec![next]);
+        // The only live in-sync replica stays, failed or not: the stream
+        // has nowhere else to go. A former incarnation is not heard.
+        assert!(matches!(log_failed(&mut state, next), Response::Ignored(_)));
+        assert_eq!(state.streams["s"].in_sync, vec![next]);
+        let stale = Command::LogFailed {
+            name: "s".into(),
+            server: next,
+            join_view: state.members[&next].join_view + 100,
+            reason: "late".into(),
+        };
+        assert!(matches!(state.apply(stale), Response::Ignored(_)));
+        // The backup's server restarts with a log that works: a replica
+        // again, it catches up and is in sync.
+        join(&mut state, backup, 77);
+        let stream = &state.streams["s"];
+        assert!(
+            !stream.failed.iter().any(|&(id, _)| id == backup),
+            "{:?}",
+            stream.failed
+        );
+        assert!(stream
+            .live_view(&state)
+            .placement
+            .replicas
+            .contains(&backup));
+        let rejoined = Command::InSync {
+            name: "s".into(),
+            epoch: stream.epoch,
+            server: backup,
+            join_view: None,
+        };
+        assert_eq!(state.apply(rejoined), Response::Done);
+        assert!(state.streams["s"].in_sync.contains(&backup));
+    }
+
+    #[test]
+    fn a_spare_member_takes_the_place_of_a_replica_whose_log_failed() {
+        let mut state = cluster(4);
+        let Response::Stream(placed) = state.apply(Command::CreateStream {
+            name: "s".into(),
+            config: config(3),
+        }) else {
+            panic!()
+        };
+        let backup = *placed
+            .replicas
+            .iter()
+            .find(|&&id| Some(id) != placed.primary)
+            .unwrap();
+        let spare = (1..=4).find(|id| !placed.replicas.contains(id)).unwrap();
+        assert_eq!(log_failed(&mut state, backup), Response::Done);
+        let replicas = state.streams["s"].live_view(&state).placement.replicas;
+        assert!(
+            replicas.contains(&spare) && !replicas.contains(&backup),
+            "{replicas:?}"
+        );
     }
 
     #[test]

@@ -375,7 +375,10 @@ async fn follow(
             },
         };
         stream.set_availability(&placed.availability);
-        stream.follow(&view);
+        // A copy whose log failed is no live replica: nothing to follow.
+        if view.placement.replicas.contains(&me) {
+            stream.follow(&view);
+        }
         applied.insert(placed.name.clone());
     }
     // Streams the cluster deleted: ones this loop placed before (a
@@ -420,10 +423,11 @@ async fn make_replica(
     }
 }
 
-/// Carries a stream's event to the control plane, retrying while the
-/// control plane has no leader.
-async fn propose_event(server: Arc<ServerState>, control: Control, event: ControlEvent) {
-    let (command, stream, epoch) = match event {
+/// The command that carries `event` for `server`, the stream it is
+/// about, and the epoch it belongs to (retries stop once the stream has
+/// moved on from it; `None`: tried whatever the epoch).
+fn command_of(server: &ServerState, event: ControlEvent) -> (Command, String, Option<u64>) {
+    match event {
         ControlEvent::EpochStarted {
             stream,
             epoch,
@@ -437,7 +441,7 @@ async fn propose_event(server: Arc<ServerState>, control: Control, event: Contro
                 members,
             },
             stream,
-            epoch,
+            Some(epoch),
         ),
         ControlEvent::InSync {
             stream,
@@ -452,9 +456,27 @@ async fn propose_event(server: Arc<ServerState>, control: Control, event: Contro
                 join_view,
             },
             stream,
-            epoch,
+            Some(epoch),
         ),
-    };
+        // Tried until the control plane takes it, whatever the epoch: the
+        // stream waits for this replica while it is in sync.
+        ControlEvent::LogFailed { stream, reason } => (
+            Command::LogFailed {
+                name: stream.clone(),
+                server: server.config.cluster.me,
+                join_view: server.router.incarnation(),
+                reason,
+            },
+            stream,
+            None,
+        ),
+    }
+}
+
+/// Carries a stream's event to the control plane, retrying while the
+/// control plane has no leader.
+async fn propose_event(server: Arc<ServerState>, control: Control, event: ControlEvent) {
+    let (command, stream, epoch) = command_of(&server, event);
     let deadline = tokio::time::Instant::now() + EVENT_RETRY_FOR;
     let stop = server.stop.subscribe();
     while tokio::time::Instant::now() < deadline {
@@ -482,7 +504,7 @@ async fn propose_event(server: Arc<ServerState>, control: Control, event: Contro
             .streams
             .get(&stream)
             .map(|s| s.epoch);
-        if current != Some(epoch) {
+        if epoch.is_some_and(|epoch| current != Some(epoch)) {
             return;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;

@@ -45,6 +45,8 @@ pub(crate) enum ControlEvent {
         server: ServerId,
         join_view: Option<u64>,
     },
+    /// This server's log of the stream failed (`reason`).
+    LogFailed { stream: String, reason: String },
 }
 
 /// Counters of what the router dropped.

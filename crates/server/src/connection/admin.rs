@@ -184,8 +184,13 @@ impl Connection {
             return self.outgoing.error(request, ErrorCode::Busy, message).await;
         }
         // A server without a replica answers with the stream's placement,
-        // so a client that knows any one server finds the replicas.
+        // so a client that knows any one server finds the replicas; so
+        // does one whose copy failed (it follows the placement no more).
         let info = match self.server.stream_by_name(&name) {
+            Some(stream) if stream.log.failure().is_some() => self
+                .server
+                .placed_info(&name)
+                .or_else(|| Some(self.server.stream_info(&stream))),
             Some(stream) => Some(self.server.stream_info(&stream)),
             None => self.server.placed_info(&name),
         };

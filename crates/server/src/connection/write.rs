@@ -307,6 +307,7 @@ fn submit_failure_code(failure: &SubmitFailure) -> ErrorCode {
     match failure {
         SubmitFailure::Deleted => ErrorCode::UnknownStream,
         SubmitFailure::LogFailed(_) => ErrorCode::LogFailed,
+        SubmitFailure::Moving(_) => ErrorCode::NotPrimary,
         SubmitFailure::Busy | SubmitFailure::Blocked(_) | SubmitFailure::Reconnect(_) => {
             ErrorCode::Busy
         }

@@ -52,6 +52,11 @@ pub enum SubmitFailure {
     Deleted,
     #[error("the stream's log has failed and takes no more writes: {0}")]
     LogFailed(Arc<str>),
+    /// This replica's log failed, and the stream has others: the control
+    /// plane moves it to one of them (a primary hands over), where the
+    /// client sends again.
+    #[error("this replica's log has failed ({0}); the stream goes on at another replica")]
+    Moving(Arc<str>),
     #[error("the stream's log is too far behind; retry")]
     Busy,
     /// The requirement is not met and the loss action is `read-only` (or
@@ -665,7 +670,13 @@ impl Stream {
             return Err((SubmitFailure::Deleted, msgs));
         }
         if let Some(failure) = self.log.failure() {
-            return Err((SubmitFailure::LogFailed(failure), msgs));
+            let others =
+                self.protocol != Protocol::Unversioned && self.placement().replicas.len() > 1;
+            let failure = match others {
+                true => SubmitFailure::Moving(failure),
+                false => SubmitFailure::LogFailed(failure),
+            };
+            return Err((failure, msgs));
         }
         if let Some(failure) = self.gate_failure() {
             return Err((failure, msgs));

@@ -103,6 +103,12 @@ async fn follow_progress(
             return;
         };
         if let Some(failure) = current.failed {
+            // In a cluster the replica leaves the in-sync set (a primary
+            // hands over), so that the stream goes on without it.
+            stream.router.control_event(ControlEvent::LogFailed {
+                stream: stream.name.clone(),
+                reason: failure.to_string(),
+            });
             stream.router.broadcast_failure(stream.id, failure);
             return;
         }

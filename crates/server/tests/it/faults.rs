@@ -1,6 +1,8 @@
 //! Storage faults under a running server, with `wal::fault::FaultStorage`
 //! as its disk: a full disk and failing fsyncs get clear errors, latch the
-//! stream failed, and never cost an acknowledged message.
+//! stream failed, and never cost an acknowledged message. In a cluster, a
+//! replica whose disk fills leaves the stream's in-sync set and the
+//! stream goes on with the others.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -366,4 +368,159 @@ async fn journal_power_loss(journal_dir: Option<std::path::PathBuf>) {
     }
     drop(client);
     server.stop().await;
+}
+
+/// Sends messages `range` through `publisher`, each acknowledged within
+/// 30 s, into `history`.
+async fn publish_all(
+    publisher: &client::Publisher,
+    history: &mut checker::ClientHistory,
+    range: std::ops::Range<u32>,
+) {
+    let mut pending = Vec::new();
+    for index in range.clone() {
+        let body = payload(index);
+        let sent = tokio::time::timeout(Duration::from_secs(30), publisher.submit(b"", &body))
+            .await
+            .unwrap_or_else(|_| panic!("message {index} finds no room in the window in 30 s"))
+            .unwrap();
+        history.sent.push(checker::Sent {
+            event: sent.event,
+            digest: checker::digest(b"", &body),
+        });
+        pending.push((index, sent));
+    }
+    for (index, sent) in pending {
+        let ack = tokio::time::timeout(Duration::from_secs(30), sent)
+            .await
+            .unwrap_or_else(|_| panic!("message {index} is not done in 30 s"))
+            .unwrap_or_else(|error| panic!("message {index}: {error}"));
+        history.acked.push(checker::Acked {
+            event: ack.event,
+            version: ack.version,
+            duplicate: ack.duplicate,
+        });
+    }
+}
+
+/// Server `id`'s log of stream `name`, read through its storage.
+fn replica_log_in(
+    storage: &FaultStorage,
+    data: &std::path::Path,
+    name: &str,
+    stream: u64,
+    id: u32,
+) -> checker::ReplicaLog {
+    let mut records = Vec::new();
+    let log = data.join("streams").join(name).join("log");
+    wal::inspect(storage, &log, stream, &mut |record| {
+        records.push(checker::Logged {
+            version: record.header.version,
+            event: record.header.event,
+            digest: checker::digest(record.key, record.payload),
+        })
+    })
+    .unwrap_or_else(|error| panic!("server {id}'s log: {error}"));
+    checker::ReplicaLog {
+        replica: format!("server-{id}"),
+        records,
+    }
+}
+
+/// A replica's disk fills in a three-server cluster (each server has a
+/// storage of its own; the victim's refuses writes past a limit): its log
+/// fails, the control plane takes its process out of the stream as if it
+/// had left (a primary hands over to an in-sync backup in a new epoch),
+/// and the stream goes on with the other two: every message is
+/// acknowledged. Restarted with room on its disk, the server is a replica
+/// again and catches up; the checker then judges all three logs.
+async fn a_full_disk_on_one_replica(victim_is_primary: bool) {
+    let folder = tempfile::tempdir().unwrap();
+    let storages: Vec<FaultStorage> = (0..3).map(|_| FaultStorage::new()).collect();
+    let shared = storages.clone();
+    let mut cluster = server::LocalCluster::start(3, folder.path(), move |config| {
+        crate::harness::fast(config);
+        config.storage = Arc::new(shared[config.cluster.me as usize - 1].clone());
+    })
+    .await
+    .unwrap();
+    let (_client, info) =
+        crate::harness::create_on_three(&cluster, "full", client::Protocol::OneHopAckClient).await;
+    let victim = match victim_is_primary {
+        true => info.primary,
+        false => (1..=3).find(|&id| id != info.primary).unwrap(),
+    };
+    let storage = &storages[victim as usize - 1];
+    // Room for about 100 messages of 1,000 bytes on the victim.
+    storage.set_space_limit(Some(total_bytes(storage) + 100 * 1_050));
+    let publisher = crate::harness::publisher(&info, 16, 200).await;
+    let mut history = checker::ClientHistory::default();
+    publish_all(&publisher, &mut history, 0..400).await;
+    let observer_id = (1..=3).find(|&id| id != victim).unwrap();
+    let observer = cluster.servers[observer_id as usize - 1].state();
+    let placed = observer.control_state().unwrap().streams["full"].clone();
+    assert!(!placed.in_sync.contains(&victim), "{placed:?}");
+    assert!(!placed.replicas.contains(&victim), "{placed:?}");
+    assert!(
+        placed.failed.iter().any(|&(id, _)| id == victim),
+        "{placed:?}"
+    );
+    assert_ne!(placed.primary, Some(victim), "{placed:?}");
+    assert_eq!(placed.epoch, if victim_is_primary { 2 } else { 1 });
+    let failed = cluster.servers[victim as usize - 1]
+        .state()
+        .stream_by_name("full")
+        .and_then(|stream| stream.log.failure());
+    assert!(
+        failed.is_some_and(|why| why.contains("No space left on device")),
+        "the victim's log failed for its full disk"
+    );
+
+    // Room again, and a restart: a replica again, caught up, in sync.
+    cluster.stop_server(victim).await;
+    storage.set_space_limit(None);
+    cluster.start_server(victim).await.unwrap();
+    publish_all(&publisher, &mut history, 400..500).await;
+    crate::harness::wait_until(Duration::from_secs(20), "the victim back in sync", || {
+        observer.control_state().is_some_and(|state| {
+            let placed = &state.streams["full"];
+            placed.in_sync.contains(&victim) && placed.failed.is_empty()
+        })
+    })
+    .await;
+    let newest = history.acked.iter().map(|a| a.version).max().unwrap();
+    crate::harness::wait_until(Duration::from_secs(20), "every replica complete", || {
+        cluster.servers.iter().all(|server| {
+            server
+                .current()
+                .and_then(|state| state.stream_by_name("full"))
+                .is_some_and(|stream| stream.log.durable_version() >= newest)
+        })
+    })
+    .await;
+    let folders: Vec<_> = cluster
+        .servers
+        .iter()
+        .map(|s| (s.id, s.data.clone()))
+        .collect();
+    drop(publisher);
+    drop(observer);
+    cluster.stop().await;
+    let logs: Vec<checker::ReplicaLog> = folders
+        .iter()
+        .map(|(id, data)| replica_log_in(&storages[*id as usize - 1], data, "full", info.id, *id))
+        .collect();
+    let report = checker::check(std::slice::from_ref(&history), &logs, None);
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(report.acknowledged, 500, "{report}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_whose_disk_fills_leaves_the_stream_and_comes_back_after_a_restart() {
+    a_full_disk_on_one_replica(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_whose_disk_fills_hands_over_and_comes_back_after_a_restart() {
+    a_full_disk_on_one_replica(true).await;
 }
