@@ -1156,6 +1156,17 @@ mod tests {
         assert_eq!(state.lead_member().map(|m| m.id), Some(1));
     }
 
+    /// Creates stream "s" of three replicas; its placement.
+    fn create_s(state: &mut ControlState) -> StreamPlacement {
+        let Response::Stream(placed) = state.apply(Command::CreateStream {
+            name: "s".into(),
+            config: config(3),
+        }) else {
+            panic!("not placed")
+        };
+        *placed
+    }
+
     fn log_failed(state: &mut ControlState, id: ServerId) -> Response {
         state.apply(Command::LogFailed {
             name: "s".into(),
@@ -1168,12 +1179,7 @@ mod tests {
     #[test]
     fn a_replica_whose_log_failed_leaves_the_in_sync_set_and_a_primary_hands_over() {
         let mut state = cluster(3);
-        let Response::Stream(placed) = state.apply(Command::CreateStream {
-            name: "s".into(),
-            config: config(3),
-        }) else {
-            panic!()
-        };
+        let placed = create_s(&mut state);
         let primary = placed.primary.unwrap();
         let backup = *placed.replicas.iter().find(|&&id| id != primary).unwrap();
         // A backup: for this stream its process is gone, as a departed
@@ -1245,12 +1251,7 @@ mod tests {
     #[test]
     fn a_spare_member_takes_the_place_of_a_replica_whose_log_failed() {
         let mut state = cluster(4);
-        let Response::Stream(placed) = state.apply(Command::CreateStream {
-            name: "s".into(),
-            config: config(3),
-        }) else {
-            panic!()
-        };
+        let placed = create_s(&mut state);
         let backup = *placed
             .replicas
             .iter()
@@ -1268,12 +1269,7 @@ mod tests {
     #[test]
     fn a_lost_primary_is_replaced_by_a_live_in_sync_replica_in_a_new_epoch() {
         let mut state = cluster(3);
-        let Response::Stream(placed) = state.apply(Command::CreateStream {
-            name: "s".into(),
-            config: config(3),
-        }) else {
-            panic!()
-        };
+        let placed = create_s(&mut state);
         let primary = placed.primary.unwrap();
         remove(&mut state, primary);
         let stream = &state.streams["s"];

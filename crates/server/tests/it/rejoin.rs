@@ -41,6 +41,34 @@ async fn send(publisher: &Publisher, history: &mut ClientHistory, from: u64, to:
     }
 }
 
+/// Creates the stream on three servers and sends messages `0..count`
+/// through a publisher: the client, the stream, the publisher and the
+/// history so far.
+async fn create_and_send(
+    cluster: &LocalCluster,
+    count: u64,
+) -> (Client, client::StreamInfo, Publisher, ClientHistory) {
+    let (client, info) =
+        crate::harness::create_on_three(cluster, NAME, Protocol::OneHopAckClient).await;
+    let publisher = crate::harness::publisher(&info, 16, 200).await;
+    let mut history = ClientHistory::default();
+    send(&publisher, &mut history, 0, count).await;
+    (client, info, publisher, history)
+}
+
+/// Waits (at most 20 s) until every server's copy of the stream holds
+/// `newest`.
+async fn every_replica_holds(cluster: &LocalCluster, newest: u64) {
+    crate::harness::wait_until(Duration::from_secs(20), "every replica complete", || {
+        (1..=3).all(|id| {
+            state_of(cluster, id)
+                .and_then(|state| state.stream_by_name(NAME))
+                .is_some_and(|stream| stream.log.durable_version() >= newest)
+        })
+    })
+    .await;
+}
+
 /// The join view of `id`'s member in `observer`'s control state.
 fn join_view(observer: &ServerState, id: u32) -> Option<u64> {
     let state = observer.control_state()?;
@@ -52,11 +80,7 @@ async fn removed_server_rejoins(victim_is_primary: bool) {
     let cluster = LocalCluster::start(3, folder.path(), crate::harness::fast)
         .await
         .unwrap();
-    let (_client, info) =
-        crate::harness::create_on_three(&cluster, NAME, Protocol::OneHopAckClient).await;
-    let publisher = crate::harness::publisher(&info, 16, 200).await;
-    let mut history = ClientHistory::default();
-    send(&publisher, &mut history, 0, 200).await;
+    let (_client, info, publisher, mut history) = create_and_send(&cluster, 200).await;
 
     let victim = if victim_is_primary {
         info.primary
@@ -97,14 +121,7 @@ async fn removed_server_rejoins(victim_is_primary: bool) {
     .await;
     send(&publisher, &mut history, 400, 500).await;
     let newest = history.acked.iter().map(|a| a.version).max().unwrap();
-    crate::harness::wait_until(Duration::from_secs(10), "every replica complete", || {
-        (1..=3).all(|id| {
-            state_of(&cluster, id)
-                .and_then(|state| state.stream_by_name(NAME))
-                .is_some_and(|stream| stream.log.durable_version() >= newest)
-        })
-    })
-    .await;
+    every_replica_holds(&cluster, newest).await;
 
     let data = crate::replication::data_folders(&cluster);
     drop(publisher);
@@ -196,11 +213,7 @@ async fn a_backup_whose_log_was_damaged_while_down_comes_back_with_every_version
     })
     .await
     .unwrap();
-    let (_client, info) =
-        crate::harness::create_on_three(&cluster, NAME, Protocol::OneHopAckClient).await;
-    let publisher = crate::harness::publisher(&info, 16, 200).await;
-    let mut history = ClientHistory::default();
-    send(&publisher, &mut history, 0, 300).await;
+    let (_client, info, publisher, mut history) = create_and_send(&cluster, 300).await;
     let victim = (1..=3).find(|&id| id != info.primary).unwrap();
     let data = crate::replication::data_folders(&cluster);
     let victim_data = data.iter().find(|(id, _)| *id == victim).unwrap().1.clone();
@@ -225,14 +238,7 @@ async fn a_backup_whose_log_was_damaged_while_down_comes_back_with_every_version
     cluster.start_server(victim).await.unwrap();
     send(&publisher, &mut history, 400, 500).await;
     let newest = history.acked.iter().map(|a| a.version).max().unwrap();
-    crate::harness::wait_until(Duration::from_secs(20), "every replica complete", || {
-        (1..=3).all(|id| {
-            state_of(&cluster, id)
-                .and_then(|state| state.stream_by_name(NAME))
-                .is_some_and(|stream| stream.log.durable_version() >= newest)
-        })
-    })
-    .await;
+    every_replica_holds(&cluster, newest).await;
     drop(publisher);
     cluster.stop().await;
     let logs = crate::replication::replica_logs(&data, NAME, info.id);
