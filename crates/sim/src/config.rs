@@ -113,11 +113,16 @@ pub struct Partition {
 
 /// A planned server crash: the process loses its memory and keeps its
 /// log's durable prefix; a new process starts `restart_after_ms` later.
+/// With `log_fails`, the log fails instead (a full disk): the process
+/// goes on, its log takes nothing more and reports nothing more synced,
+/// and it tells the control plane (`LogFailed`); `restart_after_ms`
+/// later it is restarted with a working log, as an operator would.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ServerCrash {
     pub target: CrashTarget,
     pub at_ms: u64,
     pub restart_after_ms: u64,
+    pub log_fails: bool,
 }
 
 /// Which server a crash takes, chosen when it happens.
@@ -170,6 +175,8 @@ pub enum Sabotage {
 /// Salts the generator that decides sender-based logging (chosen so that
 /// the seeds pinned by the tests, 3, 5 and 7, keep their runs).
 const SENDER_SALT: u64 = 0x5e4d_e710_5eed_0048;
+/// Draws which planned crashes are log failures instead.
+const LOG_FAILURE_SALT: u64 = 0x10f4_11ed_5eed_0003;
 
 impl SimConfig {
     /// The settings the simulation's replicas use: timeouts small enough
@@ -325,6 +332,10 @@ impl SimConfig {
         if !self.sender {
             return;
         }
+        // A sender log's failure is not modelled: its process crashes.
+        for crash in &mut self.server_crashes {
+            crash.log_fails = false;
+        }
         if let Some(first) = self.server_crashes.iter().map(|c| c.at_ms).min() {
             self.partitions
                 .retain(|p| p.peer.is_some() || p.to_ms <= first);
@@ -332,7 +343,8 @@ impl SimConfig {
     }
 
     /// The seed's run of [`SimConfig::from_seed`] with server faults
-    /// added: one to three crashes, of the primary most often, each
+    /// added: one to three crashes, of the primary most often, a quarter
+    /// of them log failures instead (`ServerCrash::log_fails`), each
     /// restarted, before or after the failure detector removes it, with
     /// never two servers down at once; a control plane that takes time to
     /// agree and servers that see its state late; partitions between two
@@ -365,26 +377,9 @@ impl SimConfig {
             _ => 3,
         };
         let active_ms = u64::from(config.messages_per_client) * 8;
-        let mut at_ms = rng.between(10, active_ms + config.client_start_ms_max);
-        for _ in 0..crashes {
-            let target = if rng.chance(650) {
-                CrashTarget::Primary
-            } else {
-                CrashTarget::Backup
-            };
-            // Some processes come back before the detector removes them.
-            let restart_after_ms = if rng.chance(250) {
-                rng.between(0, suspect_timeout_ms)
-            } else {
-                rng.between(suspect_timeout_ms, suspect_timeout_ms + 1_000)
-            };
-            config.server_crashes.push(ServerCrash {
-                target,
-                at_ms,
-                restart_after_ms,
-            });
-            at_ms += restart_after_ms + rng.between(1, 600);
-        }
+        let first_ms = rng.between(10, active_ms + config.client_start_ms_max);
+        config.server_crashes =
+            server_crashes(seed, &mut rng, (crashes, first_ms), suspect_timeout_ms);
         if rng.chance(300) {
             for _ in 0..rng.between(1, 2) {
                 let server = rng.between(1, 3) as ServerId;
@@ -418,6 +413,42 @@ impl SimConfig {
             .max()
             .unwrap_or(0)
     }
+}
+
+/// `crashes` planned server crashes from `first_ms` on, each restarted
+/// before or after the detector's `suspect_timeout_ms`, never two at
+/// once; a quarter are log failures instead, drawn apart so that a
+/// seed's other faults stay what they were.
+fn server_crashes(
+    seed: u64,
+    rng: &mut Rng,
+    (crashes, first_ms): (u64, u64),
+    suspect_timeout_ms: u64,
+) -> Vec<ServerCrash> {
+    let mut logs = Rng::new(seed ^ LOG_FAILURE_SALT);
+    let mut at_ms = first_ms;
+    let mut planned = Vec::new();
+    for _ in 0..crashes {
+        let target = if rng.chance(650) {
+            CrashTarget::Primary
+        } else {
+            CrashTarget::Backup
+        };
+        // Some processes come back before the detector removes them.
+        let restart_after_ms = if rng.chance(250) {
+            rng.between(0, suspect_timeout_ms)
+        } else {
+            rng.between(suspect_timeout_ms, suspect_timeout_ms + 1_000)
+        };
+        planned.push(ServerCrash {
+            target,
+            at_ms,
+            restart_after_ms,
+            log_fails: logs.chance(250),
+        });
+        at_ms += restart_after_ms + rng.between(1, 600);
+    }
+    planned
 }
 
 /// Clients that crash (and maybe come back) in some runs.

@@ -54,6 +54,9 @@ pub struct Counters {
     /// Server processes crashed and started again.
     pub server_crashes: u64,
     pub server_restarts: u64,
+    /// Logs that failed under a running process (each process is then
+    /// restarted, so it counts among the crashes too).
+    pub log_failures: u64,
     /// Records a crashed server's disk kept past what its log had reported
     /// synced (written, not yet synced), and versions restarted servers
     /// dropped because no other replica agreed with them.

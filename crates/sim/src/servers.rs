@@ -104,6 +104,10 @@ impl World<'_> {
             return;
         }
         let view = placed.live_view(state);
+        // A copy whose log failed is no live replica: nothing to follow.
+        if !view.placement.replicas.contains(&id) {
+            return;
+        }
         let now = self.now;
         let Some(replica) = self.servers[id as usize - 1].replica.as_mut() else {
             return;
@@ -118,6 +122,9 @@ impl World<'_> {
     pub(crate) fn observe(&mut self, id: ServerId, incarnation: u64, index: usize) {
         let server = &mut self.servers[id as usize - 1];
         if !server.up || server.incarnation != incarnation || index <= server.seen {
+            return;
+        }
+        if server.log_failed {
             return;
         }
         server.seen = index;
@@ -153,6 +160,16 @@ impl World<'_> {
             return;
         }
         let id = candidates[self.rng.below(candidates.len() as u64) as usize];
+        if crash.log_fails {
+            return self.fail_log(id, crash.restart_after_ms);
+        }
+        self.crash_process(id, crash.restart_after_ms);
+    }
+
+    /// The process of `id` crashes: its memory is lost, its disk keeps
+    /// the log's durable prefix and maybe part of the unsynced tail; a
+    /// new process starts `restart_after_ms` later.
+    fn crash_process(&mut self, id: ServerId, restart_after_ms: u64) {
         let unsynced = {
             let server = &self.servers[id as usize - 1];
             server.log.len() as u64 - server.durable
@@ -170,6 +187,7 @@ impl World<'_> {
         server.sync_done_at = now;
         server.visible = 0;
         server.up = false;
+        server.log_failed = false;
         server.incarnation += 1;
         let checkpoint = self.last_checkpoint;
         if self.config.sender {
@@ -199,10 +217,54 @@ impl World<'_> {
             );
         }
         self.server_faults_pending += 1;
+        self.schedule(now + restart_after_ms, Event::ServerRestart { server: id });
+    }
+
+    /// The log of `id`'s process fails (a full disk): it takes nothing
+    /// more and reports nothing more synced; the server tells the control
+    /// plane, as the real one does, and is restarted `restart_after_ms`
+    /// later with a working log.
+    fn fail_log(&mut self, id: ServerId, restart_after_ms: u64) {
+        let name = self.control.name.clone();
+        let server = self.server(id);
+        server.log_failed = true;
+        // The stream stops on this process, as the real server's does: it
+        // sends nothing more and hears nothing more (what it sent before
+        // may still arrive).
+        if let Some(replica) = server.replica.take() {
+            server.past_metrics = add_metrics(server.past_metrics, replica.metrics());
+        }
+        let (join_view, incarnation) = (server.join_view, server.incarnation);
+        self.counters.log_failures += 1;
+        self.note(|| format!("s{id}'s log fails"));
+        if let Some(join_view) = join_view {
+            let command = Command::LogFailed {
+                name,
+                server: id,
+                join_view,
+                reason: "simulated: no space left on device".to_string(),
+            };
+            self.propose(command, None);
+        }
+        self.server_faults_pending += 1;
         self.schedule(
-            now + crash.restart_after_ms,
-            Event::ServerRestart { server: id },
+            self.now + restart_after_ms,
+            Event::LogRestart {
+                server: id,
+                incarnation,
+            },
         );
+    }
+
+    /// The process whose log failed, if it still runs, is stopped and
+    /// started again at once.
+    pub(crate) fn restart_failed_log(&mut self, id: ServerId, incarnation: u64) {
+        self.server_faults_pending -= 1;
+        let server = &self.servers[id as usize - 1];
+        if server.incarnation != incarnation || !server.up {
+            return;
+        }
+        self.crash_process(id, 0);
     }
 
     /// A new process of a crashed server starts and joins the cluster; it
@@ -328,7 +390,8 @@ impl World<'_> {
     // --- the data path ---
 
     pub(crate) fn durable(&mut self, id: ServerId, incarnation: u64, through: u64) {
-        if self.servers[id as usize - 1].incarnation != incarnation {
+        let server = &self.servers[id as usize - 1];
+        if server.incarnation != incarnation || server.log_failed {
             return;
         }
         self.mix(u64::from(id));
@@ -532,6 +595,13 @@ impl World<'_> {
             self.note(|| {
                 format!("sabotage: server {server} loses the append of version {version}")
             });
+            return false;
+        }
+        if self.servers[server as usize - 1].log_failed {
+            // The replica stamped and sent it (the engine does not know
+            // of the failure; the real server stops taking writes, which
+            // the model does not need); only the log does not take it.
+            self.note_stamp(server, &entry);
             return false;
         }
         let expected = self.servers[server as usize - 1].log.len() as u64 + 1;

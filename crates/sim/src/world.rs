@@ -83,6 +83,11 @@ pub(crate) enum Event {
     ServerRestart {
         server: ServerId,
     },
+    /// The process whose log failed is restarted with a working log.
+    LogRestart {
+        server: ServerId,
+        incarnation: u64,
+    },
     /// The failure detector has not heard from this member for its
     /// timeout.
     Suspect {
@@ -106,6 +111,7 @@ impl Event {
             Event::ServerCrash { .. } => 10,
             Event::ServerRestart { .. } => 11,
             Event::Suspect { .. } => 12,
+            Event::LogRestart { .. } => 13,
         }
     }
 }
@@ -143,6 +149,9 @@ pub(crate) struct Server {
     /// their copies again.
     pub(crate) checkpointed: u64,
     pub(crate) checkpoint_at: u64,
+    /// The running process's log failed (`ServerCrash::log_fails`): it
+    /// takes no append and reports nothing synced until a new process.
+    pub(crate) log_failed: bool,
     pub(crate) ask_at: u64,
 }
 
@@ -242,6 +251,7 @@ impl<'a> World<'a> {
                 observe_at: 0,
                 past_metrics: ReplicaMetrics::default(),
                 checkpointed: 0,
+                log_failed: false,
                 checkpoint_at: 0,
                 ask_at: 0,
             })
@@ -460,6 +470,10 @@ impl<'a> World<'a> {
             }
             Event::ServerCrash { index } => self.crash_server(index),
             Event::ServerRestart { server } => self.restart_server(server),
+            Event::LogRestart {
+                server,
+                incarnation,
+            } => self.restart_failed_log(server, incarnation),
             Event::Suspect { server, join_view } => self.suspect(server, join_view),
         }
     }

@@ -441,6 +441,33 @@ fn fake_binary(folder: &Path, name: &str, script: &str) -> PathBuf {
     path
 }
 
+/// `ClusterProcess::spawn` of a fake binary just written. A child that
+/// another test's thread forks meanwhile holds the file open for writing
+/// until it execs (`ETXTBSY`, "Text file busy"), so that start is tried
+/// again for up to a second.
+fn spawn_fake(
+    binary: &Path,
+    servers: usize,
+    folder: &Path,
+) -> anyhow::Result<bench::process::ClusterProcess> {
+    let mut tries = 0;
+    loop {
+        let spawned = bench::process::ClusterProcess::spawn(
+            binary,
+            servers,
+            &folder.join("data"),
+            &folder.join("stderr.log"),
+        );
+        match spawned {
+            Err(error) if format!("{error:#}").contains("Text file busy") && tries < 50 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            other => return other,
+        }
+    }
+}
+
 #[test]
 fn cluster_process_reads_every_server_address_and_is_killed_on_drop() {
     let folder = tempfile::tempdir().unwrap();
@@ -453,13 +480,7 @@ fn cluster_process_reads_every_server_address_and_is_killed_on_drop() {
          echo \"cluster ready: 2 servers, data in $5\"\n\
          exec sleep 30\n",
     );
-    let process = bench::process::ClusterProcess::spawn(
-        &script,
-        2,
-        &folder.path().join("data"),
-        &folder.path().join("stderr.log"),
-    )
-    .unwrap();
+    let process = spawn_fake(&script, 2, folder.path()).unwrap();
     let servers: Vec<String> = process
         .servers
         .iter()
@@ -483,14 +504,9 @@ fn cluster_process_that_exits_early_or_announces_too_few_servers_is_an_error() {
         "#!/bin/sh\necho \"no such flag\" >&2\nexit 2\n",
     );
     let spawn = |binary: &Path| {
-        bench::process::ClusterProcess::spawn(
-            binary,
-            3,
-            &folder.path().join("data"),
-            &folder.path().join("stderr.log"),
-        )
-        .err()
-        .expect("the cluster is refused")
+        spawn_fake(binary, 3, folder.path())
+            .err()
+            .expect("the cluster is refused")
     };
     let message = format!("{:#}", spawn(&exits));
     assert!(

@@ -183,6 +183,10 @@ pub struct Stream {
     /// (`sync` streams), so the progress task skips what the log's durable
     /// hook already drove.
     logged_driven: AtomicU64,
+    /// The log failed and the stream has other replicas: on this server
+    /// it hears and sends nothing more, as if its process had left (the
+    /// control plane moves the stream on; `Command::LogFailed`).
+    stopped: AtomicBool,
     /// Ticks the clock gave the replica (`run_clock`).
     clock_ticks: AtomicU64,
     pub id: u64,
@@ -358,6 +362,7 @@ impl Stream {
         let stream = Stream {
             deleted: AtomicBool::new(false),
             logged_driven: AtomicU64::new(0),
+            stopped: AtomicBool::new(false),
             clock_ticks: AtomicU64::new(0),
             id: meta.id,
             name: meta.name.clone(),
@@ -670,9 +675,7 @@ impl Stream {
             return Err((SubmitFailure::Deleted, msgs));
         }
         if let Some(failure) = self.log.failure() {
-            let others =
-                self.protocol != Protocol::Unversioned && self.placement().replicas.len() > 1;
-            let failure = match others {
+            let failure = match self.has_other_replicas() {
                 true => SubmitFailure::Moving(failure),
                 false => SubmitFailure::LogFailed(failure),
             };
@@ -777,10 +780,29 @@ impl Stream {
         }
     }
 
+    /// Whether other servers hold replicas of the stream, so that it can
+    /// go on there when this one's log fails.
+    fn has_other_replicas(&self) -> bool {
+        self.protocol != Protocol::Unversioned && self.placement().replicas.len() > 1
+    }
+
+    /// The log failed: a stream with other replicas stops here (see
+    /// `stopped`); whether it did.
+    pub(crate) fn stop_for_failed_log(&self) -> bool {
+        let others = self.has_other_replicas();
+        if others {
+            self.stopped.store(true, Ordering::Release);
+        }
+        others
+    }
+
     /// One step of the state machine under the lock, its effects carried
     /// out; returns the work left for after the lock.
     fn step(&self, step: impl FnOnce(&mut Replica, u64, &mut Vec<Effect>)) -> Vec<Later> {
         let mut later = Vec::new();
+        if self.stopped.load(Ordering::Acquire) {
+            return later;
+        }
         {
             let mut core = self.lock();
             let now = now_ms();

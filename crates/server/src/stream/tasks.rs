@@ -103,12 +103,15 @@ async fn follow_progress(
             return;
         };
         if let Some(failure) = current.failed {
-            // In a cluster the replica leaves the in-sync set (a primary
-            // hands over), so that the stream goes on without it.
-            stream.router.control_event(ControlEvent::LogFailed {
-                stream: stream.name.clone(),
-                reason: failure.to_string(),
-            });
+            // With other replicas the stream stops here, and the control
+            // plane takes this copy out (a primary hands over), so that
+            // the stream goes on without it.
+            if stream.stop_for_failed_log() {
+                stream.router.control_event(ControlEvent::LogFailed {
+                    stream: stream.name.clone(),
+                    reason: failure.to_string(),
+                });
+            }
             stream.router.broadcast_failure(stream.id, failure);
             return;
         }

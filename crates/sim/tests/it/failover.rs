@@ -45,6 +45,8 @@ fn replay_command(protocol: Protocol, seed: u64) -> String {
 struct Sweep {
     acked: u64,
     crashes: u64,
+    /// Of the crashes, logs that failed under a running process.
+    log_failures: u64,
     failovers: u64,
     truncated: u64,
     lost_in_window: u64,
@@ -81,6 +83,7 @@ fn sweep_configs(seeds: Range<u64>, make: impl Fn(u64) -> SimConfig) -> Sweep {
         }
         sweep.acked += counters.messages_acked;
         sweep.crashes += counters.server_crashes;
+        sweep.log_failures += counters.log_failures;
         sweep.failovers += counters.failovers;
         sweep.truncated += counters.truncated;
         sweep.lost_in_window += counters.acked_lost_in_window;
@@ -112,8 +115,9 @@ fn report(
     replay_env: &str,
 ) {
     eprintln!(
-        "{protocol} {what}: {count} seeds from {first}, {} server crashes, {} failovers, {} versions truncated, {} messages acknowledged, {} lost within the loss window, {} with sender logging ({} checkpoints, {} copies taken back, {} admitted losses), {} failed, {:.1?}",
+        "{protocol} {what}: {count} seeds from {first}, {} server crashes ({} of them log failures), {} failovers, {} versions truncated, {} messages acknowledged, {} lost within the loss window, {} with sender logging ({} checkpoints, {} copies taken back, {} admitted losses), {} failed, {:.1?}",
         sweep.crashes,
+        sweep.log_failures,
         sweep.failovers,
         sweep.truncated,
         sweep.acked,
@@ -303,6 +307,7 @@ fn primary_crash(protocol: Protocol) -> SimConfig {
         target: CrashTarget::Primary,
         at_ms: 150,
         restart_after_ms: 100,
+        log_fails: false,
     }];
     config
 }
@@ -317,6 +322,29 @@ fn a_crashed_primary_fails_over_and_writes_go_on() {
         assert_eq!(counters.server_restarts, 1, "{outcome}");
         assert!(counters.failovers >= 1, "{outcome}");
         assert!(counters.acked_after_last_failover > 0, "{outcome}");
+    }
+}
+
+/// The same calm run, but the primary's log fails (a full disk) while
+/// its process goes on: the control plane takes its copy out of the
+/// stream and fails over, writes go on, and the process restarted later
+/// with a working log catches up. A backup's failure, the same.
+#[test]
+fn a_primary_or_backup_whose_log_fails_is_left_out_and_writes_go_on() {
+    for protocol in Protocol::ALL {
+        for target in [CrashTarget::Primary, CrashTarget::Backup] {
+            let mut config = primary_crash(protocol);
+            config.server_crashes[0].target = target;
+            config.server_crashes[0].log_fails = true;
+            let outcome = run(&config);
+            assert!(outcome.passed(), "{protocol} {target:?}: {outcome}");
+            let counters = &outcome.counters;
+            assert_eq!(counters.log_failures, 1, "{outcome}");
+            assert_eq!(counters.server_restarts, 1, "{outcome}");
+            if target == CrashTarget::Primary && protocol != Protocol::Unversioned {
+                assert!(counters.failovers >= 1, "{protocol}: {outcome}");
+            }
+        }
     }
 }
 
