@@ -375,10 +375,7 @@ async fn follow(
             },
         };
         stream.set_availability(&placed.availability);
-        // A copy whose log failed is no live replica: nothing to follow.
-        if view.placement.replicas.contains(&me) {
-            stream.follow(&view);
-        }
+        stream.follow(&view);
         applied.insert(placed.name.clone());
     }
     // Streams the cluster deleted: ones this loop placed before (a

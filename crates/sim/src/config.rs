@@ -114,9 +114,10 @@ pub struct Partition {
 /// A planned server crash: the process loses its memory and keeps its
 /// log's durable prefix; a new process starts `restart_after_ms` later.
 /// With `log_fails`, the log fails instead (a full disk): the process
-/// goes on, its log takes nothing more and reports nothing more synced,
-/// and it tells the control plane (`LogFailed`); `restart_after_ms`
-/// later it is restarted with a working log, as an operator would.
+/// goes on, but the stream stops on it (its replica hears and sends
+/// nothing more, its log reports nothing more synced), and it tells the
+/// control plane (`LogFailed`); `restart_after_ms` later it is restarted
+/// with a working log, as an operator would.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ServerCrash {
     pub target: CrashTarget,

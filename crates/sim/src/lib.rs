@@ -60,9 +60,9 @@
 //!   replica, starts it, and follows the placement. Messages to or from a
 //!   process that has died or restarted since they were sent are lost.
 //!   A quarter of the planned crashes (outside sender runs) are log
-//!   failures instead: the process goes on, its log takes nothing more
-//!   and reports nothing more synced, it proposes `LogFailed` as the real
-//!   server does, the control plane takes its copy out of the stream (a
+//!   failures instead: the process goes on, but the stream stops on it
+//!   (its replica hears and sends nothing more, its log reports nothing
+//!   more synced), it proposes `LogFailed` as the real server does, the control plane takes its copy out of the stream (a
 //!   primary's in a failover), and later the process is restarted with a
 //!   working log, as after a crash.
 //! - **Failover for clients.** A client that sees a new placement hands it

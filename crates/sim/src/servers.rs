@@ -104,10 +104,6 @@ impl World<'_> {
             return;
         }
         let view = placed.live_view(state);
-        // A copy whose log failed is no live replica: nothing to follow.
-        if !view.placement.replicas.contains(&id) {
-            return;
-        }
         let now = self.now;
         let Some(replica) = self.servers[id as usize - 1].replica.as_mut() else {
             return;
@@ -220,8 +216,8 @@ impl World<'_> {
         self.schedule(now + restart_after_ms, Event::ServerRestart { server: id });
     }
 
-    /// The log of `id`'s process fails (a full disk): it takes nothing
-    /// more and reports nothing more synced; the server tells the control
+    /// The log of `id`'s process fails (a full disk): the stream stops
+    /// there and the log reports nothing more synced; the server tells the control
     /// plane, as the real one does, and is restarted `restart_after_ms`
     /// later with a working log.
     fn fail_log(&mut self, id: ServerId, restart_after_ms: u64) {
@@ -595,13 +591,6 @@ impl World<'_> {
             self.note(|| {
                 format!("sabotage: server {server} loses the append of version {version}")
             });
-            return false;
-        }
-        if self.servers[server as usize - 1].log_failed {
-            // The replica stamped and sent it (the engine does not know
-            // of the failure; the real server stops taking writes, which
-            // the model does not need); only the log does not take it.
-            self.note_stamp(server, &entry);
             return false;
         }
         let expected = self.servers[server as usize - 1].log.len() as u64 + 1;

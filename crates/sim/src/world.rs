@@ -149,8 +149,9 @@ pub(crate) struct Server {
     /// their copies again.
     pub(crate) checkpointed: u64,
     pub(crate) checkpoint_at: u64,
-    /// The running process's log failed (`ServerCrash::log_fails`): it
-    /// takes no append and reports nothing synced until a new process.
+    /// The running process's log failed (`ServerCrash::log_fails`): its
+    /// replica is gone and its log reports nothing synced until a new
+    /// process.
     pub(crate) log_failed: bool,
     pub(crate) ask_at: u64,
 }

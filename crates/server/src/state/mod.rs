@@ -650,9 +650,6 @@ fn check_and_open_journal(config: &mut ServerConfig) -> Result<(), OpenError> {
     Ok(())
 }
 
-/// The meta file of the stream folder `folder` named `name`, checked;
-/// `None` for a stream whose creation never finished (its meta file is
-/// written last, so nothing was ever acknowledged in it).
 /// Moves a copy of stream `meta` that could not be opened out of the
 /// streams' folder, to `<data>/damaged/<name>-<id>-<unix seconds>`, for
 /// the operator to look at; a fresh replica then takes its place.
@@ -687,6 +684,9 @@ fn set_aside(
     Ok(())
 }
 
+/// The meta file of the stream folder `folder` named `name`, checked;
+/// `None` for a stream whose creation never finished (its meta file is
+/// written last, so nothing was ever acknowledged in it).
 fn read_meta(
     storage: &dyn wal::Storage,
     folder: &std::path::Path,
