@@ -27,8 +27,15 @@ use crate::replication::ControlEvent;
 use crate::state::ServerState;
 use crate::stream::Stream;
 
-/// Proposals for stream events are retried this long at most.
-const EVENT_RETRY_FOR: Duration = Duration::from_secs(30);
+/// The first wait before a stream event's proposal is tried again; each
+/// failure after it doubles the wait, up to the cap. There is no last
+/// try: the stream may wait on the event (a failed log's replica stays
+/// in sync until the control plane hears of it), so it is proposed
+/// until the control plane takes it or it no longer matters.
+const EVENT_RETRY_AFTER: Duration = Duration::from_millis(50);
+const EVENT_RETRY_AFTER_MAX: Duration = Duration::from_secs(2);
+/// How long a proposal goes untaken before a warning says so (once).
+const EVENT_WARN_AFTER: Duration = Duration::from_secs(30);
 /// The first wait before a replica that could not be made is tried
 /// again; each failure after it doubles the wait, up to the cap.
 const REMAKE_AFTER: Duration = Duration::from_millis(250);
@@ -471,42 +478,91 @@ fn command_of(server: &ServerState, event: ControlEvent) -> (Command, String, Op
 }
 
 /// Carries a stream's event to the control plane, retrying while the
-/// control plane has no leader.
+/// control plane has no leader, however long that lasts, until it takes
+/// the event, refuses it, or the event no longer matters ([`moot`]).
 async fn propose_event(server: Arc<ServerState>, control: Control, event: ControlEvent) {
     let (command, stream, epoch) = command_of(&server, event);
-    let deadline = tokio::time::Instant::now() + EVENT_RETRY_FOR;
-    let stop = server.stop.subscribe();
-    while tokio::time::Instant::now() < deadline {
+    // The copy the event is about: a stream deleted and made again under
+    // its name is another.
+    let id = server.stream_by_name(&stream).map(|local| local.id);
+    let started = tokio::time::Instant::now();
+    let mut pause = EVENT_RETRY_AFTER;
+    let mut warned = false;
+    let mut stop = server.stop.subscribe();
+    loop {
         if *stop.borrow() {
             // The server stops (or closes to join again): the event is
             // its old incarnation's, and this task must not keep it open.
             return;
         }
-        if control.propose(command.clone()).await.is_ok() {
-            // The record may have been there already (a stream's first
-            // epoch): no state change will say so, so look now.
-            let state = Arc::clone(&control.state().borrow());
-            if let (Some(placed), Some(local)) =
-                (state.streams.get(&stream), server.stream_by_name(&stream))
-            {
-                if local.id == placed.id {
-                    local.follow_record(&placed.live_view(&state));
+        // An epoch's event is looked at only once refused: the state this
+        // server has applied may not show the epoch yet.
+        if epoch.is_none() && moot(&control.state().borrow(), &command, (&stream, id), epoch) {
+            return;
+        }
+        let error = match control.propose(command.clone()).await {
+            Ok(_) => {
+                // The record may have been there already (a stream's first
+                // epoch): no state change will say so, so look now.
+                let state = Arc::clone(&control.state().borrow());
+                if let (Some(placed), Some(local)) =
+                    (state.streams.get(&stream), server.stream_by_name(&stream))
+                {
+                    if local.id == placed.id {
+                        local.follow_record(&placed.live_view(&state));
+                    }
                 }
+                return;
             }
+            Err(error @ control::ControlError::Refused { .. }) => {
+                tracing::warn!("the control plane refused {command:?}: {error}");
+                return;
+            }
+            Err(error) => error,
+        };
+        if moot(&control.state().borrow(), &command, (&stream, id), epoch) {
             return;
         }
-        let current = control
-            .state()
-            .borrow()
-            .streams
-            .get(&stream)
-            .map(|s| s.epoch);
-        if epoch.is_some_and(|epoch| current != Some(epoch)) {
-            return;
+        if !warned && started.elapsed() >= EVENT_WARN_AFTER {
+            warned = true;
+            tracing::warn!(
+                "the control plane has not taken {command:?} in {:?}, still trying: {error}",
+                started.elapsed()
+            );
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::select! {
+            _ = tokio::time::sleep(pause) => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        pause = (pause * 2).min(EVENT_RETRY_AFTER_MAX);
     }
-    tracing::warn!("the control plane did not take {command:?}");
+}
+
+/// Whether a stream event the control plane has not taken yet no longer
+/// needs to be: an epoch's event once the stream is in another epoch (or
+/// gone), a failed log once its stream (`name`, `id`) is gone or the
+/// state records the failure.
+fn moot(
+    state: &ControlState,
+    command: &Command,
+    (name, id): (&str, Option<u64>),
+    epoch: Option<u64>,
+) -> bool {
+    let placed = state.streams.get(name);
+    if let Some(epoch) = epoch {
+        return placed.map(|s| s.epoch) != Some(epoch);
+    }
+    match (command, placed) {
+        (_, None) => true,
+        (_, Some(placed)) if Some(placed.id) != id => true,
+        (
+            Command::LogFailed {
+                server, join_view, ..
+            },
+            Some(placed),
+        ) => placed.failed.contains(&(*server, *join_view)),
+        _ => false,
+    }
 }
 
 /// Drops the versions after `after` from the closed log of `meta` in

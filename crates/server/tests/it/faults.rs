@@ -377,12 +377,23 @@ async fn publish_all(
     history: &mut checker::ClientHistory,
     range: std::ops::Range<u32>,
 ) {
+    publish_within(publisher, history, range, Duration::from_secs(30)).await;
+}
+
+/// [`publish_all`], each message given room in the window and
+/// acknowledged within `limit`.
+async fn publish_within(
+    publisher: &client::Publisher,
+    history: &mut checker::ClientHistory,
+    range: std::ops::Range<u32>,
+    limit: Duration,
+) {
     let mut pending = Vec::new();
     for index in range.clone() {
         let body = payload(index);
-        let sent = tokio::time::timeout(Duration::from_secs(30), publisher.submit(b"", &body))
+        let sent = tokio::time::timeout(limit, publisher.submit(b"", &body))
             .await
-            .unwrap_or_else(|_| panic!("message {index} finds no room in the window in 30 s"))
+            .unwrap_or_else(|_| panic!("message {index} finds no room in the window in {limit:?}"))
             .unwrap();
         history.sent.push(checker::Sent {
             event: sent.event,
@@ -391,9 +402,9 @@ async fn publish_all(
         pending.push((index, sent));
     }
     for (index, sent) in pending {
-        let ack = tokio::time::timeout(Duration::from_secs(30), sent)
+        let ack = tokio::time::timeout(limit, sent)
             .await
-            .unwrap_or_else(|_| panic!("message {index} is not done in 30 s"))
+            .unwrap_or_else(|_| panic!("message {index} is not done in {limit:?}"))
             .unwrap_or_else(|error| panic!("message {index}: {error}"));
         history.acked.push(checker::Acked {
             event: ack.event,
@@ -523,4 +534,109 @@ async fn a_backup_whose_disk_fills_leaves_the_stream_and_comes_back_after_a_rest
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_primary_whose_disk_fills_hands_over_and_comes_back_after_a_restart() {
     a_full_disk_on_one_replica(true).await;
+}
+
+/// A replica's log fails while the control plane has no leader (three of
+/// five servers down) for longer than its proposals once were retried
+/// (30 s). The stream waits on the failed replica, which is still in
+/// sync; its server keeps proposing `LogFailed`, and once the three are
+/// back and a leader takes it, the stream goes on without the replica:
+/// every message is acknowledged, and the checker judges the logs of the
+/// primary and of the spare that took the failed replica's place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_failure_while_the_control_plane_has_no_leader_is_taken_once_it_has_one() {
+    let folder = tempfile::tempdir().unwrap();
+    let storages: Vec<FaultStorage> = (0..5).map(|_| FaultStorage::new()).collect();
+    let shared = storages.clone();
+    let mut cluster = server::LocalCluster::start(5, folder.path(), move |config| {
+        crate::harness::fast(config);
+        config.storage = Arc::new(shared[config.cluster.me as usize - 1].clone());
+    })
+    .await
+    .unwrap();
+    let client = Client::connect(client::ClientConfig::new(cluster.address(1).to_string()))
+        .await
+        .unwrap();
+    let protocol = client::Protocol::OneHopAckClient;
+    let info = client
+        .create_stream_with("lone", DurabilityConfig::Sync, protocol, 2)
+        .await
+        .unwrap();
+    let publisher = crate::harness::publisher(&info, 16, 200).await;
+    let mut history = checker::ClientHistory::default();
+    publish_all(&publisher, &mut history, 0..50).await;
+    let primary = cluster.servers[info.primary as usize - 1].state();
+    let placed = primary.control_state().unwrap().streams["lone"].clone();
+    let victim = *placed
+        .replicas
+        .iter()
+        .find(|&&id| id != info.primary)
+        .unwrap();
+    for id in 1..=5 {
+        if !placed.replicas.contains(&id) {
+            cluster.stop_server(id).await;
+        }
+    }
+    let storage = &storages[victim as usize - 1];
+    storage.set_space_limit(Some(total_bytes(storage) + 20 * 1_050));
+    let server_of = |cluster: &server::LocalCluster, id: u32| {
+        let found = cluster.servers.iter().find(|server| server.id == id);
+        found.expect("the server runs").state()
+    };
+    let victim_state = server_of(&cluster, victim);
+    let outage = async {
+        crate::harness::wait_until(Duration::from_secs(20), "the victim's log failed", || {
+            victim_state
+                .stream_by_name("lone")
+                .is_some_and(|stream| stream.log.failure().is_some())
+        })
+        .await;
+        tokio::time::sleep(Duration::from_secs(35)).await;
+        let stalled = primary.control_state().unwrap().streams["lone"].clone();
+        assert!(
+            stalled.in_sync.contains(&victim) && stalled.failed.is_empty(),
+            "no leader, so the failed replica is still in sync: {stalled:?}"
+        );
+        for id in 1..=5 {
+            if !placed.replicas.contains(&id) {
+                cluster.start_server(id).await.unwrap();
+            }
+        }
+    };
+    tokio::join!(
+        outage,
+        publish_within(&publisher, &mut history, 50..3050, Duration::from_secs(120))
+    );
+    let now = primary.control_state().unwrap().streams["lone"].clone();
+    assert!(
+        now.failed.iter().any(|&(id, _)| id == victim) && !now.in_sync.contains(&victim),
+        "{now:?}"
+    );
+    assert_eq!(now.replicas.len(), 2, "a spare took the place: {now:?}");
+    let newest = history.acked.iter().map(|a| a.version).max().unwrap();
+    crate::harness::wait_until(Duration::from_secs(20), "both replicas complete", || {
+        now.replicas.iter().all(|&id| {
+            server_of(&cluster, id)
+                .stream_by_name("lone")
+                .is_some_and(|stream| stream.log.durable_version() >= newest)
+        })
+    })
+    .await;
+    let folders: Vec<_> = now
+        .replicas
+        .iter()
+        .map(|&id| {
+            let server = cluster.servers.iter().find(|server| server.id == id);
+            (id, server.expect("the server runs").data.clone())
+        })
+        .collect();
+    drop((publisher, client, primary, victim_state));
+    cluster.stop().await;
+    let logs: Vec<checker::ReplicaLog> = folders
+        .iter()
+        .map(|(id, data)| replica_log_in(&storages[*id as usize - 1], data, "lone", info.id, *id))
+        .collect();
+    let report = checker::check(std::slice::from_ref(&history), &logs, None);
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(report.acknowledged, 3050, "{report}");
 }
