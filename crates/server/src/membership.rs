@@ -58,11 +58,7 @@ pub(crate) async fn run(server: Arc<ServerState>, mut stop: watch::Receiver<bool
     server.router.set_incarnation(view);
     server.router.start_links(stop.clone());
     let state = Arc::clone(&control.state().borrow());
-    {
-        let server = Arc::clone(&server);
-        let state = Arc::clone(&state);
-        let _ = tokio::task::spawn_blocking(move || open_pending(&server, &state)).await;
-    }
+    open_pending_apart(&server, Arc::clone(&state)).await;
     let mut applied = HashSet::new();
     let mut remake = Remake::default();
     remake.after(follow(&server, &state, &mut applied).await);
@@ -75,6 +71,7 @@ pub(crate) async fn run(server: Arc<ServerState>, mut stop: watch::Receiver<bool
     // Transitions from here on are logged as they are applied.
     let mut noted = state.transitions.back().cloned();
     let mut events = server.router.take_events().expect("membership runs once");
+    let proposing = Proposing::default();
     let mut watched = control.state();
     loop {
         // `None`: the wait to make a replica again has passed.
@@ -82,7 +79,7 @@ pub(crate) async fn run(server: Arc<ServerState>, mut stop: watch::Receiver<bool
             _ = stop.wait_for(|s| *s) => break,
             changed = watched.changed() => Some(changed.is_ok()),
             Some(event) = events.recv() => {
-                tokio::spawn(propose_event(Arc::clone(&server), control.clone(), event));
+                proposing.start(&server, &control, event);
                 continue;
             }
             _ = remake.due() => None,
@@ -280,6 +277,12 @@ async fn join(
     }
 }
 
+/// [`open_pending`] on a thread that may block.
+async fn open_pending_apart(server: &Arc<ServerState>, state: Arc<ControlState>) {
+    let server = Arc::clone(server);
+    let _ = tokio::task::spawn_blocking(move || open_pending(&server, &state)).await;
+}
+
 /// Opens the streams found on disk, each cut back to what the cluster
 /// agrees with and placed as the control plane says. Blocking disk work.
 fn open_pending(server: &Arc<ServerState>, state: &ControlState) {
@@ -353,9 +356,7 @@ async fn follow(
     }
     let waiting = !server.pending.lock().expect("pending lock").is_empty();
     if waiting {
-        let server = Arc::clone(server);
-        let state = state.clone();
-        let _ = tokio::task::spawn_blocking(move || open_pending(&server, &state)).await;
+        open_pending_apart(server, Arc::new(state.clone())).await;
     }
     for placed in state.streams.values() {
         if !placed.replicas.contains(&me) || !state.members.contains_key(&me) {
@@ -480,8 +481,14 @@ fn command_of(server: &ServerState, event: ControlEvent) -> (Command, String, Op
 /// Carries a stream's event to the control plane, retrying while the
 /// control plane has no leader, however long that lasts, until it takes
 /// the event, refuses it, or the event no longer matters ([`moot`]).
-async fn propose_event(server: Arc<ServerState>, control: Control, event: ControlEvent) {
-    let (command, stream, epoch) = command_of(&server, event);
+/// `_entry` holds the command's place among those under way until the
+/// task ends.
+async fn propose_event(
+    server: Arc<ServerState>,
+    control: Control,
+    (command, stream, epoch): (Command, String, Option<u64>),
+    _entry: ProposingEntry,
+) {
     // The copy the event is about: a stream deleted and made again under
     // its name is another.
     let id = server.stream_by_name(&stream).map(|local| local.id);
@@ -535,6 +542,58 @@ async fn propose_event(server: Arc<ServerState>, control: Control, event: Contro
             _ = stop.wait_for(|s| *s) => return,
         }
         pause = (pause * 2).min(EVENT_RETRY_AFTER_MAX);
+    }
+}
+
+/// The stream events' commands being proposed: an event whose command is
+/// under way already (a replica in sync again for the same epoch while
+/// the control plane has no leader) starts no second task, so the tasks
+/// are at most the distinct commands, however long a leader is missing.
+#[derive(Clone, Default)]
+struct Proposing(Arc<std::sync::Mutex<Vec<Command>>>);
+
+/// A command's place in [`Proposing`], given up when dropped.
+struct ProposingEntry {
+    proposing: Proposing,
+    command: Command,
+}
+
+impl Proposing {
+    /// Proposes `event`'s command in a task of its own, unless that
+    /// command is under way already.
+    fn start(&self, server: &Arc<ServerState>, control: &Control, event: ControlEvent) {
+        let (command, stream, epoch) = command_of(server, event);
+        if let Some(entry) = self.enter(&command) {
+            let event = (command, stream, epoch);
+            tokio::spawn(propose_event(
+                Arc::clone(server),
+                control.clone(),
+                event,
+                entry,
+            ));
+        }
+    }
+
+    /// The command's place, or `None` if it is under way already.
+    fn enter(&self, command: &Command) -> Option<ProposingEntry> {
+        let mut under_way = self.0.lock().expect("proposing lock");
+        if under_way.contains(command) {
+            return None;
+        }
+        under_way.push(command.clone());
+        Some(ProposingEntry {
+            proposing: self.clone(),
+            command: command.clone(),
+        })
+    }
+}
+
+impl Drop for ProposingEntry {
+    fn drop(&mut self) {
+        let mut under_way = self.proposing.0.lock().expect("proposing lock");
+        if let Some(at) = under_way.iter().position(|c| *c == self.command) {
+            under_way.swap_remove(at);
+        }
     }
 }
 
@@ -623,5 +682,28 @@ mod tests {
             remake.wait, REMAKE_AFTER,
             "a new failure starts at the base"
         );
+    }
+
+    #[test]
+    fn a_command_under_way_is_not_proposed_twice_until_its_task_ends() {
+        let proposing = Proposing::default();
+        let in_sync = |epoch| Command::InSync {
+            name: "s".to_string(),
+            epoch,
+            server: 2,
+            join_view: Some(4),
+        };
+        let first = proposing.enter(&in_sync(1)).expect("nothing under way");
+        assert!(
+            proposing.enter(&in_sync(1)).is_none(),
+            "the same, under way"
+        );
+        let other = proposing.enter(&in_sync(2)).expect("another epoch's");
+        drop(first);
+        let again = proposing
+            .enter(&in_sync(1))
+            .expect("ended: may start again");
+        drop((again, other));
+        assert!(proposing.0.lock().unwrap().is_empty());
     }
 }
