@@ -438,6 +438,44 @@ fn replica_log_in(
     }
 }
 
+/// The checker's verdict on `history` and the logs of stream `name`, `id`
+/// in each server's `(id, data folder)`: clean, with `acknowledged`
+/// messages.
+fn judge(
+    storages: &[FaultStorage],
+    folders: &[(u32, std::path::PathBuf)],
+    (name, id): (&str, u64),
+    history: &checker::ClientHistory,
+    acknowledged: u64,
+) {
+    let logs: Vec<checker::ReplicaLog> = folders
+        .iter()
+        .map(|(server, data)| {
+            replica_log_in(&storages[*server as usize - 1], data, name, id, *server)
+        })
+        .collect();
+    let report = checker::check(std::slice::from_ref(history), &logs, None);
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(report.acknowledged, acknowledged, "{report}");
+}
+
+/// `count` servers with fast failure detection, each on a storage of its
+/// own (returned by server id - 1).
+async fn cluster_on_storages(
+    count: usize,
+    folder: &std::path::Path,
+) -> (server::LocalCluster, Vec<FaultStorage>) {
+    let storages: Vec<FaultStorage> = (0..count).map(|_| FaultStorage::new()).collect();
+    let shared = storages.clone();
+    let cluster = server::LocalCluster::start(count, folder, move |config| {
+        crate::harness::fast(config);
+        config.storage = Arc::new(shared[config.cluster.me as usize - 1].clone());
+    })
+    .await
+    .unwrap();
+    (cluster, storages)
+}
+
 /// A replica's disk fills in a three-server cluster (each server has a
 /// storage of its own; the victim's refuses writes past a limit): its log
 /// fails, the control plane takes its process out of the stream as if it
@@ -447,14 +485,7 @@ fn replica_log_in(
 /// again and catches up; the checker then judges all three logs.
 async fn a_full_disk_on_one_replica(victim_is_primary: bool) {
     let folder = tempfile::tempdir().unwrap();
-    let storages: Vec<FaultStorage> = (0..3).map(|_| FaultStorage::new()).collect();
-    let shared = storages.clone();
-    let mut cluster = server::LocalCluster::start(3, folder.path(), move |config| {
-        crate::harness::fast(config);
-        config.storage = Arc::new(shared[config.cluster.me as usize - 1].clone());
-    })
-    .await
-    .unwrap();
+    let (mut cluster, storages) = cluster_on_storages(3, folder.path()).await;
     let (_client, info) =
         crate::harness::create_on_three(&cluster, "full", client::Protocol::OneHopAckClient).await;
     let victim = match victim_is_primary {
@@ -517,13 +548,7 @@ async fn a_full_disk_on_one_replica(victim_is_primary: bool) {
     drop(publisher);
     drop(observer);
     cluster.stop().await;
-    let logs: Vec<checker::ReplicaLog> = folders
-        .iter()
-        .map(|(id, data)| replica_log_in(&storages[*id as usize - 1], data, "full", info.id, *id))
-        .collect();
-    let report = checker::check(std::slice::from_ref(&history), &logs, None);
-    assert!(report.is_clean(), "{report}");
-    assert_eq!(report.acknowledged, 500, "{report}");
+    judge(&storages, &folders, ("full", info.id), &history, 500);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -546,14 +571,7 @@ async fn a_primary_whose_disk_fills_hands_over_and_comes_back_after_a_restart() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_log_failure_while_the_control_plane_has_no_leader_is_taken_once_it_has_one() {
     let folder = tempfile::tempdir().unwrap();
-    let storages: Vec<FaultStorage> = (0..5).map(|_| FaultStorage::new()).collect();
-    let shared = storages.clone();
-    let mut cluster = server::LocalCluster::start(5, folder.path(), move |config| {
-        crate::harness::fast(config);
-        config.storage = Arc::new(shared[config.cluster.me as usize - 1].clone());
-    })
-    .await
-    .unwrap();
+    let (mut cluster, storages) = cluster_on_storages(5, folder.path()).await;
     let client = Client::connect(client::ClientConfig::new(cluster.address(1).to_string()))
         .await
         .unwrap();
@@ -632,11 +650,5 @@ async fn a_log_failure_while_the_control_plane_has_no_leader_is_taken_once_it_ha
         .collect();
     drop((publisher, client, primary, victim_state));
     cluster.stop().await;
-    let logs: Vec<checker::ReplicaLog> = folders
-        .iter()
-        .map(|(id, data)| replica_log_in(&storages[*id as usize - 1], data, "lone", info.id, *id))
-        .collect();
-    let report = checker::check(std::slice::from_ref(&history), &logs, None);
-    assert!(report.is_clean(), "{report}");
-    assert_eq!(report.acknowledged, 3050, "{report}");
+    judge(&storages, &folders, ("lone", info.id), &history, 3050);
 }
