@@ -64,6 +64,7 @@ struct Snapshot {
     log: wal::LogMetrics,
     newest_checkpoint: u64,
     readers: (usize, u64),
+    failed: bool,
 }
 
 impl Snapshot {
@@ -78,6 +79,7 @@ impl Snapshot {
             log: stream.log.metrics(),
             newest_checkpoint: stream.log.checkpoints().first().copied().unwrap_or(0),
             readers: stream.reader_lag(),
+            failed: stream.log.failure().is_some(),
         }
     }
 }
@@ -208,6 +210,12 @@ fn server_families(server: &ServerState, out: &mut Out) -> fmt::Result {
         None,
         load(&router.peer_dropped),
     )?;
+    out.gauge(
+        "stamplog_damaged_copies",
+        "Copies of streams this server could not open, kept in <data>/damaged/ for an operator to look at.",
+        None,
+        server.damaged_copies() as f64,
+    )?;
     out.counter(
         "stamplog_client_messages_dropped",
         "Messages for a client dropped because its connection was gone or its queue full (it resends).",
@@ -317,6 +325,12 @@ fn log_families(streams: &[Snapshot], out: &mut Out) -> fmt::Result {
         "Paged logs: appends that found every page full and waited (seed 004's buffer-full events).",
         None,
         each(streams, |s| s.log.buffer_full_waits),
+    )?;
+    out.gauges(
+        "stamplog_log_failed",
+        "1 when the stream's log on this server has failed (a write or fsync failed): free the disk and restart the server.",
+        None,
+        each(streams, |s| if s.failed { 1.0 } else { 0.0 }),
     )?;
     out.gauges(
         "stamplog_log_buffer_full_ratio",

@@ -650,6 +650,22 @@ fn check_and_open_journal(config: &mut ServerConfig) -> Result<(), OpenError> {
     Ok(())
 }
 
+impl ServerState {
+    /// Copies set aside in `<data>/damaged/` (see [`set_aside`]); 0 when
+    /// the folder cannot be listed.
+    pub(crate) fn damaged_copies(&self) -> usize {
+        let folder = self.config.data_dir.join(DAMAGED_FOLDER);
+        match self.config.storage.exists(&folder) {
+            true => self
+                .config
+                .storage
+                .list(&folder)
+                .map_or(0, |names| names.len()),
+            false => 0,
+        }
+    }
+}
+
 /// Moves a copy of stream `meta` that could not be opened out of the
 /// streams' folder, to `<data>/damaged/<name>-<id>-<unix seconds>`, for
 /// the operator to look at; a fresh replica then takes its place.

@@ -459,8 +459,8 @@ fn judge(
     assert_eq!(report.acknowledged, acknowledged, "{report}");
 }
 
-/// `count` servers with fast failure detection, each on a storage of its
-/// own (returned by server id - 1).
+/// `count` servers with fast failure detection and an admin port, each
+/// on a storage of its own (returned by server id - 1).
 async fn cluster_on_storages(
     count: usize,
     folder: &std::path::Path,
@@ -470,6 +470,7 @@ async fn cluster_on_storages(
     let cluster = server::LocalCluster::start(count, folder, move |config| {
         crate::harness::fast(config);
         config.storage = Arc::new(shared[config.cluster.me as usize - 1].clone());
+        config.admin_listen = Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0)));
     })
     .await
     .unwrap();
@@ -517,6 +518,14 @@ async fn a_full_disk_on_one_replica(victim_is_primary: bool) {
         failed.is_some_and(|why| why.contains("No space left on device")),
         "the victim's log failed for its full disk"
     );
+    // An operator sees it in the victim's metrics, and only there.
+    let series = r#"stamplog_log_failed{stream="full",protocol="one-hop-ack-client"}"#;
+    for id in [victim, observer_id] {
+        let admin = crate::observe::admin_address(&cluster, id);
+        let (_, metrics) = crate::observe::http_get(admin, "/metrics").await;
+        let expected = if id == victim { 1.0 } else { 0.0 };
+        assert_eq!(crate::observe::sample(&metrics, series), Some(expected));
+    }
 
     // Room again, and a restart: a replica again, caught up, in sync.
     cluster.stop_server(victim).await;

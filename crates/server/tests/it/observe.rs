@@ -87,7 +87,8 @@ async fn observed_cluster(folder: &std::path::Path) -> server::LocalCluster {
     .unwrap()
 }
 
-fn admin_address(cluster: &server::LocalCluster, id: u32) -> SocketAddr {
+/// The admin address of server `id` of `cluster` (started with one).
+pub fn admin_address(cluster: &server::LocalCluster, id: u32) -> SocketAddr {
     let server = cluster.servers.iter().find(|s| s.id == id).unwrap();
     server.admin.as_ref().expect("an admin port").address
 }
@@ -163,6 +164,11 @@ async fn every_server_serves_metrics_status_health_and_the_status_page() {
             Some(sent as f64)
         );
         assert_eq!(sample(&metrics, "stamplog_ready"), Some(1.0));
+        assert_eq!(
+            sample(&metrics, &format!("stamplog_log_failed{stream}")),
+            Some(0.0)
+        );
+        assert_eq!(sample(&metrics, "stamplog_damaged_copies"), Some(0.0));
         // One stream per server: every round of the journal is that
         // stream's alone, written into its own segment, never a frame.
         let direct = sample(&metrics, "stamplog_journal_direct_writes_total").unwrap();

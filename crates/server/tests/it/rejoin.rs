@@ -210,6 +210,7 @@ async fn a_backup_whose_log_was_damaged_while_down_comes_back_with_every_version
     let mut cluster = LocalCluster::start(3, folder.path(), |config| {
         crate::harness::fast(config);
         config.journal_bytes_max = 0;
+        config.admin_listen = Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0)));
     })
     .await
     .unwrap();
@@ -239,6 +240,17 @@ async fn a_backup_whose_log_was_damaged_while_down_comes_back_with_every_version
     send(&publisher, &mut history, 400, 500).await;
     let newest = history.acked.iter().map(|a| a.version).max().unwrap();
     every_replica_holds(&cluster, newest).await;
+    // The victim's metrics count the copy set aside.
+    for id in [victim, info.primary] {
+        let admin = crate::observe::admin_address(&cluster, id);
+        let (_, metrics) = crate::observe::http_get(admin, "/metrics").await;
+        let kept = crate::observe::sample(&metrics, "stamplog_damaged_copies");
+        assert_eq!(
+            kept,
+            Some(if id == victim { 1.0 } else { 0.0 }),
+            "server {id}"
+        );
+    }
     drop(publisher);
     cluster.stop().await;
     let logs = crate::replication::replica_logs(&data, NAME, info.id);
