@@ -539,9 +539,6 @@ async fn require(
     Ok(())
 }
 
-/// The status summary: this server, the cluster's view (members, lead
-/// member, control-plane leader), every stream's placement, the latest
-/// transitions, and this server's replicas.
 /// A status value as a table cell: strings bare, null as `-`.
 fn text(value: &serde_json::Value) -> String {
     match value {
@@ -551,6 +548,9 @@ fn text(value: &serde_json::Value) -> String {
     }
 }
 
+/// The status summary: this server, the cluster's view (members, lead
+/// member, control-plane leader), every stream's placement, the latest
+/// transitions, and this server's replicas.
 fn print_status(json: &serde_json::Value) {
     println!(
         "server {} at {}, up {:.0} s, {} connections",
@@ -625,6 +625,16 @@ fn print_members(cluster: &serde_json::Value) {
 
 /// Every stream's placement, and how many are under-replicated.
 fn print_placement(cluster: &serde_json::Value) {
+    print!("{}", placement_table(cluster).render());
+    println!(
+        "under-replicated streams: {}",
+        text(&cluster["under_replicated"])
+    );
+}
+
+/// Every stream's placement: its servers, those in sync, and those whose
+/// log failed (out of the stream until they restart).
+fn placement_table(cluster: &serde_json::Value) -> report::Table {
     let mut placements = report::Table::new(
         "placement",
         &[
@@ -634,6 +644,7 @@ fn print_placement(cluster: &serde_json::Value) {
             "epoch",
             "replicas",
             "in sync",
+            "log failed on",
             "requirement",
             "state",
         ],
@@ -646,23 +657,27 @@ fn print_placement(cluster: &serde_json::Value) {
             text(&stream["epoch"]),
             text(&stream["replicas"]),
             text(&stream["in_sync"]),
+            text(&stream["failed"]),
             text(&stream["requirement"]),
             text(&stream["availability"]),
         ]);
     }
-    print!("{}", placements.render());
-    println!(
-        "under-replicated streams: {}",
-        text(&cluster["under_replicated"])
-    );
+    placements
 }
 
 /// This server's replicas: versions, commit interval, readers.
 fn print_replicas(json: &serde_json::Value) {
+    print!("{}", replicas_table(json).render());
+}
+
+/// This server's replicas, each with its log's state (`ok`, or why it
+/// failed), versions, commit interval and readers.
+fn replicas_table(json: &serde_json::Value) -> report::Table {
     let mut local = report::Table::new(
         "replicas on this server",
         &[
             "stream",
+            "log",
             "epoch",
             "primary",
             "logged",
@@ -676,8 +691,13 @@ fn print_replicas(json: &serde_json::Value) {
     );
     for stream in json["streams"].as_array().into_iter().flatten() {
         let replication = &stream["replication"];
+        let log = match &stream["failed"] {
+            serde_json::Value::Null => "ok".to_string(),
+            why => format!("failed: {}", text(why)),
+        };
         local.row(vec![
             text(&stream["name"]),
+            log,
             text(&replication["epoch"]),
             text(&replication["primary"]),
             text(&replication["logged_version"]),
@@ -689,7 +709,7 @@ fn print_replicas(json: &serde_json::Value) {
             text(&stream["subscription_lag"]),
         ]);
     }
-    print!("{}", local.render());
+    local
 }
 
 /// A byte count of at least 1 with an optional unit (B, KB = 1000,
@@ -716,5 +736,35 @@ mod size_tests {
         assert!(parse_size("0").is_err());
         assert!(parse_size("5XB").is_err());
         assert!(parse_size("lots").is_err());
+    }
+}
+
+#[cfg(test)]
+mod status_tests {
+    use super::{placement_table, replicas_table};
+
+    #[test]
+    fn status_shows_which_replicas_logs_failed_and_why() {
+        let cluster = serde_json::json!({"streams": [
+            {"name": "orders", "replicas": [1, 3], "in_sync": [1], "failed": [2]},
+            {"name": "quiet", "replicas": [1, 2, 3], "in_sync": [1, 2, 3], "failed": []},
+        ]});
+        let placements = placement_table(&cluster);
+        let column = |table: &report::Table, row: usize, name: &str| {
+            let at = table.columns().iter().position(|c| c == name).unwrap();
+            table.rows()[row][at].clone()
+        };
+        assert_eq!(column(&placements, 0, "log failed on"), "[2]");
+        assert_eq!(column(&placements, 1, "log failed on"), "[]");
+        let server = serde_json::json!({"streams": [
+            {"name": "orders", "failed": "No space left on device", "replication": {}},
+            {"name": "quiet", "failed": null, "replication": {}},
+        ]});
+        let replicas = replicas_table(&server);
+        assert_eq!(
+            column(&replicas, 0, "log"),
+            "failed: No space left on device"
+        );
+        assert_eq!(column(&replicas, 1, "log"), "ok");
     }
 }

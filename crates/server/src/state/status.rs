@@ -92,6 +92,9 @@ impl ServerState {
                 "protocol": p.config.protocol,
                 "replicas": p.replicas,
                 "in_sync": p.in_sync,
+                // Servers whose log of the stream failed (out of it until
+                // they restart).
+                "failed": p.failed.iter().map(|&(id, _)| id).collect::<Vec<_>>(),
                 "requirement": control::state::describe_requirement(p),
                 "primary": p.primary,
                 "epoch": p.epoch,

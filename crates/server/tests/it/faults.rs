@@ -526,6 +526,15 @@ async fn a_full_disk_on_one_replica(victim_is_primary: bool) {
         let expected = if id == victim { 1.0 } else { 0.0 };
         assert_eq!(crate::observe::sample(&metrics, series), Some(expected));
     }
+    // And in `stamplog status`: the placement names the server whose log
+    // failed, and that server's replica says why.
+    let status = observer.status_json();
+    let streams = status["cluster"]["streams"].as_array().unwrap();
+    let full = streams.iter().find(|s| s["name"] == "full").unwrap();
+    assert_eq!(full["failed"], serde_json::json!([victim]), "{full}");
+    let mine = cluster.servers[victim as usize - 1].state().status_json();
+    let why = mine["streams"][0]["failed"].as_str().unwrap_or_default();
+    assert!(why.contains("No space left on device"), "{mine}");
 
     // Room again, and a restart: a replica again, caught up, in sync.
     cluster.stop_server(victim).await;
