@@ -385,6 +385,7 @@ async fn the_status_page_shows_the_cluster_in_a_headless_browser() {
         row.contains("<td class=\"num\">300</td>"),
         "300 versions: {row}"
     );
+    assert!(!row.contains("class=\"bad\""), "no log failed: {row}");
 
     let shot = folder.path().join("status-page.png");
     headless(&browser, &url, &format!("--screenshot={}", shot.display())).await;
