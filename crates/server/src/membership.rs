@@ -502,11 +502,6 @@ async fn propose_event(
             // its old incarnation's, and this task must not keep it open.
             return;
         }
-        // An epoch's event is looked at only once refused: the state this
-        // server has applied may not show the epoch yet.
-        if epoch.is_none() && moot(&control.state().borrow(), &command, (&stream, id), epoch) {
-            return;
-        }
         let error = match control.propose(command.clone()).await {
             Ok(_) => {
                 // The record may have been there already (a stream's first
@@ -542,6 +537,12 @@ async fn propose_event(
             _ = stop.wait_for(|s| *s) => return,
         }
         pause = (pause * 2).min(EVENT_RETRY_AFTER_MAX);
+        // The stream may have gone (or been made again) meanwhile. An
+        // epoch's event is looked at only once refused: the state this
+        // server has applied may not show the epoch yet.
+        if epoch.is_none() && moot(&control.state().borrow(), &command, (&stream, id), epoch) {
+            return;
+        }
     }
 }
 
