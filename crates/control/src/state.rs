@@ -226,9 +226,7 @@ impl StreamPlacement {
     /// Whether `id`'s copy of the stream is live: the server is a member
     /// and the log of its current process has not failed.
     pub fn holds_live(&self, members: &BTreeMap<ServerId, Member>, id: ServerId) -> bool {
-        members
-            .get(&id)
-            .is_some_and(|member| !self.failed.contains(&(id, member.join_view)))
+        holds_live(&self.failed, members, id)
     }
 
     /// `unversioned`: every replica is its own primary.
@@ -634,7 +632,7 @@ impl ControlState {
         let others_live = stream
             .in_sync
             .iter()
-            .any(|&other| other != server && members.contains_key(&other));
+            .any(|&other| other != server && stream.holds_live(members, other));
         if !others_live {
             return Response::Ignored(format!(
                 "server {server} is {name:?}'s only live in-sync replica"
@@ -755,11 +753,7 @@ impl ControlState {
                 .failed
                 .retain(|&(id, view)| members.get(&id).is_some_and(|m| m.join_view == view));
             let failed = stream.failed.clone();
-            let live = |id: &ServerId| {
-                members
-                    .get(id)
-                    .is_some_and(|m| !failed.contains(&(*id, m.join_view)))
-            };
+            let live = |id: &ServerId| holds_live(&failed, members, *id);
             replace_primary(stream, members, &live, &mut notes);
             stream.epoch_members.retain(|id| live(id));
             // Refill: a replica that is gone and out of sync leaves the
@@ -1000,6 +994,18 @@ pub fn name_hash(bytes: &[u8]) -> u64 {
         hash = hash.wrapping_mul(0x0100_0000_01b3);
     }
     hash
+}
+
+/// Whether `id`'s copy is live: a member whose current process's log is
+/// not among `failed` ([`StreamPlacement::holds_live`]).
+fn holds_live(
+    failed: &[(ServerId, u64)],
+    members: &BTreeMap<ServerId, Member>,
+    id: ServerId,
+) -> bool {
+    members
+        .get(&id)
+        .is_some_and(|member| !failed.contains(&(id, member.join_view)))
 }
 
 /// A stream's primary that is not current (gone, failed, or of a

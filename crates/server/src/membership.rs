@@ -522,9 +522,6 @@ async fn propose_event(
             }
             Err(error) => error,
         };
-        if moot(&control.state().borrow(), &command, (&stream, id), epoch) {
-            return;
-        }
         if !warned && started.elapsed() >= EVENT_WARN_AFTER {
             warned = true;
             tracing::warn!(
@@ -537,10 +534,10 @@ async fn propose_event(
             _ = stop.wait_for(|s| *s) => return,
         }
         pause = (pause * 2).min(EVENT_RETRY_AFTER_MAX);
-        // The stream may have gone (or been made again) meanwhile. An
-        // epoch's event is looked at only once refused: the state this
-        // server has applied may not show the epoch yet.
-        if epoch.is_none() && moot(&control.state().borrow(), &command, (&stream, id), epoch) {
+        // Looked at only once a try failed (the state this server has
+        // applied may not show the epoch yet at first): the stream may
+        // have moved on, gone or been made again meanwhile.
+        if moot(&control.state().borrow(), &command, (&stream, id), epoch) {
             return;
         }
     }

@@ -62,9 +62,10 @@
 //!   A quarter of the planned crashes (outside sender runs) are log
 //!   failures instead: the process goes on, but the stream stops on it
 //!   (its replica hears and sends nothing more, its log reports nothing
-//!   more synced), it proposes `LogFailed` as the real server does, the control plane takes its copy out of the stream (a
-//!   primary's in a failover), and later the process is restarted with a
-//!   working log, as after a crash.
+//!   more synced), it proposes `LogFailed` as the real server does, the
+//!   control plane takes its copy out of the stream (a primary's in a
+//!   failover), and later the process is restarted with a working log,
+//!   as after a crash.
 //! - **Failover for clients.** A client that sees a new placement hands it
 //!   to its producer (`Producer::reconfigure`, as the client library's
 //!   publisher does), which sends every unfinished message again, same

@@ -217,9 +217,9 @@ impl World<'_> {
     }
 
     /// The log of `id`'s process fails (a full disk): the stream stops
-    /// there and the log reports nothing more synced; the server tells the control
-    /// plane, as the real one does, and is restarted `restart_after_ms`
-    /// later with a working log.
+    /// there and the log reports nothing more synced; the server tells
+    /// the control plane, as the real one does, and is restarted
+    /// `restart_after_ms` later with a working log.
     fn fail_log(&mut self, id: ServerId, restart_after_ms: u64) {
         let name = self.control.name.clone();
         let server = self.server(id);

@@ -652,17 +652,11 @@ fn check_and_open_journal(config: &mut ServerConfig) -> Result<(), OpenError> {
 
 impl ServerState {
     /// Copies set aside in `<data>/damaged/` (see [`set_aside`]); 0 when
-    /// the folder cannot be listed.
+    /// the folder cannot be listed (none was ever set aside).
     pub(crate) fn damaged_copies(&self) -> usize {
         let folder = self.config.data_dir.join(DAMAGED_FOLDER);
-        match self.config.storage.exists(&folder) {
-            true => self
-                .config
-                .storage
-                .list(&folder)
-                .map_or(0, |names| names.len()),
-            false => 0,
-        }
+        let names = self.config.storage.list(&folder);
+        names.map_or(0, |names| names.len())
     }
 }
 
