@@ -392,7 +392,10 @@ impl Log {
             }
             return Ok(());
         }
-        let wake = shared.config.durability == Durability::Sync && state.io_waiting;
+        // The first append since the thread began to wait wakes it; the
+        // ones before it runs find it woken and make no system call.
+        let wake = shared.config.durability == Durability::Sync
+            && std::mem::replace(&mut state.io_waiting, false);
         drop(state);
         shared.counters.appends.fetch_add(1, Ordering::Relaxed);
         if wake {
