@@ -79,11 +79,9 @@ pub(crate) struct Tail {
     pub(crate) written: Option<(u64, Vec<u8>)>,
 }
 
-/// What the thread writing a log keeps between batches: its tail, and how
-/// far ahead of the last record it keeps zeros.
+/// What the thread writing a log keeps between batches: its tail.
 pub(crate) struct Writing {
     pub(crate) tail: Tail,
-    pub(crate) ahead: u64,
 }
 
 pub(crate) struct State {

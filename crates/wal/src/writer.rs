@@ -17,18 +17,21 @@ use crate::storage::{StorageFile, BLOCK_BYTES};
 /// Spare buffers a `Sync` log keeps for reuse between batches.
 const SPARE_BUFFERS_MAX: usize = 4;
 
-/// The tail segment is kept this far ahead of its last record with zeros,
-/// so an fdatasync after an append flushes data only: a write that grows
-/// the file also changes its size, and syncing that metadata costs a
-/// journal commit on every batch.
+/// After a small batch the tail segment is kept this far ahead of its
+/// last record with zeros, so that the fdatasync of the next small batch
+/// flushes data only: a write that grows the file also changes its size,
+/// and syncing that metadata costs a journal commit on every batch.
 const PREALLOCATE_AHEAD_BYTES: u64 = 1024 * 1024;
 /// Zeros written per preallocation step.
 const PREALLOCATE_STEP_BYTES: usize = 1024 * 1024;
-/// The most the tail is kept ahead of its last record: batches larger than
-/// `PREALLOCATE_AHEAD_BYTES` (many messages in flight) raise the distance
-/// to twice the largest batch seen, up to this, so that a batch still
-/// lands inside zeros and is written past the page cache.
-const PREALLOCATE_AHEAD_MAX_BYTES: u64 = 16 * 1024 * 1024;
+/// A batch of this many bytes or more writes no zeros ahead of it. Zeros
+/// save each batch a metadata commit, which is worth it while a batch is
+/// small; past this the zeros cost the disk about as much time and as
+/// many bytes as the batches themselves (written by the same thread
+/// between batches), and the commit is small beside a batch. Such
+/// batches, once past the zeros, grow the file through the page cache
+/// (docs/results.md, "Zeros ahead of small batches only").
+const ZEROS_BATCH_BYTES_MAX: u64 = 64 * 1024;
 
 /// One preallocation step of zeros, on a block boundary so it can be
 /// written past the page cache like the records.
@@ -64,7 +67,6 @@ impl crate::journal::Member for Shared {
         let mut guard = self.journal_tail.lock().expect("tail lock poisoned");
         let writing = guard.get_or_insert_with(|| Writing {
             tail: self.tail_of(batch[0].segment_base),
-            ahead: PREALLOCATE_AHEAD_BYTES,
         });
         self.write_and_complete(writing, batch, started, dirty);
     }
@@ -147,7 +149,6 @@ impl Shared {
     pub(crate) fn run_io(self: Arc<Self>) {
         let mut writing = Writing {
             tail: self.current_tail(),
-            ahead: PREALLOCATE_AHEAD_BYTES,
         };
         while let Some(batch) = self.next_batch() {
             if !self.write_and_complete(&mut writing, batch, Instant::now(), None) {
@@ -184,13 +185,9 @@ impl Shared {
                 let end = last.offset + last.bytes.len() as u64;
                 let in_tail = last.segment_base == writing.tail.base;
                 let bytes: u64 = batch.iter().map(|c| c.bytes.len() as u64).sum();
-                writing.ahead = writing
-                    .ahead
-                    .max((2 * bytes).next_multiple_of(PREALLOCATE_STEP_BYTES as u64))
-                    .min(PREALLOCATE_AHEAD_MAX_BYTES);
                 self.complete(batch, started);
-                if in_tail && !journaled {
-                    self.preallocate(&mut writing.tail, end, writing.ahead);
+                if in_tail && !journaled && bytes < ZEROS_BATCH_BYTES_MAX {
+                    self.preallocate(&mut writing.tail, end);
                 }
                 true
             }
@@ -271,13 +268,13 @@ impl Shared {
     }
 
     /// Extends the tail segment with zeros, a step at a time, until it
-    /// reaches `ahead` bytes past its last record (or the segment's
-    /// limit). The zeros are made durable by the next batch's fdatasync;
+    /// reaches `PREALLOCATE_AHEAD_BYTES` past its last record (or the
+    /// segment's limit). The zeros are made durable by the next batch's fdatasync;
     /// recovery cuts them off. They start on the block boundary after the
     /// records (the records' last block was padded with zeros when it was
     /// written).
-    fn preallocate(&self, tail: &mut Tail, end: u64, ahead: u64) {
-        let target = (end + ahead).min(self.config.segment_bytes_max);
+    fn preallocate(&self, tail: &mut Tail, end: u64) {
+        let target = (end + PREALLOCATE_AHEAD_BYTES).min(self.config.segment_bytes_max);
         if !tail.preallocate || tail.allocated >= target {
             return;
         }

@@ -685,3 +685,44 @@ fn journal_rounds_put_no_zeros_ahead_of_a_segment_while_a_log_written_alone_keep
         read_back(&log, payloads, payloads.len() as u64, index as u64);
     }
 }
+
+#[test]
+fn a_log_written_alone_keeps_zeros_ahead_of_small_batches_but_not_of_large_ones() {
+    const SEGMENT: u64 = 16 << 20;
+    let storage = FaultStorage::new();
+    let journal = Arc::new(open_journal(&storage, 4 << 20).unwrap());
+    let (log, _) = open_log(&storage, 0, journaled(&journal, SEGMENT));
+    let mut payloads: Vec<Vec<u8>> = Vec::new();
+    // One record per batch, each written alone past the journal.
+    let mut put = |size: usize| {
+        let version = payloads.len() as u64 + 1;
+        let bytes = payload(version * 131, size);
+        append(&log, version, &encode(stream_id(0), version, &bytes)).unwrap();
+        payloads.push(bytes);
+        wait_durable(&log, version, "a batch of one record");
+    };
+    for _ in 0..5 {
+        put(1_000);
+    }
+    let small = segment_bytes(&storage, 0);
+    assert!(
+        small >= 1 << 20,
+        "batches of 1 KB keep the tail 1 MiB ahead with zeros: {small} bytes on file"
+    );
+    // 2.1 MB in batches of 70 KB: past the zeros, and none written
+    // ahead of them.
+    for _ in 0..30 {
+        put(70_000);
+    }
+    let large = segment_bytes(&storage, 0);
+    drop(log);
+    let closed = segment_bytes(&storage, 0);
+    assert!(
+        closed > 2_000_000 && large <= closed.next_multiple_of(4096),
+        "batches of 70 KB keep no zeros ahead: {large} bytes on file for {closed} of records"
+    );
+    let (log, recovered) = open_log(&storage, 0, journaled(&journal, SEGMENT));
+    assert_eq!(recovered.len(), payloads.len(), "reopened");
+    assert_prefix(&recovered, &payloads, payloads.len() as u64, "reopened");
+    read_back(&log, &payloads, payloads.len() as u64, 0);
+}
