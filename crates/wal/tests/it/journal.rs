@@ -217,11 +217,7 @@ fn read_back(log: &Log, payloads: &[Vec<u8>], through: u64, seed: u64) {
 #[test]
 fn a_round_of_many_logs_is_one_write_and_one_fdatasync() {
     const LOGS: usize = 20;
-    let storage = FaultStorage::new();
-    let journal = Arc::new(open_journal(&storage, 1 << 20).unwrap());
-    let logs: Vec<Log> = (0..LOGS)
-        .map(|i| open_log(&storage, i, journaled(&journal, 1 << 20)).0)
-        .collect();
+    let (storage, journal, logs) = logs_on_one_journal(LOGS);
     let mut payloads: Vec<Vec<Vec<u8>>> = vec![Vec::new(); LOGS];
     // The journal's thread stalls in the sync of a round of log 0 alone
     // while every log gets a record.
@@ -260,11 +256,7 @@ fn logs_appended_on_many_threads_at_once_each_see_every_record_durable() {
     // comes, however the threads interleave.
     const THREADS: usize = 8;
     const RECORDS: usize = 300;
-    let storage = FaultStorage::new();
-    let journal = Arc::new(open_journal(&storage, 1 << 20).unwrap());
-    let logs: Vec<Log> = (0..THREADS)
-        .map(|i| open_log(&storage, i, journaled(&journal, 1 << 20)).0)
-        .collect();
+    let (_storage, _journal, logs) = logs_on_one_journal(THREADS);
     std::thread::scope(|scope| {
         for (index, log) in logs.iter().enumerate() {
             scope.spawn(move || {
@@ -362,9 +354,14 @@ fn round_starts(journal_file: &[u8]) -> Vec<usize> {
 
 /// Two logs on a journal of 1 MiB, in a storage of their own.
 fn two_logs() -> (FaultStorage, Arc<Journal>, Vec<Log>) {
+    logs_on_one_journal(2)
+}
+
+/// `count` logs sharing a journal, journal and segments of 1 MiB.
+fn logs_on_one_journal(count: usize) -> (FaultStorage, Arc<Journal>, Vec<Log>) {
     let storage = FaultStorage::new();
     let journal = Arc::new(open_journal(&storage, 1 << 20).unwrap());
-    let logs = (0..2)
+    let logs = (0..count)
         .map(|i| open_log(&storage, i, journaled(&journal, 1 << 20)).0)
         .collect();
     (storage, journal, logs)
