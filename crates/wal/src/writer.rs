@@ -30,7 +30,8 @@ const PREALLOCATE_STEP_BYTES: usize = 1024 * 1024;
 /// many bytes as the batches themselves (written by the same thread
 /// between batches), and the commit is small beside a batch. Such
 /// batches, once past the zeros, grow the file through the page cache
-/// (docs/results.md, "Zeros ahead of small batches only").
+/// (docs/results.md, "NATS JetStream in the same run, and zeros ahead of
+/// small batches only").
 const ZEROS_BATCH_BYTES_MAX: u64 = 64 * 1024;
 
 /// One preallocation step of zeros, on a block boundary so it can be
@@ -269,10 +270,10 @@ impl Shared {
 
     /// Extends the tail segment with zeros, a step at a time, until it
     /// reaches `PREALLOCATE_AHEAD_BYTES` past its last record (or the
-    /// segment's limit). The zeros are made durable by the next batch's fdatasync;
-    /// recovery cuts them off. They start on the block boundary after the
-    /// records (the records' last block was padded with zeros when it was
-    /// written).
+    /// segment's limit). The zeros are made durable by the next batch's
+    /// fdatasync; recovery cuts them off. They start on the block boundary
+    /// after the records (the records' last block was padded with zeros
+    /// when it was written).
     fn preallocate(&self, tail: &mut Tail, end: u64) {
         let target = (end + PREALLOCATE_AHEAD_BYTES).min(self.config.segment_bytes_max);
         if !tail.preallocate || tail.allocated >= target {
