@@ -352,12 +352,8 @@ fn round_starts(journal_file: &[u8]) -> Vec<usize> {
         .collect()
 }
 
-/// Two logs on a journal of 1 MiB, in a storage of their own.
-fn two_logs() -> (FaultStorage, Arc<Journal>, Vec<Log>) {
-    logs_on_one_journal(2)
-}
-
-/// `count` logs sharing a journal, journal and segments of 1 MiB.
+/// `count` logs sharing a journal, journal and segments of 1 MiB, in a
+/// storage of their own.
 fn logs_on_one_journal(count: usize) -> (FaultStorage, Arc<Journal>, Vec<Log>) {
     let storage = FaultStorage::new();
     let journal = Arc::new(open_journal(&storage, 1 << 20).unwrap());
@@ -369,7 +365,7 @@ fn logs_on_one_journal(count: usize) -> (FaultStorage, Arc<Journal>, Vec<Log>) {
 
 #[test]
 fn a_damaged_round_before_a_later_one_is_refused_and_a_damaged_last_round_ends_redo() {
-    let (storage, _journal, logs) = two_logs();
+    let (storage, _journal, logs) = logs_on_one_journal(2);
     let mut payloads: Vec<Vec<Vec<u8>>> = vec![Vec::new(); 2];
     journal_rounds(&storage, &logs, &mut payloads, 4, 0);
     let path = root().join(wal::journal::JOURNAL_FILE);
@@ -475,7 +471,7 @@ fn a_log_alone_on_its_journal_is_written_and_synced_by_the_thread_that_appends()
 
 #[test]
 fn with_several_logs_busy_write_here_leaves_the_records_to_the_journals_rounds() {
-    let (storage, journal, logs) = two_logs();
+    let (storage, journal, logs) = logs_on_one_journal(2);
     let mut payloads: Vec<Vec<Vec<u8>>> = vec![Vec::new(); 2];
     // A round of both logs: neither has the journal to itself.
     journal_rounds(&storage, &logs, &mut payloads, 1, 0);
@@ -499,7 +495,7 @@ fn with_several_logs_busy_write_here_leaves_the_records_to_the_journals_rounds()
 
 #[test]
 fn a_log_may_be_written_here_only_while_it_has_the_idle_journal_to_itself() {
-    let (storage, journal, logs) = two_logs();
+    let (storage, journal, logs) = logs_on_one_journal(2);
     let mut payloads: Vec<Vec<Vec<u8>>> = vec![Vec::new(); 2];
     // A round of both logs: neither had the journal to itself.
     journal_rounds(&storage, &logs, &mut payloads, 1, 0);
