@@ -126,6 +126,18 @@ thread_local! {
     static HELD: std::cell::RefCell<Option<Vec<Held>>> = const { std::cell::RefCell::new(None) };
     /// Set by [`not_here`]: the held logs go to their journals.
     static ELSEWHERE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Set while this thread writes in place what [`write_here`] held
+    /// back, and runs the log's durable hook ([`hook_in_place`]).
+    static IN_PLACE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether this thread is writing in place a record [`write_here`] held
+/// back, and so running the durable hook of a log written alone by the
+/// thread that appended to it (the hook of a journal round runs on the
+/// journal's thread, where this is false). The thread has nothing else
+/// in hand: with one message in flight, a connection's reader.
+pub fn hook_in_place() -> bool {
+    IN_PLACE.get()
 }
 
 /// Called from [`write_here`]'s work: its logs go to their journals as
@@ -167,6 +179,15 @@ pub fn write_here<R>(work: impl FnOnce() -> R) -> R {
             let alone = held.len() == 1 && !ELSEWHERE.replace(false);
             for (journal, log) in held {
                 if alone && !std::thread::panicking() {
+                    /// Clears the mark however the write ends.
+                    struct Unmark;
+                    impl Drop for Unmark {
+                        fn drop(&mut self) {
+                            IN_PLACE.set(false);
+                        }
+                    }
+                    IN_PLACE.set(true);
+                    let _unmark = Unmark;
                     journal.write_or_enqueue(log);
                 } else {
                     journal.requeue(log);

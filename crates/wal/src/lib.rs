@@ -30,7 +30,9 @@ mod writer;
 
 pub use config::{Durability, LogConfig, SyncObserver, SyncReport};
 pub use error::{AppendError, ConfigError, FormatError, LogError, ReadError, RestoreError};
-pub use journal::{not_here, write_here, Journal, JournalConfig, JournalMetrics, RedoReport};
+pub use journal::{
+    hook_in_place, not_here, write_here, Journal, JournalConfig, JournalMetrics, RedoReport,
+};
 pub use log::{DurableHook, Log, LogMetrics, Progress};
 pub use maintenance::{CheckpointWritten, Retained, Retention};
 pub use marker::RESET_MARKER;

@@ -40,6 +40,9 @@ impl Outbox for RouterOutbox<'_> {
     fn to_client(&self, client: u128, msgs: Vec<Msg>) {
         self.router.send_client(client, self.stream, msgs);
     }
+    fn between(&self) {
+        std::thread::yield_now();
+    }
 }
 
 pub(crate) use checkpoints::CheckpointSchedule;
@@ -890,7 +893,7 @@ impl Stream {
                 core.replica.on_logged(through, now, &mut effects);
             }
         }
-        sends.finish(&out);
+        sends.finish(&out, wal::hook_in_place());
         self.clock_timer.rouse(core);
     }
 

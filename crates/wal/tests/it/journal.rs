@@ -430,11 +430,18 @@ fn one_log_alone(
     (storage, journal, log, payloads)
 }
 
-/// Notes the thread each call of `log`'s durable hook runs on.
-fn hook_threads(log: &Log) -> Arc<std::sync::Mutex<Vec<std::thread::ThreadId>>> {
-    let threads: Arc<std::sync::Mutex<Vec<std::thread::ThreadId>>> = Arc::default();
+/// Notes the thread each call of `log`'s durable hook runs on, and
+/// whether that thread said it wrote the record in place
+/// (`wal::hook_in_place`).
+type HookThreads = Arc<std::sync::Mutex<Vec<(std::thread::ThreadId, bool)>>>;
+
+fn hook_threads(log: &Log) -> HookThreads {
+    let threads: HookThreads = Arc::default();
     let noted = Arc::clone(&threads);
-    log.on_durable(move |_, _| noted.lock().unwrap().push(std::thread::current().id()));
+    log.on_durable(move |_, _| {
+        let here = (std::thread::current().id(), wal::hook_in_place());
+        noted.lock().unwrap().push(here);
+    });
     threads
 }
 
@@ -455,7 +462,11 @@ fn a_log_alone_on_its_journal_is_written_and_synced_by_the_thread_that_appends()
     // the hook ran here.
     assert_eq!(log.durable_version(), 3);
     assert_eq!(storage.sync_count() - syncs, 1);
-    assert_eq!(*threads.lock().unwrap(), vec![std::thread::current().id()]);
+    assert_eq!(
+        *threads.lock().unwrap(),
+        vec![(std::thread::current().id(), true)]
+    );
+    assert!(!wal::hook_in_place(), "only while the hook runs");
     let after = journal.metrics();
     assert_eq!(after.direct_writes - before.direct_writes, 1);
     assert_eq!(after.rounds, before.rounds);
@@ -481,7 +492,11 @@ fn with_several_logs_busy_write_here_leaves_the_records_to_the_journals_rounds()
     wait_durable(&logs[0], payloads[0].len() as u64, "through the journal");
     let here = std::thread::current().id();
     assert!(
-        threads.lock().unwrap().iter().all(|thread| *thread != here),
+        threads
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|(thread, in_place)| *thread != here && !in_place),
         "the journal's thread made the record durable"
     );
     // A round of the log alone (the journal's thread writes it directly);
@@ -490,7 +505,7 @@ fn with_several_logs_busy_write_here_leaves_the_records_to_the_journals_rounds()
     assert_eq!(journal.metrics().direct_writes - before.direct_writes, 1);
     wal::write_here(|| push(&logs[0], 0, &mut payloads[0]));
     assert_eq!(logs[0].durable_version(), payloads[0].len() as u64);
-    assert_eq!(threads.lock().unwrap().last(), Some(&here));
+    assert_eq!(threads.lock().unwrap().last(), Some(&(here, true)));
 }
 
 #[test]
@@ -530,7 +545,7 @@ fn a_log_may_be_written_here_only_while_it_has_the_idle_journal_to_itself() {
     assert_eq!(logs[1].durable_version(), payloads[1].len() as u64);
     assert_eq!(
         threads.lock().unwrap().last(),
-        Some(&std::thread::current().id())
+        Some(&(std::thread::current().id(), true))
     );
     // A log without a journal is never written by `write_here`.
     let (alone, _) = open_log(&FaultStorage::new(), 7, sync_config(1 << 20));
