@@ -22,6 +22,11 @@ const STARTUP_TIMEOUT: Duration = Duration::from_secs(20);
 /// The first line the server prints on stdout, followed by its address.
 const LISTENING_PREFIX: &str = "listening on ";
 
+/// The environment variable of `stamplog server --stop-at-stdin-end`
+/// (and of `stamplog cluster`'s), set for every server this module
+/// starts with a pipe as its input.
+const STOP_AT_STDIN_END: &str = "STAMPLOG_STOP_AT_STDIN_END";
+
 /// A running server process; killed when dropped, so an error anywhere in
 /// the experiment never leaves it behind.
 pub struct ServerProcess {
@@ -74,7 +79,12 @@ impl ServerProcess {
             .arg("--data")
             .arg(data)
             .args(extra)
-            .stdin(Stdio::null())
+            // The server stops when this process ends, however it ends:
+            // the pipe's end is held by `child` alone. Set in the
+            // environment, which a server binary from before the setting
+            // (`--server-binary`) ignores.
+            .env(STOP_AT_STDIN_END, "true")
+            .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(log)
             .spawn()
@@ -325,7 +335,8 @@ impl ClusterProcess {
             .args((!options.secure).then_some("--insecure"))
             .args((!options.admin).then_some("--no-admin"))
             .args((!options.journal).then_some("--no-journal"))
-            .stdin(Stdio::null())
+            .env(STOP_AT_STDIN_END, "true")
+            .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(log)
             .spawn()

@@ -30,6 +30,10 @@ pub struct ClusterArgs {
     /// --journal-bytes-max`).
     #[arg(long)]
     pub no_journal: bool,
+    /// Stop, as on SIGTERM, when standard input reaches its end (see
+    /// `server --stop-at-stdin-end`).
+    #[arg(long, env = "STAMPLOG_STOP_AT_STDIN_END")]
+    pub stop_at_stdin_end: bool,
 }
 
 pub fn run(args: ClusterArgs) -> anyhow::Result<()> {
@@ -90,7 +94,7 @@ pub fn run(args: ClusterArgs) -> anyhow::Result<()> {
             "try: stamplog send --server {} --stream demo --create hello",
             cluster.address(1)
         );
-        crate::server_config::shutdown_signal().await;
+        crate::server_config::shutdown_signal(args.stop_at_stdin_end).await;
         cluster.stop().await;
         anyhow::Ok(())
     })?;

@@ -170,6 +170,13 @@ pub struct ServerArgs {
     /// new view (and its streams fail over). [default: 700]
     #[arg(long)]
     pub suspect_ms: Option<u64>,
+    /// Stop, as on SIGTERM, when standard input reaches its end: for a
+    /// server started by another program with a pipe as its input, so
+    /// that it stops when that program ends, however it ends (the
+    /// benchmarks and the demo start theirs so). With an input that is
+    /// already at its end (`/dev/null`) it stops at once.
+    #[arg(long, env = "STAMPLOG_STOP_AT_STDIN_END")]
+    pub stop_at_stdin_end: bool,
 }
 
 /// A peer as the TOML file gives it.
@@ -486,7 +493,8 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
         };
         // A server the cluster removes (paused, cut off) opens again in
         // place and joins as a new member.
-        let served = server::run_rejoining(listener, &current, shutdown_signal())
+        let stop = shutdown_signal(args.stop_at_stdin_end);
+        let served = server::run_rejoining(listener, &current, stop)
             .await
             .with_context(|| format!("opening data folder {} again", data.display()));
         if let Some(admin) = admin {
@@ -502,18 +510,56 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub async fn shutdown_signal() {
+/// SIGINT or SIGTERM, or with `stdin_end` the end of standard input
+/// (`--stop-at-stdin-end`). Standard input is read on a thread of its
+/// own, outside the runtime, so a read still waiting never holds up the
+/// runtime's shutdown.
+pub async fn shutdown_signal(stdin_end: bool) {
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .expect("SIGTERM handler");
+    let input_ends = async {
+        if !stdin_end {
+            return std::future::pending().await;
+        }
+        let (ended, end) = tokio::sync::oneshot::channel();
+        std::thread::Builder::new()
+            .name("stdin-end".into())
+            .spawn(move || {
+                input_end(std::io::stdin());
+                let _ = ended.send(());
+            })
+            .expect("a thread to read standard input");
+        let _ = end.await;
+        eprintln!("standard input ended: stopping");
+    };
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         _ = terminate.recv() => {}
+        _ = input_ends => {}
     }
+}
+
+/// Reads `input` to its end (or to an error reading it), throwing the
+/// bytes away.
+fn input_end(mut input: impl std::io::Read) {
+    let mut buffer = [0u8; 512];
+    while let Ok(1..) = input.read(&mut buffer) {}
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_input_end_comes_when_the_writer_closes_its_side_and_not_before() {
+        let (reader, mut writer) = std::io::pipe().unwrap();
+        let ended = std::thread::spawn(move || input_end(reader));
+        std::io::Write::write_all(&mut writer, b"bytes are not the end").unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(!ended.is_finished(), "input still open");
+        drop(writer);
+        ended.join().unwrap();
+    }
 
     #[test]
     fn checkpoint_and_retention_keys_come_from_the_file_and_flags_override_them() {

@@ -49,6 +49,56 @@ impl Drop for Server {
     }
 }
 
+#[test]
+fn a_server_told_to_stop_at_the_end_of_its_input_stops_when_the_pipe_closes() {
+    // As the benchmarks start theirs (the setting in the environment):
+    // the parent holds the pipe, and its end, however it comes, closes it.
+    let mut command = Command::new(BINARY);
+    command
+        .stdin(Stdio::piped())
+        .env("STAMPLOG_STOP_AT_STDIN_END", "true");
+    let (mut server, _data) = Server::start_by(command, &[]);
+    let mut input = server.child.stdin.take().unwrap();
+    input.write_all(b"anything\n").unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(
+        server.child.try_wait().unwrap().is_none(),
+        "the server runs while its input is open"
+    );
+    drop(input);
+    let status = stopped(&mut server.child, "when its input ended");
+    assert!(status.success(), "a clean stop: {status}");
+    // With its input still open, SIGTERM stops it as before: the read
+    // that waits holds nothing up.
+    let mut command = Command::new(BINARY);
+    command.stdin(Stdio::piped());
+    let (mut server, _data) = Server::start_by(command, &["--stop-at-stdin-end"]);
+    let _input = server.child.stdin.take().unwrap();
+    let pid = server.child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let status = stopped(&mut server.child, "on SIGTERM with its input open");
+    assert!(status.success(), "a clean stop: {status}");
+}
+
+/// Waits up to 20 s for `child` to exit.
+fn stopped(child: &mut Child, when: &str) -> std::process::ExitStatus {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the server did not stop {when}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 fn run(args: &[&str], input: Option<&str>) -> Output {
     let mut child = Command::new(BINARY)
         .args(args)
