@@ -539,11 +539,18 @@ pub async fn shutdown_signal(stdin_end: bool) {
     }
 }
 
-/// Reads `input` to its end (or to an error reading it), throwing the
-/// bytes away.
+/// Reads `input` to its end (or to an error reading it other than an
+/// interruption), throwing the bytes away.
 fn input_end(mut input: impl std::io::Read) {
     let mut buffer = [0u8; 512];
-    while let Ok(1..) = input.read(&mut buffer) {}
+    loop {
+        match input.read(&mut buffer) {
+            Ok(0) => return,
+            Ok(_) => {}
+            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return,
+        }
+    }
 }
 
 #[cfg(test)]
