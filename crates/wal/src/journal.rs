@@ -97,8 +97,11 @@ pub(crate) trait Member: Send + Sync {
     /// marked in flight in the same step; `None` while a direct writer has
     /// a batch of the log (it puts the log back in the list when done).
     fn take_direct(&self) -> Option<Vec<Chunk>>;
-    /// The direct writer is done: whether a round passed the log over
-    /// meanwhile (it must go back in the list).
+    /// The direct writer is done: whether a take (a round's, or a write
+    /// in place) passed the log over meanwhile and so used up its place
+    /// in the list (it must go back in the list). Not whether it is
+    /// queued: it may be queued and still listed, and must not be listed
+    /// twice.
     fn finish_in_flight(&self) -> bool;
     /// Writes the batch, then publishes it durable: past the page cache
     /// and synced, as the log's own I/O thread would; or, with `dirty`
@@ -1303,3 +1306,7 @@ fn fresh_epoch() -> u64 {
         .unwrap_or(1);
     nanos.max(1)
 }
+
+#[cfg(test)]
+#[path = "journal_tests.rs"]
+mod tests;

@@ -110,11 +110,18 @@ pub(crate) struct State {
     /// it only then: a condition variable's notify is a system call even
     /// with no one waiting, and one per append cost more than the append.
     pub(crate) io_waiting: bool,
-    /// A journaled log: it is in the journal's list for the next round.
+    /// A journaled log: it is in the journal's list for the next round,
+    /// or held by a thread in `write_here`, exactly once.
     pub(crate) queued: bool,
-    /// A journaled log: a direct writer has a batch of it; no round takes
-    /// another until that one is durable.
+    /// A journaled log: a direct writer (or a thread writing in place) has
+    /// a batch of it; no round takes another until that one is durable.
     pub(crate) in_flight: bool,
+    /// A take found the log in flight and used up its place in the list:
+    /// the writer puts it back when done. Not `queued` alone, which is
+    /// also true while the log's one place is still in the list: put back
+    /// then, it would be listed twice, and a round would take two batches
+    /// of it that two threads could write out of order.
+    pub(crate) passed_over: bool,
 }
 
 pub(crate) struct Shared {
@@ -301,6 +308,7 @@ impl Log {
             io_waiting: false,
             queued: false,
             in_flight: false,
+            passed_over: false,
         };
         let (progress, _) = watch::channel(Progress {
             durable: last_version,

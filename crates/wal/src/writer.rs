@@ -56,7 +56,7 @@ impl crate::journal::Member for Shared {
     fn finish_in_flight(&self) -> bool {
         let mut state = self.lock_state();
         state.in_flight = false;
-        state.queued
+        std::mem::take(&mut state.passed_over)
     }
 
     fn write(
@@ -116,13 +116,14 @@ impl crate::journal::Member for Shared {
 
 impl Shared {
     /// Everything pending, the log no longer queued on its journal; `None`
-    /// while a direct writer has a batch of the log (it stays queued, so
-    /// that writer puts it back in the list when done) or once it failed.
-    /// `in_flight`: the caller writes the batch itself, and the log is
-    /// marked in flight in the same step.
+    /// while a direct writer has a batch of the log (it stays queued and
+    /// is marked passed over, so that writer puts it back in the list
+    /// when done) or once it failed. `in_flight`: the caller writes the
+    /// batch itself, and the log is marked in flight in the same step.
     fn take_pending(&self, in_flight: bool) -> Option<Vec<crate::log::Chunk>> {
         let mut state = self.lock_state();
         if state.in_flight {
+            state.passed_over = true;
             return None;
         }
         state.queued = false;

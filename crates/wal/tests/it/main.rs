@@ -8,4 +8,5 @@ mod checkpoint;
 mod crash;
 mod experiment;
 mod hook;
+mod in_place;
 mod journal;
