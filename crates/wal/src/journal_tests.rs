@@ -71,6 +71,16 @@ impl Gate {
     }
 }
 
+/// Opens its gate when dropped, so that a failed assertion does not leave
+/// a thread held in a hook (the journal's would hold up its shutdown).
+struct OpenOnDrop(Arc<Gate>);
+
+impl Drop for OpenOnDrop {
+    fn drop(&mut self) {
+        self.0.open();
+    }
+}
+
 fn wait_for(what: &str, done: impl Fn() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while !done() {
@@ -102,8 +112,8 @@ fn open_log(storage: &FaultStorage, journal: &Arc<Journal>, name: &str, stream: 
     .unwrap()
 }
 
-#[test]
-fn a_log_is_listed_once_however_writes_in_place_rounds_and_appends_interleave() {
+/// A journal with two logs on it: `a` (stream 1) and `b` (stream 2).
+fn two_logs() -> (FaultStorage, Arc<Journal>, Log, Log) {
     let storage = FaultStorage::new();
     let config = JournalConfig { bytes_max: 1 << 20 };
     let (journal, _) =
@@ -111,6 +121,12 @@ fn a_log_is_listed_once_however_writes_in_place_rounds_and_appends_interleave() 
     let journal = Arc::new(journal);
     let log = open_log(&storage, &journal, "a", 1);
     let other = open_log(&storage, &journal, "b", 2);
+    (storage, journal, log, other)
+}
+
+#[test]
+fn a_log_is_listed_once_however_writes_in_place_rounds_and_appends_interleave() {
+    let (_storage, journal, log, other) = two_logs();
     // A round of `log` alone: the next record may be written in place.
     log.append(1, &record(1, 1)).unwrap();
     wait_for("version 1", || log.durable_version() == 1);
@@ -120,6 +136,7 @@ fn a_log_is_listed_once_however_writes_in_place_rounds_and_appends_interleave() 
     // with the log in flight.
     let gate = Gate::install(&log, 2);
     let other_gate = Gate::install(&other, 1);
+    let _open = (OpenOnDrop(gate.clone()), OpenOnDrop(other_gate.clone()));
     let (before, after) = std::thread::scope(|scope| {
         let writer = scope.spawn(|| wal_write_here(&journal, &log, 2));
         gate.wait_entered();
@@ -147,6 +164,7 @@ fn a_log_is_listed_once_however_writes_in_place_rounds_and_appends_interleave() 
     // A round that finds the log in flight passes it over, and the writer
     // lists it again when done: the record appended meanwhile is written.
     let gate = Gate::install(&log, 4);
+    let _open_too = OpenOnDrop(gate.clone());
     std::thread::scope(|scope| {
         let writer = scope.spawn(|| wal_write_here(&journal, &log, 4));
         gate.wait_entered();
@@ -173,4 +191,35 @@ fn wal_write_here(journal: &Journal, log: &Log, version: u64) {
         before + 1,
         "written in place"
     );
+}
+
+#[test]
+fn a_batch_that_does_not_follow_the_last_written_latches_the_log_unwritten() {
+    use super::Member;
+    let (storage, _journal, log, other) = two_logs();
+    // The journal's thread is held in a hook of another log, so that only
+    // this test takes the log's batches.
+    let gate = Gate::install(&other, 1);
+    let _open = OpenOnDrop(gate.clone());
+    other.append(1, &record(2, 1)).unwrap();
+    gate.wait_entered();
+    let member: Arc<dyn Member> = log.shared.clone();
+    log.append(1, &record(1, 1)).unwrap();
+    let first = member.take_direct().expect("version 1");
+    member.finish_in_flight();
+    log.append(2, &record(1, 2)).unwrap();
+    let second = member.take_direct().expect("version 2");
+    member.finish_in_flight();
+    let bytes_before = storage.bytes_written();
+    // Version 2 before version 1: what two threads writing two batches
+    // of one log at once could do.
+    member.write(second, Instant::now(), None);
+    let failure = log.failure().expect("the log latched failed");
+    assert!(failure.contains("out of order"), "{failure}");
+    assert_eq!(log.durable_version(), 0);
+    assert_eq!(storage.bytes_written(), bytes_before, "nothing written");
+    // And nothing after it is written either.
+    member.write(first, Instant::now(), None);
+    assert_eq!(log.durable_version(), 0);
+    assert_eq!(storage.bytes_written(), bytes_before);
 }

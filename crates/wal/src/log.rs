@@ -79,9 +79,12 @@ pub(crate) struct Tail {
     pub(crate) written: Option<(u64, Vec<u8>)>,
 }
 
-/// What the thread writing a log keeps between batches: its tail.
+/// What the thread writing a log keeps between batches: its tail, and
+/// the version the next batch must start with (`None` after a reset,
+/// which starts the versions anew).
 pub(crate) struct Writing {
     pub(crate) tail: Tail,
+    pub(crate) next_version: Option<u64>,
 }
 
 pub(crate) struct State {

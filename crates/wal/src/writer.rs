@@ -68,6 +68,7 @@ impl crate::journal::Member for Shared {
         let mut guard = self.journal_tail.lock().expect("tail lock poisoned");
         let writing = guard.get_or_insert_with(|| Writing {
             tail: self.tail_of(batch[0].segment_base),
+            next_version: Some(self.progress.borrow().durable + 1),
         });
         self.write_and_complete(writing, batch, started, dirty);
     }
@@ -151,6 +152,7 @@ impl Shared {
     pub(crate) fn run_io(self: Arc<Self>) {
         let mut writing = Writing {
             tail: self.current_tail(),
+            next_version: Some(self.progress.borrow().durable + 1),
         };
         while let Some(batch) = self.next_batch() {
             if !self.write_and_complete(&mut writing, batch, Instant::now(), None) {
@@ -175,6 +177,25 @@ impl Shared {
             // A reset replaced every segment: the old tail is gone, and
             // the batch starts the new one.
             writing.tail = self.tail_of(batch[0].segment_base);
+            writing.next_version = None;
+        }
+        // Batches go to the disk in version order. One that does not
+        // start where the last ended would be synced, and its records
+        // acknowledged, over a hole where the versions between belong:
+        // a bug upstream (two batches of the log written by two threads
+        // at once), which latches the log rather than write it.
+        if self.lock_state().failed.is_some() {
+            // A latched log writes nothing more (nor acknowledges it): a
+            // batch taken before the failure is dropped.
+            return false;
+        }
+        let first = batch[0].last_version + 1 - batch[0].records.max(1);
+        if let Some(next) = writing.next_version.filter(|&next| next != first) {
+            let last = batch.last().map_or(first, |chunk| chunk.last_version);
+            self.latch_message(Arc::from(format!(
+                "a batch of versions {first} to {last} came to be written where version {next} is next; refusing to write it out of order"
+            )));
+            return false;
         }
         // A journal round's bytes go through the page cache, unsynced:
         // zeros ahead of them would save no fdatasync, and would cost the
@@ -184,6 +205,7 @@ impl Shared {
         match written {
             Ok(()) => {
                 let last = batch.last().expect("a batch is never empty");
+                writing.next_version = Some(last.last_version + 1);
                 let end = last.offset + last.bytes.len() as u64;
                 let in_tail = last.segment_base == writing.tail.base;
                 let bytes: u64 = batch.iter().map(|c| c.bytes.len() as u64).sum();
