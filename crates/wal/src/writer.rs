@@ -173,7 +173,19 @@ impl Shared {
         started: Instant,
         dirty: Option<&mut crate::journal::Dirty>,
     ) -> bool {
-        if std::mem::take(&mut self.lock_state().tail_reset) {
+        let (reset, failed) = {
+            let mut state = self.lock_state();
+            (
+                std::mem::take(&mut state.tail_reset),
+                state.failed.is_some(),
+            )
+        };
+        if failed {
+            // A latched log writes nothing more (nor acknowledges it): a
+            // batch taken before the failure is dropped.
+            return false;
+        }
+        if reset {
             // A reset replaced every segment: the old tail is gone, and
             // the batch starts the new one.
             writing.tail = self.tail_of(batch[0].segment_base);
@@ -184,11 +196,6 @@ impl Shared {
         // acknowledged, over a hole where the versions between belong:
         // a bug upstream (two batches of the log written by two threads
         // at once), which latches the log rather than write it.
-        if self.lock_state().failed.is_some() {
-            // A latched log writes nothing more (nor acknowledges it): a
-            // batch taken before the failure is dropped.
-            return false;
-        }
         let first = batch[0].last_version + 1 - batch[0].records.max(1);
         if let Some(next) = writing.next_version.filter(|&next| next != first) {
             let last = batch.last().map_or(first, |chunk| chunk.last_version);
