@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, ensure, Context};
 use clap::Parser;
 use indicatif::ProgressBar;
-use proto::{EventId, Record, RecordHeader, RECORD_HEADER_LEN};
+use proto::RECORD_HEADER_LEN;
 use report::plot::{Chart, Series};
 use report::Table;
 use wal::{AppendError, Durability, FileStorage, Log, LogConfig, Storage};
@@ -276,23 +276,7 @@ fn fill_payload(payload: &mut [u8], hash: u64) {
 }
 
 fn encode(version: u64, payload: &[u8], out: &mut Vec<u8>) {
-    let record = Record {
-        header: RecordHeader {
-            flags: 0,
-            stream: 1,
-            version,
-            epoch: 1,
-            event: EventId {
-                client: 1,
-                session: 1,
-                sequence: version,
-            },
-            low_water: 0,
-        },
-        key: b"",
-        payload,
-    };
-    record.encode(out);
+    wal::experiment::encode_record(1, version, 0, payload, out);
 }
 
 /// Appends, waiting for a free page when the buffer is full; returns how

@@ -14,6 +14,29 @@ use crate::{AppendError, Log, LogConfig, LogError, Storage};
 /// The stream id the experiment's logs carry.
 pub const EXPERIMENT_STREAM: u64 = 0x5eed;
 
+/// Encodes onto `out` a record of `stream` at `version` with `payload`, as
+/// the experiments and tests write them: epoch 1, client 1, session 1,
+/// sequence `version`, no key, the given low-water mark.
+pub fn encode_record(stream: u64, version: u64, low_water: u64, payload: &[u8], out: &mut Vec<u8>) {
+    Record {
+        header: RecordHeader {
+            flags: 0,
+            stream,
+            version,
+            epoch: 1,
+            event: EventId {
+                client: 1,
+                session: 1,
+                sequence: version,
+            },
+            low_water,
+        },
+        key: b"",
+        payload,
+    }
+    .encode(out);
+}
+
 /// How long one open took and how much it scanned.
 #[derive(Clone, Copy, Debug)]
 pub struct RestartSample {
@@ -41,23 +64,7 @@ pub fn build_log(
     let mut bytes = Vec::new();
     for version in log.last_version() + 1..=records {
         bytes.clear();
-        Record {
-            header: RecordHeader {
-                flags: 0,
-                stream: EXPERIMENT_STREAM,
-                version,
-                epoch: 1,
-                event: EventId {
-                    client: 1,
-                    session: 1,
-                    sequence: version,
-                },
-                low_water: version,
-            },
-            key: b"",
-            payload: &payload,
-        }
-        .encode(&mut bytes);
+        encode_record(EXPERIMENT_STREAM, version, version, &payload, &mut bytes);
         loop {
             match log.append(version, &bytes) {
                 Ok(()) => break,

@@ -7,31 +7,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use proto::{EventId, Record, RecordHeader};
-
 use super::{address, Journal, JournalConfig};
 use crate::fault::FaultStorage;
 use crate::{Log, LogConfig};
 
 fn record(stream: u64, version: u64) -> Vec<u8> {
     let mut bytes = Vec::new();
-    Record {
-        header: RecordHeader {
-            flags: 0,
-            stream,
-            version,
-            epoch: 1,
-            event: EventId {
-                client: 1,
-                session: 1,
-                sequence: version,
-            },
-            low_water: 1,
-        },
-        key: b"",
-        payload: &[7u8; 100],
-    }
-    .encode(&mut bytes);
+    crate::experiment::encode_record(stream, version, 1, &[7u8; 100], &mut bytes);
     bytes
 }
 

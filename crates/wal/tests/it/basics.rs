@@ -4,28 +4,11 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use proto::{EventId, Record, RecordHeader};
 use wal::{Durability, FileStorage, Log, LogConfig, ReadError, Storage};
 
 pub fn encode(stream: u64, version: u64, payload: &[u8]) -> Vec<u8> {
     let mut bytes = Vec::new();
-    Record {
-        header: RecordHeader {
-            flags: 0,
-            stream,
-            version,
-            epoch: 1,
-            event: EventId {
-                client: 1,
-                session: 1,
-                sequence: version,
-            },
-            low_water: 1,
-        },
-        key: b"",
-        payload,
-    }
-    .encode(&mut bytes);
+    wal::experiment::encode_record(stream, version, 1, payload, &mut bytes);
     bytes
 }
 
