@@ -118,8 +118,9 @@ fn a_log_is_listed_once_however_writes_in_place_rounds_and_appends_interleave() 
     // with the log in flight.
     let gate = Gate::install(&log, 2);
     let other_gate = Gate::install(&other, 1);
-    let _open = (OpenOnDrop(gate.clone()), OpenOnDrop(other_gate.clone()));
     let (before, after) = std::thread::scope(|scope| {
+        // Dropped as a failure unwinds, before the scope joins the writer.
+        let _open = (OpenOnDrop(gate.clone()), OpenOnDrop(other_gate.clone()));
         let writer = scope.spawn(|| wal_write_here(&journal, &log, 2));
         gate.wait_entered();
         // The journal's thread is held in the hook of a round of another
@@ -146,8 +147,8 @@ fn a_log_is_listed_once_however_writes_in_place_rounds_and_appends_interleave() 
     // A round that finds the log in flight passes it over, and the writer
     // lists it again when done: the record appended meanwhile is written.
     let gate = Gate::install(&log, 4);
-    let _open_too = OpenOnDrop(gate.clone());
     std::thread::scope(|scope| {
+        let _open = OpenOnDrop(gate.clone());
         let writer = scope.spawn(|| wal_write_here(&journal, &log, 4));
         gate.wait_entered();
         log.append(5, &record(1, 5)).unwrap();
