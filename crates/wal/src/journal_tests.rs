@@ -20,7 +20,6 @@ fn record(stream: u64, version: u64) -> Vec<u8> {
 /// A durable hook that stops its thread at one version until opened.
 #[derive(Default)]
 struct Gate {
-    at: std::sync::atomic::AtomicU64,
     entered: AtomicBool,
     open: Mutex<bool>,
     opened: Condvar,
@@ -29,10 +28,9 @@ struct Gate {
 impl Gate {
     fn install(log: &Log, at: u64) -> Arc<Gate> {
         let gate = Arc::new(Gate::default());
-        gate.at.store(at, Ordering::SeqCst);
         let hooked = Arc::clone(&gate);
         log.on_durable(move |durable, _| {
-            if durable == hooked.at.load(Ordering::SeqCst) {
+            if durable == at {
                 hooked.entered.store(true, Ordering::SeqCst);
                 let mut open = hooked.open.lock().unwrap();
                 while !*open {

@@ -66,10 +66,8 @@ impl crate::journal::Member for Shared {
         dirty: Option<&mut crate::journal::Dirty>,
     ) {
         let mut guard = self.journal_tail.lock().expect("tail lock poisoned");
-        let writing = guard.get_or_insert_with(|| Writing {
-            tail: self.tail_of(batch[0].segment_base),
-            next_version: Some(self.progress.borrow().durable + 1),
-        });
+        let writing =
+            guard.get_or_insert_with(|| self.writing(self.tail_of(batch[0].segment_base)));
         self.write_and_complete(writing, batch, started, dirty);
     }
 
@@ -149,11 +147,17 @@ impl Shared {
         }
     }
 
-    pub(crate) fn run_io(self: Arc<Self>) {
-        let mut writing = Writing {
-            tail: self.current_tail(),
+    /// A writer starting at `tail`: its first batch follows the durable
+    /// version.
+    fn writing(&self, tail: Tail) -> Writing {
+        Writing {
+            tail,
             next_version: Some(self.progress.borrow().durable + 1),
-        };
+        }
+    }
+
+    pub(crate) fn run_io(self: Arc<Self>) {
+        let mut writing = self.writing(self.current_tail());
         while let Some(batch) = self.next_batch() {
             if !self.write_and_complete(&mut writing, batch, Instant::now(), None) {
                 return;
