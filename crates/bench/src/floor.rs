@@ -11,6 +11,14 @@
 //! the service's window-1 ack over this one says what the service adds,
 //! and this one over one fdatasync says what the flow itself costs on
 //! this disk and these cores.
+//!
+//! [`RuntimeFlowFloor`] is the same flow on tokio runtimes, the way the
+//! service runs it: each server a task on a runtime of its own (the one a
+//! `stamplog server` starts), reading through the runtime's I/O driver
+//! and writing and fdatasyncing on its worker, and the client a task on
+//! the caller's runtime. Over the blocking floor it says what the runtime
+//! itself costs the flow; the service's ack over it, what the service's
+//! own work (its protocol, frames and logs) adds.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -19,6 +27,7 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use anyhow::Context;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::fdatasync::SyncProbe;
 
@@ -132,6 +141,152 @@ fn serve(
     }
 }
 
+/// The flow's floor on tokio runtimes (see the module's notes).
+pub struct RuntimeFlowFloor {
+    to_primary: tokio::net::TcpStream,
+    /// One connection from each server, the primary's first.
+    acks: Vec<tokio::net::TcpStream>,
+    record: Vec<u8>,
+    /// Each server's runtime and task.
+    servers: Vec<(
+        tokio::runtime::Runtime,
+        tokio::task::JoinHandle<anyhow::Result<SyncProbe>>,
+    )>,
+}
+
+impl RuntimeFlowFloor {
+    /// Starts the three servers, each on a runtime of its own with a file
+    /// in `folder` preallocated for `samples` records of `size` bytes.
+    /// Called on the client's runtime, which its connections join.
+    pub fn start(folder: &Path, size: usize, samples: usize) -> anyhow::Result<RuntimeFlowFloor> {
+        let ack_listener = listen()?;
+        let ack_address = ack_listener.local_addr()?;
+        let mut acks = Vec::new();
+        let mut ack_link = || -> anyhow::Result<TcpStream> {
+            let sender = connect(ack_address)?;
+            acks.push(on_runtime(accept(&ack_listener)?)?);
+            Ok(sender)
+        };
+        let primary_ack = ack_link()?;
+        let mut forwards = Vec::new();
+        let mut servers = Vec::new();
+        for replica in 1..=2 {
+            let listener = listen()?;
+            forwards.push(connect(listener.local_addr()?)?);
+            let input = accept(&listener)?;
+            let ack = ack_link()?;
+            let probe = server_file(folder, replica + 3, size, samples)?;
+            servers.push(serve_on_runtime(input, Vec::new(), probe, ack, size)?);
+        }
+        let listener = listen()?;
+        let to_primary = on_runtime(connect(listener.local_addr()?)?)?;
+        let input = accept(&listener)?;
+        let probe = server_file(folder, 3, size, samples)?;
+        servers.push(serve_on_runtime(input, forwards, probe, primary_ack, size)?);
+        Ok(RuntimeFlowFloor {
+            to_primary,
+            acks,
+            record: (0..size).map(|index| (index % 251) as u8).collect(),
+            servers,
+        })
+    }
+
+    /// Sends one record and waits for the three acks; returns the time in
+    /// microseconds.
+    pub async fn sample(&mut self) -> anyhow::Result<f64> {
+        let started = Instant::now();
+        self.to_primary
+            .write_all(&self.record)
+            .await
+            .context("the runtime floor's primary is gone")?;
+        let mut ack = [0u8; ACK_BYTES];
+        for link in &mut self.acks {
+            link.read_exact(&mut ack)
+                .await
+                .context("a server of the runtime floor is gone")?;
+        }
+        Ok(started.elapsed().as_secs_f64() * 1e6)
+    }
+
+    /// Stops the servers and their runtimes and removes their files.
+    /// Blocking: not on a runtime's worker (a runtime is not dropped
+    /// there).
+    pub fn finish(self) -> anyhow::Result<()> {
+        drop(self.to_primary);
+        drop(self.acks);
+        for (runtime, server) in self.servers {
+            let probe = runtime
+                .block_on(server)
+                .map_err(|_| anyhow::anyhow!("a server of the runtime floor panicked"))??;
+            drop(runtime);
+            probe.finish()?;
+        }
+        Ok(())
+    }
+}
+
+/// A blocking socket as one of the current runtime's.
+fn on_runtime(stream: TcpStream) -> anyhow::Result<tokio::net::TcpStream> {
+    stream.set_nonblocking(true)?;
+    tokio::net::TcpStream::from_std(stream).context("cannot register a socket with the runtime")
+}
+
+/// Starts a runtime as a server's (`Runtime::new`, as `stamplog server`
+/// does) and the server's task on it.
+fn serve_on_runtime(
+    input: TcpStream,
+    forwards: Vec<TcpStream>,
+    probe: SyncProbe,
+    ack: TcpStream,
+    size: usize,
+) -> anyhow::Result<(
+    tokio::runtime::Runtime,
+    tokio::task::JoinHandle<anyhow::Result<SyncProbe>>,
+)> {
+    let runtime = tokio::runtime::Runtime::new().context("cannot start a runtime")?;
+    let task = {
+        let _entered = runtime.enter();
+        let input = on_runtime(input)?;
+        let forwards = forwards
+            .into_iter()
+            .map(on_runtime)
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let ack = on_runtime(ack)?;
+        runtime.spawn(serve_async(input, forwards, probe, ack, size))
+    };
+    Ok((runtime, task))
+}
+
+/// `serve` as a task: reads wait on the runtime's I/O driver, and the
+/// write + fdatasync blocks the worker, as a record written in place
+/// does in the service.
+async fn serve_async(
+    mut input: tokio::net::TcpStream,
+    mut forwards: Vec<tokio::net::TcpStream>,
+    mut probe: SyncProbe,
+    mut ack: tokio::net::TcpStream,
+    size: usize,
+) -> anyhow::Result<SyncProbe> {
+    let mut record = vec![0u8; size];
+    loop {
+        match input.read_exact(&mut record).await {
+            Ok(_) => {}
+            Err(error) if error.kind() == ErrorKind::UnexpectedEof => return Ok(probe),
+            Err(error) => return Err(error).context("a runtime floor server's input broke"),
+        }
+        for forward in &mut forwards {
+            forward
+                .write_all(&record)
+                .await
+                .context("a runtime floor replica is gone")?;
+        }
+        probe.sample()?;
+        ack.write_all(&[0u8; ACK_BYTES])
+            .await
+            .context("the runtime floor's client is gone")?;
+    }
+}
+
 fn server_file(
     folder: &Path,
     server: usize,
@@ -168,6 +323,23 @@ mod tests {
         let mut floor = FlowFloor::start(folder.path(), 1000, 20).unwrap();
         for _ in 0..20 {
             let latency = floor.sample().unwrap();
+            assert!(latency > 0.0 && latency < 10e6, "{latency}");
+        }
+        floor.finish().unwrap();
+        let left: Vec<_> = std::fs::read_dir(folder.path()).unwrap().collect();
+        assert!(left.is_empty(), "the servers' files are removed");
+    }
+
+    #[test]
+    fn the_runtime_floor_times_each_record_through_three_server_runtimes_and_cleans_up() {
+        let folder = tempfile::tempdir().unwrap();
+        let client = tokio::runtime::Runtime::new().unwrap();
+        let mut floor = {
+            let _entered = client.enter();
+            RuntimeFlowFloor::start(folder.path(), 1000, 20).unwrap()
+        };
+        for _ in 0..20 {
+            let latency = client.block_on(floor.sample()).unwrap();
             assert!(latency > 0.0 && latency < 10e6, "{latency}");
         }
         floor.finish().unwrap();

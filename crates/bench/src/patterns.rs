@@ -24,7 +24,11 @@
 //!   (`floor::FlowFloor`: three blocking threads on loopback, the same
 //!   three hops and three write + fdatasync, nothing else), so the ack
 //!   reads as what the flow costs on this machine and what the service
-//!   adds to it;
+//!   adds to it; and the same flow on tokio runtimes
+//!   (`floor::RuntimeFlowFloor`: each server a task on a runtime of its
+//!   own, as a `stamplog server` runs), which splits what the service
+//!   adds into what the runtime costs the flow and what the service's own
+//!   work costs over that;
 //! - one fdatasync's: `--latency-messages` messages sent one at a time to
 //!   a one-hop-ack-client `sync` stream, their ack latency next to a bare
 //!   write + fdatasync of the same size taken between two messages (the
@@ -44,7 +48,8 @@
 //! The targets (issue 3): at 1 KB, `sync`, R = 3, one-hop-ack-client is the
 //! fastest versioned pattern or within 10% of it and reaches 100,000
 //! messages/s; the window-1 median ack latency is at most 2 × the median
-//! fdatasync.
+//! fdatasync. Issue 20's: the window-1 median ack at most 1.3 × the flow's
+//! floor.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -59,7 +64,7 @@ use report::Table;
 
 use crate::cpu::{CpuClock, CpuPerMessage};
 use crate::fdatasync::{SyncGroup, SyncProbe};
-use crate::floor::FlowFloor;
+use crate::floor::{FlowFloor, RuntimeFlowFloor};
 use crate::limits::{self, DiskLimit, PayloadLimits};
 use crate::output::{self, Output, OutputArgs};
 use crate::process::{ClusterOptions, ServersAs};
@@ -130,9 +135,11 @@ pub struct PatternsArgs {
     /// Messages sent one at a time (window 1) to a `sync`
     /// one-hop-ack-client stream to measure the ack latency, after 10
     /// unmeasured ones; after each, one bare write + fdatasync into a
-    /// preallocated file, one appending to a file, three at once, and one
+    /// preallocated file, one appending to a file, three at once, one
     /// record through the flow's floor (three threads on loopback doing
-    /// the same hops and syncs with nothing else).
+    /// the same hops and syncs with nothing else), and one through the
+    /// same flow on tokio runtimes (each server a task on a runtime of its
+    /// own).
     #[arg(long, default_value_t = 2000)]
     pub latency_messages: usize,
     /// Payload of the window-1 latency run and of the bare fdatasync.
@@ -257,6 +264,9 @@ pub struct WindowOne {
     /// three server threads on loopback, each write + fdatasync of its
     /// own, every server acking the client. The least the flow costs here.
     pub floor: Summary,
+    /// The same flow on tokio runtimes, as the service runs it
+    /// (`floor::RuntimeFlowFloor`): the least it costs on them.
+    pub runtime_floor: Summary,
     pub ack_samples: Vec<f64>,
     pub fdatasync_samples: Vec<f64>,
     pub fdatasync_replicas_samples: Vec<f64>,
@@ -274,6 +284,12 @@ impl WindowOne {
     /// The floor's median over one fdatasync's: what the flow itself costs.
     pub fn floor_ratio(&self) -> f64 {
         self.floor.p50 / self.fdatasync.p50
+    }
+
+    /// The runtime floor's median over the floor's: what the runtime
+    /// itself costs the flow.
+    pub fn runtime_ratio(&self) -> f64 {
+        self.runtime_floor.p50 / self.floor.p50
     }
 }
 
@@ -379,6 +395,7 @@ pub fn run(args: PatternsArgs) -> anyhow::Result<PatternsFigures> {
             fdatasync_appending: Summary::of(&samples.appending),
             fdatasync_replicas: Summary::of(&samples.replicas),
             floor: Summary::of(&samples.floor),
+            runtime_floor: Summary::of(&samples.runtime_floor),
             ack_samples: samples.ack,
             fdatasync_samples: samples.preallocated,
             fdatasync_replicas_samples: samples.replicas,
@@ -560,12 +577,14 @@ struct WindowOneSamples {
     appending: Vec<f64>,
     replicas: Vec<f64>,
     floor: Vec<f64>,
+    runtime_floor: Vec<f64>,
 }
 
 /// Sends messages one at a time to a fresh `sync` one-hop-ack-client
 /// stream, and after each ack one bare write + fdatasync into a
 /// preallocated file, one appending, three at once (one per replica), and
-/// one record through the flow's floor (`floor::FlowFloor`):
+/// one record through the flow's floor (`floor::FlowFloor`) and one
+/// through the same flow on runtimes (`floor::RuntimeFlowFloor`):
 /// interleaved, so the messages and the probes see the disk in the same
 /// state, and nothing is in flight during a probe.
 async fn window_one_latency(
@@ -600,8 +619,11 @@ async fn window_one_latency(
             .collect::<anyhow::Result<Vec<_>>>()?,
     )?;
     let mut floor = FlowFloor::start(folder, size, args.latency_messages + LATENCY_WARMUP)?;
+    let mut runtime_floor =
+        RuntimeFlowFloor::start(folder, size, args.latency_messages + LATENCY_WARMUP)?;
     for _ in 0..LATENCY_WARMUP {
         (floor, _) = sample_off_runtime(floor, FlowFloor::sample).await?;
+        runtime_floor.sample().await?;
     }
     let mut samples = WindowOneSamples {
         ack: Vec::with_capacity(args.latency_messages),
@@ -609,6 +631,7 @@ async fn window_one_latency(
         appending: Vec::with_capacity(args.latency_messages),
         replicas: Vec::with_capacity(args.latency_messages),
         floor: Vec::with_capacity(args.latency_messages),
+        runtime_floor: Vec::with_capacity(args.latency_messages),
     };
     for _ in 0..args.latency_messages {
         samples
@@ -623,6 +646,7 @@ async fn window_one_latency(
         let (probe, latency) = sample_off_runtime(floor, FlowFloor::sample).await?;
         floor = probe;
         samples.floor.push(latency);
+        samples.runtime_floor.push(runtime_floor.sample().await?);
         let (group, latency) = sample_off_runtime(together, SyncGroup::sample).await?;
         together = group;
         samples.replicas.push(latency);
@@ -634,6 +658,9 @@ async fn window_one_latency(
     appending.finish()?;
     together.finish()?;
     floor.finish()?;
+    tokio::task::spawn_blocking(move || runtime_floor.finish())
+        .await
+        .context("the runtime floor panicked")??;
     Ok(samples)
 }
 
@@ -1030,6 +1057,24 @@ fn window_one_ratios(table: &mut Table, one: &WindowOne) {
     row(
         "ack p50 / floor p50 (what the service adds)".into(),
         fixed(one.ack.p50 / one.floor.p50, 2),
+        "<= 1.3 (issue 20)",
+        Some(one.ack.p50 / one.floor.p50 <= 1.3),
+    );
+    row(
+        format!("the flow's floor on runtimes p50 µs ({size}): each server a task on a tokio runtime of its own"),
+        fixed(one.runtime_floor.p50, 0),
+        "-",
+        None,
+    );
+    row(
+        "runtime floor p50 / floor p50 (what the runtime costs the flow)".into(),
+        fixed(one.runtime_ratio(), 2),
+        "-",
+        None,
+    );
+    row(
+        "ack p50 / runtime floor p50 (what the service's own work adds)".into(),
+        fixed(one.ack.p50 / one.runtime_floor.p50, 2),
         "-",
         None,
     );
@@ -1103,6 +1148,8 @@ fn write_report(args: &PatternsArgs, figures: &PatternsFigures) -> anyhow::Resul
             "fdatasync_replicas_at_once_us": figures.window_one.fdatasync_replicas.to_json(),
             "floor_us": figures.window_one.floor.to_json(),
             "floor_ratio": figures.window_one.floor_ratio(),
+            "runtime_floor_us": figures.window_one.runtime_floor.to_json(),
+            "runtime_floor_ratio": figures.window_one.runtime_ratio(),
             "median_ratio": figures.window_one.median_ratio(),
             "p99_over_fdatasync_median": figures.window_one.p99_ratio(),
         },
