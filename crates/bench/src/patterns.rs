@@ -291,6 +291,23 @@ impl WindowOne {
     pub fn runtime_ratio(&self) -> f64 {
         self.runtime_floor.p50 / self.floor.p50
     }
+
+    /// The figures as the report's JSON has them.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "payload_bytes": self.payload,
+            "ack_latency_us": self.ack.to_json(),
+            "fdatasync_preallocated_us": self.fdatasync.to_json(),
+            "fdatasync_appending_us": self.fdatasync_appending.to_json(),
+            "fdatasync_replicas_at_once_us": self.fdatasync_replicas.to_json(),
+            "floor_us": self.floor.to_json(),
+            "floor_ratio": self.floor_ratio(),
+            "runtime_floor_us": self.runtime_floor.to_json(),
+            "runtime_floor_ratio": self.runtime_ratio(),
+            "median_ratio": self.median_ratio(),
+            "p99_over_fdatasync_median": self.p99_ratio(),
+        })
+    }
 }
 
 /// Everything `bench patterns` measured.
@@ -580,6 +597,19 @@ struct WindowOneSamples {
     runtime_floor: Vec<f64>,
 }
 
+impl WindowOneSamples {
+    fn with_capacity(samples: usize) -> WindowOneSamples {
+        WindowOneSamples {
+            ack: Vec::with_capacity(samples),
+            preallocated: Vec::with_capacity(samples),
+            appending: Vec::with_capacity(samples),
+            replicas: Vec::with_capacity(samples),
+            floor: Vec::with_capacity(samples),
+            runtime_floor: Vec::with_capacity(samples),
+        }
+    }
+}
+
 /// Sends messages one at a time to a fresh `sync` one-hop-ack-client
 /// stream, and after each ack one bare write + fdatasync into a
 /// preallocated file, one appending, three at once (one per replica), and
@@ -625,14 +655,7 @@ async fn window_one_latency(
         (floor, _) = sample_off_runtime(floor, FlowFloor::sample).await?;
         runtime_floor.sample().await?;
     }
-    let mut samples = WindowOneSamples {
-        ack: Vec::with_capacity(args.latency_messages),
-        preallocated: Vec::with_capacity(args.latency_messages),
-        appending: Vec::with_capacity(args.latency_messages),
-        replicas: Vec::with_capacity(args.latency_messages),
-        floor: Vec::with_capacity(args.latency_messages),
-        runtime_floor: Vec::with_capacity(args.latency_messages),
-    };
+    let mut samples = WindowOneSamples::with_capacity(args.latency_messages);
     for _ in 0..args.latency_messages {
         samples
             .ack
@@ -1140,19 +1163,7 @@ fn write_report(args: &PatternsArgs, figures: &PatternsFigures) -> anyhow::Resul
         "cells": figures.cells.iter().map(cell_json).collect::<Vec<_>>(),
         "disk_limit": figures.disk().map(|disk| disk.to_json()),
         "limits": figures.limits.iter().map(PayloadLimits::to_json).collect::<Vec<_>>(),
-        "window_one": {
-            "payload_bytes": figures.window_one.payload,
-            "ack_latency_us": figures.window_one.ack.to_json(),
-            "fdatasync_preallocated_us": figures.window_one.fdatasync.to_json(),
-            "fdatasync_appending_us": figures.window_one.fdatasync_appending.to_json(),
-            "fdatasync_replicas_at_once_us": figures.window_one.fdatasync_replicas.to_json(),
-            "floor_us": figures.window_one.floor.to_json(),
-            "floor_ratio": figures.window_one.floor_ratio(),
-            "runtime_floor_us": figures.window_one.runtime_floor.to_json(),
-            "runtime_floor_ratio": figures.window_one.runtime_ratio(),
-            "median_ratio": figures.window_one.median_ratio(),
-            "p99_over_fdatasync_median": figures.window_one.p99_ratio(),
-        },
+        "window_one": figures.window_one.to_json(),
     });
     output.json(args.output.json.as_deref(), &json)?;
     output.announce();
