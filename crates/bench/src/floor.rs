@@ -47,38 +47,21 @@ impl FlowFloor {
     /// Starts the three servers, each with a file in `folder` preallocated
     /// for `samples` records of `size` bytes.
     pub fn start(folder: &Path, size: usize, samples: usize) -> anyhow::Result<FlowFloor> {
-        let ack_listener = listen()?;
-        let ack_address = ack_listener.local_addr()?;
-        let mut acks = Vec::new();
-        let mut ack_link = || -> anyhow::Result<TcpStream> {
-            let sender = connect(ack_address)?;
-            acks.push(accept(&ack_listener)?);
-            Ok(sender)
-        };
-        let primary_ack = ack_link()?;
-        let mut forwards = Vec::new();
-        let mut servers = Vec::new();
-        for replica in 1..=2 {
-            let listener = listen()?;
-            forwards.push(connect(listener.local_addr()?)?);
-            let input = accept(&listener)?;
-            let ack = ack_link()?;
-            let probe = server_file(folder, replica, size, samples)?;
-            servers.push(std::thread::spawn(move || {
-                serve(input, Vec::new(), probe, ack, size)
-            }));
-        }
-        let listener = listen()?;
-        let to_primary = connect(listener.local_addr()?)?;
-        let input = accept(&listener)?;
-        let probe = server_file(folder, 0, size, samples)?;
-        servers.push(std::thread::spawn(move || {
-            serve(input, forwards, probe, primary_ack, size)
-        }));
+        let wiring = wire()?;
+        let servers = wiring
+            .servers
+            .into_iter()
+            .map(|links| {
+                let probe = server_file(folder, links.index, size, samples)?;
+                Ok(std::thread::spawn(move || {
+                    serve(links.input, links.forwards, probe, links.ack, size)
+                }))
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
         Ok(FlowFloor {
-            to_primary,
-            acks,
-            record: (0..size).map(|index| (index % 251) as u8).collect(),
+            to_primary: wiring.to_primary,
+            acks: wiring.acks,
+            record: record(size),
             servers,
         })
     }
@@ -159,34 +142,24 @@ impl RuntimeFlowFloor {
     /// in `folder` preallocated for `samples` records of `size` bytes.
     /// Called on the client's runtime, which its connections join.
     pub fn start(folder: &Path, size: usize, samples: usize) -> anyhow::Result<RuntimeFlowFloor> {
-        let ack_listener = listen()?;
-        let ack_address = ack_listener.local_addr()?;
-        let mut acks = Vec::new();
-        let mut ack_link = || -> anyhow::Result<TcpStream> {
-            let sender = connect(ack_address)?;
-            acks.push(on_runtime(accept(&ack_listener)?)?);
-            Ok(sender)
-        };
-        let primary_ack = ack_link()?;
-        let mut forwards = Vec::new();
-        let mut servers = Vec::new();
-        for replica in 1..=2 {
-            let listener = listen()?;
-            forwards.push(connect(listener.local_addr()?)?);
-            let input = accept(&listener)?;
-            let ack = ack_link()?;
-            let probe = server_file(folder, replica + 3, size, samples)?;
-            servers.push(serve_on_runtime(input, Vec::new(), probe, ack, size)?);
-        }
-        let listener = listen()?;
-        let to_primary = on_runtime(connect(listener.local_addr()?)?)?;
-        let input = accept(&listener)?;
-        let probe = server_file(folder, 3, size, samples)?;
-        servers.push(serve_on_runtime(input, forwards, probe, primary_ack, size)?);
+        let wiring = wire()?;
+        let servers = wiring
+            .servers
+            .into_iter()
+            .map(|links| {
+                // Files of their own beside the blocking floor's.
+                let probe = server_file(folder, links.index + 3, size, samples)?;
+                serve_on_runtime(links, probe, size)
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
         Ok(RuntimeFlowFloor {
-            to_primary,
-            acks,
-            record: (0..size).map(|index| (index % 251) as u8).collect(),
+            to_primary: on_runtime(wiring.to_primary)?,
+            acks: wiring
+                .acks
+                .into_iter()
+                .map(on_runtime)
+                .collect::<anyhow::Result<Vec<_>>>()?,
+            record: record(size),
             servers,
         })
     }
@@ -234,10 +207,8 @@ fn on_runtime(stream: TcpStream) -> anyhow::Result<tokio::net::TcpStream> {
 /// Starts a runtime as a server's (`Runtime::new`, as `stamplog server`
 /// does) and the server's task on it.
 fn serve_on_runtime(
-    input: TcpStream,
-    forwards: Vec<TcpStream>,
+    links: ServerLinks,
     probe: SyncProbe,
-    ack: TcpStream,
     size: usize,
 ) -> anyhow::Result<(
     tokio::runtime::Runtime,
@@ -246,12 +217,13 @@ fn serve_on_runtime(
     let runtime = tokio::runtime::Runtime::new().context("cannot start a runtime")?;
     let task = {
         let _entered = runtime.enter();
-        let input = on_runtime(input)?;
-        let forwards = forwards
+        let input = on_runtime(links.input)?;
+        let forwards = links
+            .forwards
             .into_iter()
             .map(on_runtime)
             .collect::<anyhow::Result<Vec<_>>>()?;
-        let ack = on_runtime(ack)?;
+        let ack = on_runtime(links.ack)?;
         runtime.spawn(serve_async(input, forwards, probe, ack, size))
     };
     Ok((runtime, task))
@@ -285,6 +257,71 @@ async fn serve_async(
             .await
             .context("the runtime floor's client is gone")?;
     }
+}
+
+/// The flow's connections on loopback, before any server runs.
+struct Wiring {
+    to_primary: TcpStream,
+    /// The client's end of one connection from each server, the
+    /// primary's first.
+    acks: Vec<TcpStream>,
+    /// The replicas' first, then the primary's.
+    servers: Vec<ServerLinks>,
+}
+
+/// One server's connections: what it reads, where it forwards, where it
+/// acks.
+struct ServerLinks {
+    /// 0 for the primary, 1 and 2 for the replicas.
+    index: usize,
+    input: TcpStream,
+    forwards: Vec<TcpStream>,
+    ack: TcpStream,
+}
+
+fn wire() -> anyhow::Result<Wiring> {
+    let ack_listener = listen()?;
+    let ack_address = ack_listener.local_addr()?;
+    let mut acks = Vec::new();
+    let mut ack_link = || -> anyhow::Result<TcpStream> {
+        let sender = connect(ack_address)?;
+        acks.push(accept(&ack_listener)?);
+        Ok(sender)
+    };
+    let primary_ack = ack_link()?;
+    let mut forwards = Vec::new();
+    let mut servers = Vec::new();
+    for index in 1..=2 {
+        let listener = listen()?;
+        forwards.push(connect(listener.local_addr()?)?);
+        let input = accept(&listener)?;
+        let ack = ack_link()?;
+        servers.push(ServerLinks {
+            index,
+            input,
+            forwards: Vec::new(),
+            ack,
+        });
+    }
+    let listener = listen()?;
+    let to_primary = connect(listener.local_addr()?)?;
+    let input = accept(&listener)?;
+    servers.push(ServerLinks {
+        index: 0,
+        input,
+        forwards,
+        ack: primary_ack,
+    });
+    Ok(Wiring {
+        to_primary,
+        acks,
+        servers,
+    })
+}
+
+/// The record every sample sends.
+fn record(size: usize) -> Vec<u8> {
+    (0..size).map(|index| (index % 251) as u8).collect()
 }
 
 fn server_file(

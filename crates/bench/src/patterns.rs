@@ -1059,48 +1059,47 @@ fn window_one_ratios(table: &mut Table, one: &WindowOne) {
         "<= 2 (issue 3; brief: 1.5)",
         Some(median <= 2.0),
     );
-    row(
-        format!("ack p50 / {REPLICAS} fdatasync at once p50"),
-        fixed(one.ack.p50 / one.fdatasync_replicas.p50, 2),
-        "-",
-        None,
-    );
-    row(
-        format!("the flow's floor p50 µs ({size}): 3 hops, {REPLICAS} write + fdatasync, blocking threads"),
-        fixed(one.floor.p50, 0),
-        "-",
-        None,
-    );
-    row(
-        "floor p50 / fdatasync p50 (what the flow itself costs)".into(),
-        fixed(one.floor_ratio(), 2),
-        "-",
-        None,
-    );
+    let floors = [
+        (
+            format!("ack p50 / {REPLICAS} fdatasync at once p50"),
+            fixed(one.ack.p50 / one.fdatasync_replicas.p50, 2),
+        ),
+        (
+            format!("the flow's floor p50 µs ({size}): 3 hops, {REPLICAS} write + fdatasync, blocking threads"),
+            fixed(one.floor.p50, 0),
+        ),
+        (
+            "floor p50 / fdatasync p50 (what the flow itself costs)".into(),
+            fixed(one.floor_ratio(), 2),
+        ),
+    ];
+    for (measure, value) in floors {
+        row(measure, value, "-", None);
+    }
+    let added = one.ack.p50 / one.floor.p50;
     row(
         "ack p50 / floor p50 (what the service adds)".into(),
-        fixed(one.ack.p50 / one.floor.p50, 2),
+        fixed(added, 2),
         "<= 1.3 (issue 20)",
-        Some(one.ack.p50 / one.floor.p50 <= 1.3),
+        Some(added <= 1.3),
     );
-    row(
-        format!("the flow's floor on runtimes p50 µs ({size}): each server a task on a tokio runtime of its own"),
-        fixed(one.runtime_floor.p50, 0),
-        "-",
-        None,
-    );
-    row(
-        "runtime floor p50 / floor p50 (what the runtime costs the flow)".into(),
-        fixed(one.runtime_ratio(), 2),
-        "-",
-        None,
-    );
-    row(
-        "ack p50 / runtime floor p50 (what the service's own work adds)".into(),
-        fixed(one.ack.p50 / one.runtime_floor.p50, 2),
-        "-",
-        None,
-    );
+    let runtime = [
+        (
+            format!("the flow's floor on runtimes p50 µs ({size}): each server a task on a tokio runtime of its own"),
+            fixed(one.runtime_floor.p50, 0),
+        ),
+        (
+            "runtime floor p50 / floor p50 (what the runtime costs the flow)".into(),
+            fixed(one.runtime_ratio(), 2),
+        ),
+        (
+            "ack p50 / runtime floor p50 (what the service's own work adds)".into(),
+            fixed(one.ack.p50 / one.runtime_floor.p50, 2),
+        ),
+    ];
+    for (measure, value) in runtime {
+        row(measure, value, "-", None);
+    }
     let tail = one.p99_ratio();
     row(
         "ack p99 / fdatasync p50".into(),
