@@ -184,10 +184,12 @@ impl RuntimeFlowFloor {
     /// Stops the servers and their runtimes and removes their files.
     /// Blocking: not on a runtime's worker (a runtime is not dropped
     /// there).
-    pub fn finish(self) -> anyhow::Result<()> {
-        drop(self.to_primary);
-        drop(self.acks);
-        for (runtime, server) in self.servers {
+    pub fn finish(mut self) -> anyhow::Result<()> {
+        // The servers see the end of their input.
+        self.acks.clear();
+        let servers = std::mem::take(&mut self.servers);
+        drop(self);
+        for (runtime, server) in servers {
             let probe = runtime
                 .block_on(server)
                 .map_err(|_| anyhow::anyhow!("a server of the runtime floor panicked"))??;
@@ -195,6 +197,17 @@ impl RuntimeFlowFloor {
             probe.finish()?;
         }
         Ok(())
+    }
+}
+
+impl Drop for RuntimeFlowFloor {
+    /// A floor left without `finish` (a sample failed, the caller is on a
+    /// runtime): its runtimes stop without waiting for their servers, as
+    /// a runtime may not be dropped where it would block.
+    fn drop(&mut self) {
+        for (runtime, _) in self.servers.drain(..) {
+            runtime.shutdown_background();
+        }
     }
 }
 
@@ -382,5 +395,17 @@ mod tests {
         floor.finish().unwrap();
         let left: Vec<_> = std::fs::read_dir(folder.path()).unwrap().collect();
         assert!(left.is_empty(), "the servers' files are removed");
+    }
+
+    #[test]
+    fn a_runtime_floor_dropped_on_a_runtime_stops_without_panicking() {
+        let folder = tempfile::tempdir().unwrap();
+        let client = tokio::runtime::Runtime::new().unwrap();
+        client.block_on(async {
+            let mut floor = RuntimeFlowFloor::start(folder.path(), 100, 4).unwrap();
+            floor.sample().await.unwrap();
+            // As on an error path inside the bench: dropped, not finished.
+            drop(floor);
+        });
     }
 }
