@@ -15,8 +15,8 @@
 //! [`RuntimeFlowFloor`] is the same flow on tokio runtimes, the way the
 //! service runs it: each server a task on a runtime of its own (the one a
 //! `stamplog server` starts), reading through the runtime's I/O driver
-//! and writing and fdatasyncing on its worker, and the client a task on
-//! the caller's runtime. Over the blocking floor it says what the runtime
+//! and writing and fdatasyncing on its worker, and the client's
+//! connections on the caller's runtime. Over the blocking floor it says what the runtime
 //! itself costs the flow; the service's ack over it, what the service's
 //! own work (its protocol, frames and logs) adds.
 
