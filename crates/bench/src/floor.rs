@@ -367,17 +367,25 @@ fn accept(listener: &TcpListener) -> anyhow::Result<TcpStream> {
 mod tests {
     use super::*;
 
+    /// A sample took some time, and less than ten seconds.
+    fn assert_timed(latency: f64) {
+        assert!(latency > 0.0 && latency < 10e6, "{latency}");
+    }
+
+    fn assert_removed(folder: &Path) {
+        let left: Vec<_> = std::fs::read_dir(folder).unwrap().collect();
+        assert!(left.is_empty(), "the servers' files are removed");
+    }
+
     #[test]
     fn the_floor_times_each_record_through_three_servers_and_cleans_up() {
         let folder = tempfile::tempdir().unwrap();
         let mut floor = FlowFloor::start(folder.path(), 1000, 20).unwrap();
         for _ in 0..20 {
-            let latency = floor.sample().unwrap();
-            assert!(latency > 0.0 && latency < 10e6, "{latency}");
+            assert_timed(floor.sample().unwrap());
         }
         floor.finish().unwrap();
-        let left: Vec<_> = std::fs::read_dir(folder.path()).unwrap().collect();
-        assert!(left.is_empty(), "the servers' files are removed");
+        assert_removed(folder.path());
     }
 
     #[test]
@@ -389,12 +397,10 @@ mod tests {
             RuntimeFlowFloor::start(folder.path(), 1000, 20).unwrap()
         };
         for _ in 0..20 {
-            let latency = client.block_on(floor.sample()).unwrap();
-            assert!(latency > 0.0 && latency < 10e6, "{latency}");
+            assert_timed(client.block_on(floor.sample()).unwrap());
         }
         floor.finish().unwrap();
-        let left: Vec<_> = std::fs::read_dir(folder.path()).unwrap().collect();
-        assert!(left.is_empty(), "the servers' files are removed");
+        assert_removed(folder.path());
     }
 
     #[test]
