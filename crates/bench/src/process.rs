@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 
@@ -131,6 +131,16 @@ impl ServerProcess {
         self.child.kill().context("cannot kill the server")?;
         self.child.wait().context("cannot reap the server")?;
         Ok(())
+    }
+
+    /// Stops the server the way it stops in service: its standard input
+    /// ends (`--stop-at-stdin-end`), it closes its logs and exits. An
+    /// error when it does not exit within [`STOP_GRACE`] (it is then
+    /// killed) or exits with a failure.
+    pub fn stop(mut self) -> anyhow::Result<()> {
+        drop(self.child.stdin.take());
+        let stopped = wait_for_exit(&mut self.child, "the server", STOP_GRACE);
+        stopped.with_context(|| self.describe_failure())
     }
 }
 
@@ -279,14 +289,12 @@ impl Servers {
         }
     }
 
-    /// Kills every server.
-    pub fn kill(self) -> anyhow::Result<()> {
+    /// Stops every server as a server stops in service, each closing its
+    /// logs ([`ServerProcess::stop`]).
+    pub fn stop(self) -> anyhow::Result<()> {
         match self {
-            Servers::Processes(cluster) => {
-                drop(cluster);
-                Ok(())
-            }
-            Servers::Threads(process) => process.kill(),
+            Servers::Processes(cluster) => cluster.stop(),
+            Servers::Threads(process) => process.stop(),
         }
     }
 }
@@ -395,11 +403,32 @@ impl ClusterProcess {
         self.child.id()
     }
 
-    /// Kills the cluster and reaps it.
-    pub fn kill(mut self) -> anyhow::Result<()> {
-        self.child.kill().context("cannot kill the cluster")?;
-        self.child.wait().context("cannot reap the cluster")?;
-        Ok(())
+    /// Stops the cluster as [`ServerProcess::stop`] stops a server.
+    pub fn stop(mut self) -> anyhow::Result<()> {
+        drop(self.child.stdin.take());
+        wait_for_exit(&mut self.child, "the cluster", STOP_GRACE)
+    }
+}
+
+/// How long a server whose standard input ended has to exit before it is
+/// killed.
+pub const STOP_GRACE: Duration = Duration::from_secs(15);
+
+/// Waits up to `grace` for `child` (`what`) to exit, and kills it when it
+/// does not; an error unless it exited by itself with success.
+fn wait_for_exit(child: &mut Child, what: &str, grace: Duration) -> anyhow::Result<()> {
+    let deadline = Instant::now() + grace;
+    loop {
+        if let Some(status) = child.try_wait().context("cannot reap a server")? {
+            anyhow::ensure!(status.success(), "{what} exited with {status} when stopped");
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("{what} did not exit within {grace:?} of its input's end; killed");
+        }
+        std::thread::sleep(Duration::from_millis(10));
     }
 }
 
@@ -697,6 +726,17 @@ impl ProcessCluster {
             .with_context(|| format!("server {id} has no admin port this cluster reserved"))
     }
 
+    /// Stops every running server as [`ServerProcess::stop`] does: all
+    /// their inputs end at once, then each is waited for.
+    pub fn stop(mut self) -> anyhow::Result<()> {
+        let mut servers: Vec<ServerProcess> =
+            self.servers.iter_mut().filter_map(Option::take).collect();
+        for server in &mut servers {
+            drop(server.child.stdin.take());
+        }
+        servers.into_iter().try_for_each(ServerProcess::stop)
+    }
+
     /// Kills server `id` with SIGKILL (when it runs).
     pub fn kill(&mut self, id: u32) -> anyhow::Result<()> {
         if let Some(server) = self.servers[id as usize - 1].take() {
@@ -839,6 +879,33 @@ fn ports_of_the_kernel(count: u32) -> anyhow::Result<Vec<SocketAddr>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn child(script: &str) -> Child {
+        Command::new("sh").args(["-c", script]).spawn().unwrap()
+    }
+
+    #[test]
+    fn a_stopped_process_must_exit_by_itself_with_success_within_its_grace() {
+        let grace = Duration::from_millis(300);
+        wait_for_exit(&mut child("exit 0"), "ok", grace).unwrap();
+        let failed = wait_for_exit(&mut child("exit 3"), "failing", grace).unwrap_err();
+        assert!(
+            failed.to_string().contains("failing exited with"),
+            "{failed}"
+        );
+        let mut stuck = child("sleep 30");
+        let started = Instant::now();
+        let error = wait_for_exit(&mut stuck, "stuck", grace).unwrap_err();
+        assert!(error.to_string().contains("did not exit within"), "{error}");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "killed after its grace"
+        );
+        assert!(
+            stuck.try_wait().unwrap().is_some(),
+            "the stuck child was killed and reaped"
+        );
+    }
 
     #[test]
     fn reserved_ports_are_outside_the_kernels_range_and_never_handed_out_twice() {

@@ -322,10 +322,11 @@ impl Cluster {
         }
     }
 
-    /// Closes the admin connections and kills the servers.
+    /// Closes the admin connections and stops the servers, each closing
+    /// its logs as in service.
     pub fn stop(self) -> anyhow::Result<()> {
         drop(self.admins);
-        self.servers.kill()
+        self.servers.stop()
     }
 }
 
