@@ -70,7 +70,7 @@ pub(crate) async fn run(
 ) {
     let mut next = from;
     let position = stream.track_reader(from);
-    let mut progress = stream.log.progress();
+    let mut progress = stream.log.progress_beyond_hook();
     let mut visible = stream.visible();
     loop {
         let Some(granted) = take_credits(&credits).await else {

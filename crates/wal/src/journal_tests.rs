@@ -37,6 +37,7 @@ impl Gate {
                     open = hooked.opened.wait(open).unwrap();
                 }
             }
+            true
         });
         gate
     }

@@ -138,6 +138,9 @@ pub(crate) struct Shared {
     /// Wakes appenders waiting for room in the buffer.
     pub(crate) space: Notify,
     pub(crate) progress: watch::Sender<Progress>,
+    /// The same progress for those that only need what the durable hook
+    /// did not take (see [`Log::progress_beyond_hook`]).
+    pub(crate) beyond_hook: watch::Sender<Progress>,
     pub(crate) counters: Counters,
     pub(crate) latency_samples: Mutex<Vec<u64>>,
     /// Held while a checkpoint is written or retention deletes segments,
@@ -194,8 +197,9 @@ pub(crate) struct Kept {
 pub(crate) const KEPT_BYTES_MAX: usize = 64 * 1024;
 
 /// What [`Log::on_durable`] calls with each new durable version, and
-/// whether more records wait for the I/O thread (the log is busy).
-pub type DurableHook = Box<dyn Fn(u64, bool) + Send + Sync>;
+/// whether more records wait for the I/O thread (the log is busy); it
+/// returns whether it took the version.
+pub type DurableHook = Box<dyn Fn(u64, bool) -> bool + Send + Sync>;
 
 /// One stream's write-ahead log. Dropping it writes and syncs everything
 /// pending and stops the I/O thread.
@@ -317,6 +321,7 @@ impl Log {
             durable: last_version,
             failed: None,
         });
+        let (beyond_hook, _) = watch::channel(progress.borrow().clone());
         let shared = Arc::new(Shared {
             storage,
             folder: folder.to_path_buf(),
@@ -326,6 +331,7 @@ impl Log {
             work: Condvar::new(),
             space: Notify::new(),
             progress,
+            beyond_hook,
             counters: Counters::default(),
             latency_samples: Mutex::new(Vec::new()),
             maintenance: Mutex::new(()),
@@ -424,9 +430,7 @@ impl Log {
         state.first_version = state.memory.front().map_or(version + 1, |(v, _)| *v);
         state.last_version = version;
         shared.counters.appends.fetch_add(1, Ordering::Relaxed);
-        shared
-            .progress
-            .send_modify(|progress| progress.durable = version);
+        shared.publish(|progress| progress.durable = version);
     }
 
     /// A future that completes when room frees up in the buffer. Create it
@@ -471,15 +475,29 @@ impl Log {
         self.shared.progress.subscribe()
     }
 
+    /// Watches the same progress, but changes only for what the durable
+    /// hook ([`Log::on_durable`]) did not take: a failure, a reset, and a
+    /// durable version reached with no hook set or that the hook left
+    /// (it returned `false`). For whoever the hook stands in for, such as
+    /// a task that drives the stream when the hook could not: every
+    /// version the hook takes would wake it for nothing, a wake-up of
+    /// another thread on the path of the acknowledgement the hook just
+    /// sent.
+    pub fn progress_beyond_hook(&self) -> watch::Receiver<Progress> {
+        self.shared.beyond_hook.subscribe()
+    }
+
     /// Has the I/O thread call `hook` with the new durable version each
     /// time it moves, right after the progress watch has it, so whoever
     /// acts on durability can do so without waiting for another thread to
     /// wake. The second argument says whether more records already wait
     /// to be written (the log is busy, and the hook's time delays them).
-    /// The hook runs before the I/O thread takes its next batch: it must
-    /// be short, and must not wait on this log (no `reset`, no wait for
-    /// durability). It replaces any earlier hook.
-    pub fn on_durable(&self, hook: impl Fn(u64, bool) + Send + Sync + 'static) {
+    /// The hook returns whether it took the version: the watchers of
+    /// [`Log::progress_beyond_hook`] hear only of the versions it did not
+    /// take. The hook runs before the I/O thread takes its next batch: it
+    /// must be short, and must not wait on this log (no `reset`, no wait
+    /// for durability). It replaces any earlier hook.
+    pub fn on_durable(&self, hook: impl Fn(u64, bool) -> bool + Send + Sync + 'static) {
         *self.shared.on_durable.lock().expect("hook lock poisoned") = Some(Box::new(hook));
     }
 
@@ -953,6 +971,25 @@ impl Shared {
 impl Shared {
     pub(crate) fn lock_state(&self) -> MutexGuard<'_, State> {
         lock(&self.state)
+    }
+
+    /// Changes the progress and tells both of its watches.
+    pub(crate) fn publish(&self, change: impl FnOnce(&mut Progress)) {
+        self.progress.send_modify(change);
+        self.pass_beyond_hook();
+    }
+
+    /// Brings the watch of what the hook did not take up to the progress.
+    /// Merged rather than replaced: the durable version only grows and a
+    /// failure stays, whichever of two threads passes its copy last.
+    pub(crate) fn pass_beyond_hook(&self) {
+        let now = self.progress.borrow().clone();
+        self.beyond_hook.send_modify(|progress| {
+            progress.durable = progress.durable.max(now.durable);
+            if now.failed.is_some() {
+                progress.failed = now.failed;
+            }
+        });
     }
 }
 

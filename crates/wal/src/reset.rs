@@ -91,9 +91,7 @@ impl crate::Log {
                 state.last_version = through;
                 state.checkpoints = vec![through];
                 shared.reset_tail(&mut state);
-                shared
-                    .progress
-                    .send_modify(|progress| progress.durable = progress.durable.max(through));
+                shared.publish(|progress| progress.durable = progress.durable.max(through));
                 Ok(())
             }
             Err(ResetFailed { committed, error }) => {
@@ -103,9 +101,7 @@ impl crate::Log {
                     ));
                     state.failed = Some(message.clone());
                     drop(state);
-                    shared
-                        .progress
-                        .send_modify(|progress| progress.failed = Some(message));
+                    shared.publish(|progress| progress.failed = Some(message));
                     shared.space.notify_waiters();
                 }
                 Err(error)

@@ -699,43 +699,18 @@ impl Shared {
         let last_version = batch.last().expect("a batch is never empty").last_version;
         let records: u64 = batch.iter().map(|c| c.records).sum();
         let bytes: usize = batch.iter().map(|c| c.bytes.len()).sum();
-        if self.config.sample_latency {
-            let mut samples = self.latency_samples.lock().expect("sampler lock poisoned");
-            for chunk in &batch {
-                for appended in &chunk.appended_at {
-                    if samples.len() < super::log::LATENCY_SAMPLES_MAX {
-                        samples.push(now.duration_since(*appended).as_nanos() as u64);
-                    }
-                }
-            }
-        }
-        if let Some(observer) = &self.config.observer {
-            let appended_at: Vec<Vec<Instant>> = batch
+        self.sample_latency(&batch, now);
+        // The observer's figures are taken now and handed over after the
+        // hook, which sends the acknowledgements: metrics are not on
+        // their path.
+        let appended_at: Vec<Vec<Instant>> = match &self.config.observer {
+            Some(_) => batch
                 .iter_mut()
                 .map(|chunk| std::mem::take(&mut chunk.appended_at))
-                .collect();
-            observer.synced(&crate::config::SyncReport {
-                records,
-                bytes: bytes as u64,
-                io: now.duration_since(started),
-                durable_at: now,
-                appended_at: &appended_at,
-            });
-        }
-        let backlog = {
-            let mut state = self.lock_state();
-            state.pending_bytes -= bytes;
-            let keep = match self.config.durability {
-                Durability::Paged { .. } => usize::MAX,
-                _ => SPARE_BUFFERS_MAX,
-            };
-            for chunk in batch {
-                if state.free_buffers.len() < keep {
-                    state.free_buffers.push(chunk.bytes);
-                }
-            }
-            state.pending_bytes > 0
+                .collect(),
+            None => Vec::new(),
         };
+        let backlog = self.recycle(batch, bytes);
         // Counters first, so whoever the new durable version wakes sees
         // them complete.
         let counters = &self.counters;
@@ -757,11 +732,58 @@ impl Shared {
             progress.durable = last_version;
             false
         });
-        if let Some(hook) = &*self.on_durable.lock().expect("hook lock poisoned") {
-            hook(last_version, backlog);
+        let taken = match &*self.on_durable.lock().expect("hook lock poisoned") {
+            Some(hook) => hook(last_version, backlog),
+            None => false,
+        };
+        if let Some(observer) = &self.config.observer {
+            observer.synced(&crate::config::SyncReport {
+                records,
+                bytes: bytes as u64,
+                io: now.duration_since(started),
+                durable_at: now,
+                appended_at: &appended_at,
+            });
         }
         self.progress.send_modify(|_| {});
+        if !taken {
+            self.pass_beyond_hook();
+        }
         self.space.notify_waiters();
+    }
+
+    /// Keeps the time from append to durable of the batch's records, for
+    /// the experiments that ask for it.
+    fn sample_latency(&self, batch: &[crate::log::Chunk], now: Instant) {
+        if !self.config.sample_latency {
+            return;
+        }
+        let mut samples = self.latency_samples.lock().expect("sampler lock poisoned");
+        for chunk in batch {
+            for appended in &chunk.appended_at {
+                if samples.len() < super::log::LATENCY_SAMPLES_MAX {
+                    samples.push(now.duration_since(*appended).as_nanos() as u64);
+                }
+            }
+        }
+    }
+
+    /// Takes a written batch's bytes off the pending ones and keeps its
+    /// buffers for reuse; returns whether more records wait (the log is
+    /// busy).
+    fn recycle(&self, batch: Vec<crate::log::Chunk>, bytes: usize) -> bool {
+        let mut state = self.lock_state();
+        state.pending_bytes -= bytes;
+        let keep = match self.config.durability {
+            Durability::Paged { .. } => usize::MAX,
+            _ => SPARE_BUFFERS_MAX,
+        };
+        for chunk in batch {
+            if state.free_buffers.len() < keep {
+                state.free_buffers.push(chunk.bytes);
+            }
+        }
+        state.pending_bytes > 0
     }
 
     /// Latches the log failed. The data of a failed fsync may or may not be
@@ -777,8 +799,7 @@ impl Shared {
             state.failed = Some(message.clone());
             state.pending.clear();
         }
-        self.progress
-            .send_modify(|progress| progress.failed = Some(message));
+        self.publish(|progress| progress.failed = Some(message));
         self.space.notify_waiters();
     }
 }

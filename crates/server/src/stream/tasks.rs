@@ -59,16 +59,27 @@ impl Stream {
                 // With the next batch waiting, the I/O thread goes on to it
                 // and the progress task takes this one, on another thread.
                 if busy {
-                    return;
+                    return false;
                 }
-                if let Some(stream) = weak.upgrade() {
-                    stream.logged(durable, &runtime);
+                match weak.upgrade() {
+                    Some(stream) => {
+                        stream.logged(durable, &runtime);
+                        true
+                    }
+                    None => false,
                 }
             });
         }
+        // The progress task hears only of what the hook did not take: a
+        // version the hook drove would wake it for nothing, on the path of
+        // the acknowledgements the hook just sent.
         let progress_task = tokio::spawn(
-            follow_progress(Arc::downgrade(self), self.log.progress(), stop.clone())
-                .instrument(span.clone()),
+            follow_progress(
+                Arc::downgrade(self),
+                self.log.progress_beyond_hook(),
+                stop.clone(),
+            )
+            .instrument(span.clone()),
         );
         let clock_task = tokio::spawn(
             run_clock(

@@ -99,17 +99,24 @@ pub struct LoggedRecord {
 
 /// Reads every durable record of the stream named `name` of `state`
 /// straight from its log (blocking; call from `spawn_blocking` or a
-/// synchronous context).
+/// synchronous context). Retention may go on deleting the log's head
+/// meanwhile: a read it overtook starts again from the new oldest
+/// version, so what it returns is one whole run of the log.
 pub fn read_log(state: &ServerState, name: &str) -> Vec<LoggedRecord> {
     let stream = state.stream_by_name(name).expect("the stream exists");
     let mut records = Vec::new();
     let mut next = stream.log.first_version();
     for _ in 0..1_000_000 {
         let mut bytes = Vec::new();
-        let count = stream
-            .log
-            .read(next, 1000, 1 << 20, &mut bytes)
-            .expect("log read");
+        let count = match stream.log.read(next, 1000, 1 << 20, &mut bytes) {
+            Ok(count) => count,
+            Err(wal::ReadError::Retained { oldest, .. }) => {
+                records.clear();
+                next = oldest;
+                continue;
+            }
+            Err(error) => panic!("log read: {error}"),
+        };
         if count == 0 {
             return records;
         }

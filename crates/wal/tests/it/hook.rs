@@ -1,6 +1,7 @@
 //! The durable hook: the I/O thread calls it with each new durable version,
-//! clearing it stops the calls, and a hook that drops the log's last
-//! owner does not leave the log waiting for its own thread.
+//! clearing it stops the calls, the watch beyond the hook hears only of
+//! what the hook did not take, and a hook that drops the log's last owner
+//! does not leave the log waiting for its own thread.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -22,6 +23,7 @@ fn the_hook_sees_every_durable_version_on_the_io_thread_and_stops_when_cleared()
         log.on_durable(move |durable, busy| {
             seen.lock().unwrap().push((durable, busy));
             threads.lock().unwrap().push(std::thread::current().id());
+            true
         });
     }
     append_all(&log, 7, 1, 300, 200);
@@ -53,6 +55,60 @@ fn the_hook_sees_every_durable_version_on_the_io_thread_and_stops_when_cleared()
         seen.lock().unwrap().len(),
         before,
         "a cleared hook is not called"
+    );
+}
+
+#[test]
+fn the_watch_beyond_the_hook_hears_of_what_the_hook_left_and_of_a_failure_only() {
+    let storage = wal::fault::FaultStorage::new();
+    let (log, _) = open(
+        Arc::new(storage.clone()),
+        crate::crash::folder(),
+        LogConfig::default(),
+    );
+    let taken_up_to = 40;
+    log.on_durable(move |durable, _| durable <= taken_up_to);
+    let mut beyond = log.progress_beyond_hook();
+    let mut all = log.progress();
+    // One record at a time, each its own sync, each taken by the hook:
+    // the full watch hears of every one, the other of none.
+    for version in 1..=taken_up_to {
+        append_all(&log, 7, version, 1, 100);
+        wait_durable(&log, version);
+    }
+    assert!(all.has_changed().unwrap(), "the full watch heard of them");
+    assert_eq!(all.borrow_and_update().durable, taken_up_to);
+    assert!(
+        !beyond.has_changed().unwrap(),
+        "versions the hook took wake no one beyond it"
+    );
+    assert_eq!(beyond.borrow().durable, 0);
+    // Versions the hook leaves reach both watches.
+    append_all(&log, 7, taken_up_to + 1, 10, 100);
+    wait_durable(&log, taken_up_to + 10);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while beyond.borrow_and_update().durable < taken_up_to + 10 {
+        assert!(std::time::Instant::now() < deadline, "never passed on");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // A failure reaches it too, whatever the hook.
+    storage.fail_sync_after(0);
+    append_all(&log, 7, taken_up_to + 11, 1, 100);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while beyond.borrow().failed.is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the failure never came"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(beyond.has_changed().unwrap());
+    let progress = beyond.borrow_and_update().clone();
+    assert!(progress.failed.unwrap().contains("injected fsync failure"));
+    assert_eq!(
+        progress.durable,
+        taken_up_to + 10,
+        "nothing more is durable"
     );
 }
 
@@ -100,6 +156,7 @@ fn hook_drops_the_log(journaled: bool) {
                     dropped.store(durable, Ordering::Release);
                 }
             }
+            true
         });
     }
     *owner.lock().unwrap() = Some(log);

@@ -80,6 +80,7 @@ fn records_written_in_place_by_many_threads_survive_every_crash_image() {
                     before <= durable,
                     "durable went back from {before} to {durable}"
                 );
+                true
             });
         }
         let stop = Arc::new(AtomicBool::new(false));

@@ -441,6 +441,7 @@ fn hook_threads(log: &Log) -> HookThreads {
     log.on_durable(move |_, _| {
         let here = (std::thread::current().id(), wal::hook_in_place());
         noted.lock().unwrap().push(here);
+        true
     });
     threads
 }
@@ -610,6 +611,7 @@ fn a_hook_run_in_place_that_drops_the_last_owner_of_its_log_and_journal_waits_fo
                 drop(slot.lock().unwrap().take());
                 emptied.store(true, std::sync::atomic::Ordering::Release);
             }
+            true
         });
     }
     *slot.lock().unwrap() = Some(log);
