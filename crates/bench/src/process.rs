@@ -412,14 +412,17 @@ impl ClusterProcess {
 
 /// How long a server whose standard input ended has to exit before it is
 /// killed.
-pub const STOP_GRACE: Duration = Duration::from_secs(15);
+const STOP_GRACE: Duration = Duration::from_secs(15);
 
 /// Waits up to `grace` for `child` (`what`) to exit, and kills it when it
 /// does not; an error unless it exited by itself with success.
 fn wait_for_exit(child: &mut Child, what: &str, grace: Duration) -> anyhow::Result<()> {
     let deadline = Instant::now() + grace;
     loop {
-        if let Some(status) = child.try_wait().context("cannot reap a server")? {
+        if let Some(status) = child
+            .try_wait()
+            .with_context(|| format!("cannot reap {what}"))?
+        {
             anyhow::ensure!(status.success(), "{what} exited with {status} when stopped");
             return Ok(());
         }

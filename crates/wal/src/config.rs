@@ -33,19 +33,23 @@ pub struct SyncReport<'a> {
     pub io: Duration,
     /// When the batch became durable.
     pub durable_at: Instant,
-    pub(crate) appended_at: &'a [Vec<Instant>],
+    /// The batch's chunks, each with when its records were appended.
+    pub(crate) chunks: &'a [crate::block::Chunk],
 }
 
 impl SyncReport<'_> {
     /// When each record of the batch was appended.
     pub fn appended_at(&self) -> impl Iterator<Item = Instant> + '_ {
-        self.appended_at.iter().flatten().copied()
+        self.chunks
+            .iter()
+            .flat_map(|chunk| chunk.appended_at.iter().copied())
     }
 }
 
 /// Watches a log's group commits (the server's metrics): called on the
-/// I/O thread after each batch is durable, before anyone waiting on it is
-/// woken, so it must be quick.
+/// I/O thread after each batch is durable, once the durable hook has run
+/// (the acknowledgements are on their way) and before the progress
+/// watches' tasks are woken, so it must be quick.
 pub trait SyncObserver: Send + Sync {
     fn synced(&self, report: &SyncReport<'_>);
 }

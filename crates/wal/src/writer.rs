@@ -700,17 +700,7 @@ impl Shared {
         let records: u64 = batch.iter().map(|c| c.records).sum();
         let bytes: usize = batch.iter().map(|c| c.bytes.len()).sum();
         self.sample_latency(&batch, now);
-        // The observer's figures are taken now and handed over after the
-        // hook, which sends the acknowledgements: metrics are not on
-        // their path.
-        let appended_at: Vec<Vec<Instant>> = match &self.config.observer {
-            Some(_) => batch
-                .iter_mut()
-                .map(|chunk| std::mem::take(&mut chunk.appended_at))
-                .collect(),
-            None => Vec::new(),
-        };
-        let backlog = self.recycle(batch, bytes);
+        let backlog = self.recycle(&mut batch, bytes);
         // Counters first, so whoever the new durable version wakes sees
         // them complete.
         let counters = &self.counters;
@@ -736,13 +726,15 @@ impl Shared {
             Some(hook) => hook(last_version, backlog),
             None => false,
         };
+        // The metrics after the hook, which sends the acknowledgements:
+        // they are not on their path (their times were all taken above).
         if let Some(observer) = &self.config.observer {
             observer.synced(&crate::config::SyncReport {
                 records,
                 bytes: bytes as u64,
                 io: now.duration_since(started),
                 durable_at: now,
-                appended_at: &appended_at,
+                chunks: &batch,
             });
         }
         self.progress.send_modify(|_| {});
@@ -769,9 +761,9 @@ impl Shared {
     }
 
     /// Takes a written batch's bytes off the pending ones and keeps its
-    /// buffers for reuse; returns whether more records wait (the log is
-    /// busy).
-    fn recycle(&self, batch: Vec<crate::log::Chunk>, bytes: usize) -> bool {
+    /// buffers for reuse (the chunks keep their append times); returns
+    /// whether more records wait (the log is busy).
+    fn recycle(&self, batch: &mut [crate::log::Chunk], bytes: usize) -> bool {
         let mut state = self.lock_state();
         state.pending_bytes -= bytes;
         let keep = match self.config.durability {
@@ -780,7 +772,7 @@ impl Shared {
         };
         for chunk in batch {
             if state.free_buffers.len() < keep {
-                state.free_buffers.push(chunk.bytes);
+                state.free_buffers.push(std::mem::take(&mut chunk.bytes));
             }
         }
         state.pending_bytes > 0
