@@ -12,9 +12,23 @@
 //! disk allows several replicas at once: [`concurrent_batches`] runs one
 //! writer per replica, each syncing batches of the size the log formed
 //! into its own preallocated file.
+//!
+//! Replicas write their own files on their own hosts, so no two of them
+//! share a block of file system metadata. On one machine, files made one
+//! after another in one folder do: their inodes are neighbours in the
+//! inode table, several to a 4 KiB block. A write after the clock's
+//! coarse tick changes a file's timestamps, and on ext4 without a journal
+//! (this project's machines) the fdatasync that follows writes the
+//! inode's block too, one more disk write before the flush. Three
+//! neighbours written at the same moment put their three changes in one
+//! block and pay that write once; three replicas pay it three times.
+//! [`SyncProbe::replicas`] therefore gives each replica's file an
+//! inode-table block of its own (docs/results.md, "Three replicas' files
+//! pay three inode writes").
 
 use std::fs::File;
 use std::io::{Seek, SeekFrom, Write};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Arc, Barrier};
 use std::thread::{JoinHandle, ThreadId};
@@ -79,6 +93,30 @@ impl SyncProbe {
         let path = folder.join(format!("fdatasync-{name}.bin"));
         let file = preallocated(&path, size * samples)?;
         Ok(SyncProbe::new(path, file, size))
+    }
+
+    /// Preallocated probes, one per name, for replicas that write at the
+    /// same moment: each file's inode is in an inode-table block none of
+    /// the others' is in, as on replicas' own hosts (see the module's
+    /// notes). Best effort: on a file system whose inode numbers say
+    /// nothing of where inodes lie, the files are made all the same.
+    pub fn replicas(
+        folder: &Path,
+        names: &[String],
+        size: usize,
+        samples: usize,
+    ) -> anyhow::Result<Vec<SyncProbe>> {
+        let mut taken = Vec::with_capacity(names.len());
+        names
+            .iter()
+            .map(|name| {
+                let path = folder.join(format!("fdatasync-{name}.bin"));
+                let (file, block) = create_apart(&path, &taken)?;
+                taken.push(block);
+                let file = preallocate(file, &path, size * samples)?;
+                Ok(SyncProbe::new(path, file, size))
+            })
+            .collect()
     }
 
     fn new(path: PathBuf, file: File, size: usize) -> SyncProbe {
@@ -199,9 +237,14 @@ impl SyncGroup {
 /// Creates `path` holding `bytes` zeros, synced with its size, and returns
 /// it positioned at its start, so later writes overwrite allocated blocks.
 fn preallocated(path: &Path, bytes: usize) -> anyhow::Result<File> {
+    let file = File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+    preallocate(file, path, bytes)
+}
+
+/// Writes `bytes` zeros into the new, empty `file` at `path`, syncs them
+/// with its size and returns it positioned at its start.
+fn preallocate(mut file: File, path: &Path, bytes: usize) -> anyhow::Result<File> {
     const CHUNK: usize = 1024 * 1024;
-    let mut file =
-        File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
     let zeros = vec![0u8; CHUNK.min(bytes.max(1))];
     let mut left = bytes;
     while left > 0 {
@@ -215,6 +258,84 @@ fn preallocated(path: &Path, bytes: usize) -> anyhow::Result<File> {
     file.seek(SeekFrom::Start(0))
         .with_context(|| format!("cannot seek in {}", path.display()))?;
     Ok(file)
+}
+
+/// Inode numbers per 4 KiB block of an ext4 inode table at most (inodes
+/// of 128 bytes; 16 of the default 256): two inodes whose numbers fall in
+/// different runs of this many share no block.
+const INODES_PER_BLOCK_MAX: u64 = 32;
+
+/// How many files [`create_apart`] may set aside before it takes the file
+/// it has.
+const SPACERS_MAX: usize = 256;
+
+/// A file's device and the run of [`INODES_PER_BLOCK_MAX`] inode numbers
+/// its inode is in.
+fn inode_block(file: &File, path: &Path) -> anyhow::Result<(u64, u64)> {
+    let metadata = file
+        .metadata()
+        .with_context(|| format!("cannot read what {} is", path.display()))?;
+    Ok(block_of(&metadata))
+}
+
+fn block_of(metadata: &std::fs::Metadata) -> (u64, u64) {
+    (
+        metadata.dev(),
+        metadata.ino().saturating_sub(1) / INODES_PER_BLOCK_MAX,
+    )
+}
+
+/// How many inode-table blocks the files at `paths` have their inodes in:
+/// as many as there are files when no two share one, as on hosts of their
+/// own. (Reading a file's times makes its next write update them finely:
+/// call this once its writes are measured.)
+pub fn inode_blocks_of(paths: &[PathBuf]) -> anyhow::Result<usize> {
+    let mut blocks = Vec::with_capacity(paths.len());
+    for path in paths {
+        let metadata = std::fs::metadata(path)
+            .with_context(|| format!("cannot read what {} is", path.display()))?;
+        blocks.push(block_of(&metadata));
+    }
+    blocks.sort_unstable();
+    blocks.dedup();
+    Ok(blocks.len())
+}
+
+/// Creates `path` with its inode in none of the blocks of `taken`: a file
+/// whose inode is in one is renamed aside, which keeps its inode in use, so
+/// the next file made gets another, until one is apart (or
+/// [`SPACERS_MAX`] were set aside); the files set aside are removed.
+/// Returns the file and its inode's block.
+fn create_apart(path: &Path, taken: &[(u64, u64)]) -> anyhow::Result<(File, (u64, u64))> {
+    let mut spacers: Vec<PathBuf> = Vec::new();
+    let made =
+        loop {
+            let file = match File::create(path) {
+                Ok(file) => file,
+                Err(error) => {
+                    break Err(anyhow::Error::new(error)
+                        .context(format!("cannot create {}", path.display())))
+                }
+            };
+            let block = match inode_block(&file, path) {
+                Ok(block) => block,
+                Err(error) => break Err(error),
+            };
+            if !taken.contains(&block) || spacers.len() == SPACERS_MAX {
+                break Ok((file, block));
+            }
+            let spacer = path.with_extension(format!("spacer-{}", spacers.len()));
+            if let Err(error) = std::fs::rename(path, &spacer) {
+                break Err(anyhow::Error::new(error)
+                    .context(format!("cannot set {} aside", path.display())));
+            }
+            spacers.push(spacer);
+        };
+    for spacer in spacers {
+        std::fs::remove_file(&spacer)
+            .with_context(|| format!("cannot remove {}", spacer.display()))?;
+    }
+    made
 }
 
 /// What [`concurrent_batches`] measured.
@@ -317,13 +438,56 @@ mod tests {
     use super::*;
 
     fn group_of(folder: &Path, probes: usize, samples: usize) -> SyncGroup {
-        let probes = (0..probes)
-            .map(|probe| {
-                SyncProbe::preallocated_named(folder, &format!("group-{probe}"), 512, samples)
-                    .unwrap()
-            })
+        let names: Vec<String> = (0..probes).map(|probe| format!("group-{probe}")).collect();
+        SyncGroup::start(SyncProbe::replicas(folder, &names, 512, samples).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn a_file_made_apart_has_its_inode_outside_the_blocks_taken_and_leaves_no_spacer() {
+        let folder = tempfile::tempdir().unwrap();
+        let first_path = folder.path().join("first");
+        let first = File::create(&first_path).unwrap();
+        // The next inode is most likely the first's neighbour, in its block.
+        let taken = [inode_block(&first, &first_path).unwrap()];
+        let path = folder.path().join("apart");
+        let (file, block) = create_apart(&path, &taken).unwrap();
+        assert_ne!(block, taken[0]);
+        assert_eq!(inode_block(&file, &path).unwrap(), block);
+        assert_eq!(
+            inode_blocks_of(&[first_path.clone(), path.clone()]).unwrap(),
+            2
+        );
+        assert_eq!(
+            inode_blocks_of(&[first_path.clone(), first_path]).unwrap(),
+            1
+        );
+        let left: Vec<String> = std::fs::read_dir(folder.path())
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
-        SyncGroup::start(probes).unwrap()
+        assert_eq!(left.len(), 2, "only the two files are left: {left:?}");
+    }
+
+    #[test]
+    fn replicas_files_are_preallocated_each_in_an_inode_block_of_its_own() {
+        let folder = tempfile::tempdir().unwrap();
+        let names: Vec<String> = (0..3).map(|replica| format!("replica-{replica}")).collect();
+        let probes = SyncProbe::replicas(folder.path(), &names, 100, 4).unwrap();
+        let blocks: Vec<(u64, u64)> = probes
+            .iter()
+            .map(|probe| inode_block(&probe.file, &probe.path).unwrap())
+            .collect();
+        for (index, block) in blocks.iter().enumerate() {
+            assert!(
+                !blocks[..index].contains(block),
+                "replica {index}'s inode shares a block: {blocks:?}"
+            );
+        }
+        for probe in probes {
+            assert_eq!(probe.file.metadata().unwrap().len(), 400, "preallocated");
+            probe.finish().unwrap();
+        }
+        assert_eq!(std::fs::read_dir(folder.path()).unwrap().count(), 0);
     }
 
     #[test]

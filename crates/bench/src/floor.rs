@@ -10,7 +10,10 @@
 //! have, and the three syncs run at once, as the three replicas' do. So
 //! the service's window-1 ack over this one says what the service adds,
 //! and this one over one fdatasync says what the flow itself costs on
-//! this disk and these cores.
+//! this disk and these cores. Each server's file has its inode in a
+//! block of the inode table of its own (`SyncProbe::replicas`), as the
+//! replicas' files on their own hosts: neighbours written at once would
+//! share the inode writes that follow the clock's ticks.
 //!
 //! [`RuntimeFlowFloor`] is the same flow on tokio runtimes, the way the
 //! service runs it: each server a task on a runtime of its own (the one a
@@ -51,8 +54,8 @@ impl FlowFloor {
         let servers = wiring
             .servers
             .into_iter()
-            .map(|links| {
-                let probe = server_file(folder, links.index, size, samples)?;
+            .zip(server_files(folder, 0, size, samples)?)
+            .map(|(links, probe)| {
                 Ok(std::thread::spawn(move || {
                     serve(links.input, links.forwards, probe, links.ack, size)
                 }))
@@ -146,11 +149,9 @@ impl RuntimeFlowFloor {
         let servers = wiring
             .servers
             .into_iter()
-            .map(|links| {
-                // Files of their own beside the blocking floor's.
-                let probe = server_file(folder, links.index + 3, size, samples)?;
-                serve_on_runtime(links, probe, size)
-            })
+            // Files of their own beside the blocking floor's.
+            .zip(server_files(folder, 3, size, samples)?)
+            .map(|(links, probe)| serve_on_runtime(links, probe, size))
             .collect::<anyhow::Result<Vec<_>>>()?;
         Ok(RuntimeFlowFloor {
             to_primary: on_runtime(wiring.to_primary)?,
@@ -285,8 +286,6 @@ struct Wiring {
 /// One server's connections: what it reads, where it forwards, where it
 /// acks.
 struct ServerLinks {
-    /// 0 for the primary, 1 and 2 for the replicas.
-    index: usize,
     input: TcpStream,
     forwards: Vec<TcpStream>,
     ack: TcpStream,
@@ -304,13 +303,12 @@ fn wire() -> anyhow::Result<Wiring> {
     let primary_ack = ack_link()?;
     let mut forwards = Vec::new();
     let mut servers = Vec::new();
-    for index in 1..=2 {
+    for _ in 1..=2 {
         let listener = listen()?;
         forwards.push(connect(listener.local_addr()?)?);
         let input = accept(&listener)?;
         let ack = ack_link()?;
         servers.push(ServerLinks {
-            index,
             input,
             forwards: Vec::new(),
             ack,
@@ -320,7 +318,6 @@ fn wire() -> anyhow::Result<Wiring> {
     let to_primary = connect(listener.local_addr()?)?;
     let input = accept(&listener)?;
     servers.push(ServerLinks {
-        index: 0,
         input,
         forwards,
         ack: primary_ack,
@@ -337,13 +334,19 @@ fn record(size: usize) -> Vec<u8> {
     (0..size).map(|index| (index % 251) as u8).collect()
 }
 
-fn server_file(
+/// The three servers' files, in the order of `Wiring::servers`, numbered
+/// from `first`: each with its inode in a block of its own, as replicas'
+/// files on their own hosts (`SyncProbe::replicas`).
+fn server_files(
     folder: &Path,
-    server: usize,
+    first: usize,
     size: usize,
     samples: usize,
-) -> anyhow::Result<SyncProbe> {
-    SyncProbe::preallocated_named(folder, &format!("floor-{server}-{size}"), size, samples)
+) -> anyhow::Result<Vec<SyncProbe>> {
+    let names: Vec<String> = (0..3)
+        .map(|server| format!("floor-{}-{size}", first + server))
+        .collect();
+    SyncProbe::replicas(folder, &names, size, samples)
 }
 
 fn listen() -> anyhow::Result<TcpListener> {

@@ -39,6 +39,14 @@
 //!   also commits a new file size each time) is shown beside it. The disk
 //!   limit's writers use preallocated files too.
 //!
+//! Replicas here share one file system, and replicas on hosts of their
+//! own do not: the servers' data folders are spread over its block
+//! groups (`process::spread_subfolders`) and the floors' files each get
+//! an inode-table block of their own (`fdatasync::SyncProbe::replicas`),
+//! so no two replicas' syncs share the inode writes a tick of the clock
+//! brings. The report gives how many inode-table blocks the servers'
+//! window-1 segments used (3: none shared).
+//!
 //! Each cell is also charged the CPU time (user + system) the client and
 //! each server process used for its measured messages (`cpu::CpuClock`):
 //! per message and per KB, for the client, the stream's primary and its
@@ -63,7 +71,7 @@ use report::stats::{density, Summary};
 use report::Table;
 
 use crate::cpu::{CpuClock, CpuPerMessage};
-use crate::fdatasync::{SyncGroup, SyncProbe};
+use crate::fdatasync::{self, SyncGroup, SyncProbe};
 use crate::floor::{FlowFloor, RuntimeFlowFloor};
 use crate::limits::{self, DiskLimit, PayloadLimits};
 use crate::output::{self, Output, OutputArgs};
@@ -267,6 +275,13 @@ pub struct WindowOne {
     /// The same flow on tokio runtimes, as the service runs it
     /// (`floor::RuntimeFlowFloor`): the least it costs on them.
     pub runtime_floor: Summary,
+    /// How many inode-table blocks the servers' newest segments of the
+    /// window-1 stream had their inodes in (`None` if not found): R when
+    /// none shares one, as on hosts of their own. Replicas whose inodes
+    /// share a block, written at once, share the block's write that
+    /// follows a tick of the clock (`fdatasync::SyncProbe::replicas`), so
+    /// fewer blocks make the ack cheaper than a deployment's.
+    pub segment_inode_blocks: Option<usize>,
     pub ack_samples: Vec<f64>,
     pub fdatasync_samples: Vec<f64>,
     pub fdatasync_replicas_samples: Vec<f64>,
@@ -304,6 +319,7 @@ impl WindowOne {
             "floor_ratio": self.floor_ratio(),
             "runtime_floor_us": self.runtime_floor.to_json(),
             "runtime_floor_ratio": self.runtime_ratio(),
+            "segment_inode_blocks": self.segment_inode_blocks,
             "median_ratio": self.median_ratio(),
             "p99_over_fdatasync_median": self.p99_ratio(),
         })
@@ -413,6 +429,7 @@ pub fn run(args: PatternsArgs) -> anyhow::Result<PatternsFigures> {
             fdatasync_replicas: Summary::of(&samples.replicas),
             floor: Summary::of(&samples.floor),
             runtime_floor: Summary::of(&samples.runtime_floor),
+            segment_inode_blocks: samples.segment_inode_blocks,
             ack_samples: samples.ack,
             fdatasync_samples: samples.preallocated,
             fdatasync_replicas_samples: samples.replicas,
@@ -595,6 +612,7 @@ struct WindowOneSamples {
     replicas: Vec<f64>,
     floor: Vec<f64>,
     runtime_floor: Vec<f64>,
+    segment_inode_blocks: Option<usize>,
 }
 
 impl WindowOneSamples {
@@ -606,6 +624,7 @@ impl WindowOneSamples {
             replicas: Vec::with_capacity(samples),
             floor: Vec::with_capacity(samples),
             runtime_floor: Vec::with_capacity(samples),
+            segment_inode_blocks: None,
         }
     }
 }
@@ -640,14 +659,7 @@ async fn window_one_latency(
     let size = args.latency_payload;
     let mut preallocated = SyncProbe::preallocated(folder, size, args.latency_messages)?;
     let mut appending = SyncProbe::appending(folder, size)?;
-    let mut together = SyncGroup::start(
-        (0..REPLICAS)
-            .map(|replica| {
-                let name = format!("replica-{replica}-{size}");
-                SyncProbe::preallocated_named(folder, &name, size, args.latency_messages)
-            })
-            .collect::<anyhow::Result<Vec<_>>>()?,
-    )?;
+    let mut together = replicas_at_once(folder, size, args.latency_messages)?;
     let mut floor = FlowFloor::start(folder, size, args.latency_messages + LATENCY_WARMUP)?;
     let mut runtime_floor =
         RuntimeFlowFloor::start(folder, size, args.latency_messages + LATENCY_WARMUP)?;
@@ -676,6 +688,8 @@ async fn window_one_latency(
         bar.inc(3);
     }
     drop(publisher);
+    samples.segment_inode_blocks = newest_segments(folder, &info.name)
+        .and_then(|segments| fdatasync::inode_blocks_of(&segments).ok());
     cluster.delete(&info).await?;
     preallocated.finish()?;
     appending.finish()?;
@@ -685,6 +699,36 @@ async fn window_one_latency(
         .await
         .context("the runtime floor panicked")??;
     Ok(samples)
+}
+
+/// [`REPLICAS`] probes that sync at once, one per replica, each file's
+/// inode in a block of its own (`SyncProbe::replicas`).
+fn replicas_at_once(folder: &Path, size: usize, samples: usize) -> anyhow::Result<SyncGroup> {
+    let names: Vec<String> = (0..REPLICAS)
+        .map(|replica| format!("replica-{replica}-{size}"))
+        .collect();
+    SyncGroup::start(SyncProbe::replicas(folder, &names, size, samples)?)
+}
+
+/// Each server's newest segment of `stream` under the cluster's data in
+/// `folder` (`Servers::start`), or `None` unless every one of the
+/// [`REPLICAS`] servers has one.
+fn newest_segments(folder: &Path, stream: &str) -> Option<Vec<PathBuf>> {
+    let servers = std::fs::read_dir(folder.join("cluster")).ok()?;
+    let mut segments = Vec::new();
+    for server in servers.flatten() {
+        let log = server.path().join("streams").join(stream).join("log");
+        let Ok(files) = std::fs::read_dir(&log) else {
+            continue;
+        };
+        let newest = files
+            .flatten()
+            .map(|file| file.path())
+            .filter(|path| path.extension().is_some_and(|ext| ext == "seg"))
+            .max();
+        segments.extend(newest);
+    }
+    (segments.len() == REPLICAS).then_some(segments)
 }
 
 /// One probe's sample on a blocking thread, so no runtime worker waits on
@@ -1100,6 +1144,13 @@ fn window_one_ratios(table: &mut Table, one: &WindowOne) {
     for (measure, value) in runtime {
         row(measure, value, "-", None);
     }
+    row(
+        format!("inode-table blocks of the servers' {REPLICAS} segments ({REPLICAS}: none shared, as on hosts of their own)"),
+        one.segment_inode_blocks
+            .map_or("-".into(), |blocks| blocks.to_string()),
+        "-",
+        None,
+    );
     let tail = one.p99_ratio();
     row(
         "ack p99 / fdatasync p50".into(),

@@ -121,6 +121,17 @@ fn patterns_with_tiny_parameters_completes_every_cell_and_writes_its_files() {
     assert!(one.fdatasync_replicas.p50 > 0.0);
     assert!(one.ack.p50 > 0.0 && one.fdatasync.p50 > 0.0);
     assert!(one.median_ratio().is_finite() && one.median_ratio() > 0.0);
+    // The servers' segments found, and apart where the file system can
+    // spread their folders (ext4, as here), as on hosts of their own.
+    let probe = tempfile::tempdir_in(folder.path()).unwrap();
+    let spread = bench::process::spread_subfolders(probe.path()).unwrap();
+    let blocks = one
+        .segment_inode_blocks
+        .expect("the servers' segments found");
+    assert!((1..=3).contains(&blocks), "{blocks}");
+    if spread {
+        assert_eq!(blocks, 3, "three servers, three inode-table blocks");
+    }
 
     // Seed 001's shape: a row per payload, a column per pattern.
     let seconds = patterns::seconds_table(&figures, Durability::Sync);
