@@ -308,29 +308,21 @@ pub fn inode_blocks_of(paths: &[PathBuf]) -> anyhow::Result<usize> {
 /// Returns the file and its inode's block.
 fn create_apart(path: &Path, taken: &[(u64, u64)]) -> anyhow::Result<(File, (u64, u64))> {
     let mut spacers: Vec<PathBuf> = Vec::new();
-    let made =
+    let mut make = || -> anyhow::Result<(File, (u64, u64))> {
         loop {
-            let file = match File::create(path) {
-                Ok(file) => file,
-                Err(error) => {
-                    break Err(anyhow::Error::new(error)
-                        .context(format!("cannot create {}", path.display())))
-                }
-            };
-            let block = match inode_block(&file, path) {
-                Ok(block) => block,
-                Err(error) => break Err(error),
-            };
+            let file =
+                File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+            let block = inode_block(&file, path)?;
             if !taken.contains(&block) || spacers.len() == SPACERS_MAX {
-                break Ok((file, block));
+                return Ok((file, block));
             }
             let spacer = path.with_extension(format!("spacer-{}", spacers.len()));
-            if let Err(error) = std::fs::rename(path, &spacer) {
-                break Err(anyhow::Error::new(error)
-                    .context(format!("cannot set {} aside", path.display())));
-            }
+            std::fs::rename(path, &spacer)
+                .with_context(|| format!("cannot set {} aside", path.display()))?;
             spacers.push(spacer);
-        };
+        }
+    };
+    let made = make();
     for spacer in spacers {
         std::fs::remove_file(&spacer)
             .with_context(|| format!("cannot remove {}", spacer.display()))?;
