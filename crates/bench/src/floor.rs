@@ -303,7 +303,7 @@ fn wire() -> anyhow::Result<Wiring> {
     let primary_ack = ack_link()?;
     let mut forwards = Vec::new();
     let mut servers = Vec::new();
-    for _ in 1..=2 {
+    for _replica in 0..2 {
         let listener = listen()?;
         forwards.push(connect(listener.local_addr()?)?);
         let input = accept(&listener)?;

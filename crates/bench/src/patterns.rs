@@ -723,10 +723,11 @@ fn newest_segments(folder: &Path, stream: &str) -> Option<Vec<PathBuf>> {
         };
         let newest = files
             .flatten()
-            .map(|file| file.path())
-            .filter(|path| path.extension().is_some_and(|ext| ext == "seg"))
+            .filter_map(|file| {
+                wal::segment::parse_segment_name(&file.file_name().to_string_lossy())
+            })
             .max();
-        segments.extend(newest);
+        segments.extend(newest.map(|base| wal::segment::segment_path(&log, base)));
     }
     (segments.len() == REPLICAS).then_some(segments)
 }
