@@ -173,8 +173,10 @@ pub(crate) struct Shared {
 /// changes the segment file (a read, a segment roll, a trim, a direct
 /// write, a checkpoint) and before the journal rotates (its frames are the
 /// kept blocks' only durable copy until then). One image of consecutive
-/// whole blocks of the tail segment, each round's blocks written over the
-/// image from their first block on.
+/// bytes of the tail segment from a block boundary on, each round's
+/// records appended (the bytes before them in their block taken from the
+/// log's last write when the image does not end where they start), and
+/// padded with zeros to whole blocks when written.
 #[derive(Default)]
 pub(crate) struct Kept {
     /// The segment file, its path, and the offset of the image's first

@@ -415,15 +415,18 @@ impl Shared {
         }
     }
 
-    /// A journal round's blocks of the tail segment, from `start`: onto
-    /// the kept image (written over it from `start` on), which goes to the
-    /// file first when they do not continue it, and after them once it
-    /// reaches `KEPT_BYTES_MAX`.
+    /// A journal round's bytes of the tail segment: `prefix`, the bytes
+    /// from the block boundary `start` up to the records, then `records`.
+    /// Onto the kept image (written over it from `start` on), which goes
+    /// to the file first when they do not continue it, and after them
+    /// once it reaches `KEPT_BYTES_MAX`. An image that ends where the
+    /// records start already holds the prefix (the same log's round
+    /// before wrote it there), so only the records are copied.
     fn keep(
         &self,
         file: &Arc<dyn StorageFile>,
         path: &SegmentPath,
-        blocks: &[u8],
+        (prefix, records): (&[u8], &[u8]),
         start: u64,
     ) -> std::io::Result<()> {
         let mut kept = self.kept.lock().expect("kept lock poisoned");
@@ -436,8 +439,13 @@ impl Shared {
             kept.target = Some((Arc::clone(file), Arc::clone(path), start));
         }
         let at = kept.target.as_ref().map_or(start, |(_, _, at)| *at);
-        kept.bytes.truncate((start - at) as usize);
-        kept.bytes.extend_from_slice(blocks);
+        let from = (start - at) as usize;
+        if kept.bytes.len() != from + prefix.len() {
+            kept.bytes.truncate(from);
+            kept.bytes.extend_from_slice(prefix);
+        }
+        debug_assert_eq!(&kept.bytes[from..], prefix, "the image holds the prefix");
+        kept.bytes.extend_from_slice(records);
         if kept.bytes.len() >= crate::log::KEPT_BYTES_MAX {
             write_kept(&mut kept)?;
         }
@@ -621,9 +629,10 @@ impl Shared {
     /// the file: a write that would grow the file goes as an append of the
     /// records alone, as without blocks, since a crash keeps an append's
     /// bytes in order while a write over old bytes and past them may keep
-    /// the part past them alone. Otherwise (a journal round) the blocks
-    /// are kept for the page cache, past the zeros too: the journal's
-    /// frames stay their durable copy until a rotation syncs the file.
+    /// the part past them alone. Otherwise (a journal round) the records
+    /// are kept for the page cache (`keep`, which makes the same blocks
+    /// when it writes them), past the zeros too: the journal's frames stay
+    /// their durable copy until a rotation syncs the file.
     fn write_chunk(
         &self,
         chunk: &mut crate::log::Chunk,
@@ -660,21 +669,25 @@ impl Shared {
                 .write_at(chunk.bytes.records(), chunk.offset)
                 .map(|()| false);
         };
-        chunk.bytes.set_prefix(&prefix);
-        let blocks = chunk.bytes.blocks();
         if direct {
-            file.write_blocks_at(blocks, start)?;
+            chunk.bytes.set_prefix(&prefix);
+            file.write_blocks_at(chunk.bytes.blocks(), start)?;
         } else {
-            self.keep(file, path, blocks, start)?;
+            self.keep(file, path, (&prefix, chunk.bytes.records()), start)?;
             // The file reaches the kept blocks' end once they are written:
             // a clean close cuts it back to the last record.
             tail.allocated = tail.allocated.max(end.next_multiple_of(block));
         }
-        // What the next write, which starts at `end`, puts back in front.
-        prefix.clear();
-        prefix.extend_from_slice(
-            &blocks[(end - end % block - start) as usize..(end - start) as usize],
-        );
+        // What the next write, which starts at `end`, puts back in front:
+        // the bytes of the last block up to `end`.
+        let records = chunk.bytes.records();
+        match (end - end % block).checked_sub(chunk.offset) {
+            Some(from) => {
+                prefix.clear();
+                prefix.extend_from_slice(&records[from as usize..]);
+            }
+            None => prefix.extend_from_slice(records),
+        }
         tail.written = Some((end, prefix));
         Ok(!direct)
     }
@@ -805,7 +818,14 @@ fn write_kept(
         return Ok(None);
     }
     let (file, path, start) = kept.target.clone().expect("kept blocks have a file");
-    file.write_at(&kept.bytes, start)?;
+    // Whole blocks: a page the write covers only in part would first be
+    // read from the disk.
+    let length = kept.bytes.len();
+    kept.bytes.resize(length.next_multiple_of(BLOCK_BYTES), 0);
+    if let Err(error) = file.write_at(&kept.bytes, start) {
+        kept.bytes.truncate(length);
+        return Err(error);
+    }
     kept.bytes.clear();
     kept.written = Some((Arc::clone(&path), Arc::clone(&file)));
     kept.fresh = Some((Arc::clone(&path), Arc::clone(&file)));
