@@ -35,6 +35,7 @@ pub mod logging;
 pub mod loopback;
 pub mod memory;
 pub mod metrics;
+pub mod neighbour;
 pub mod network;
 pub mod output;
 pub mod paged;

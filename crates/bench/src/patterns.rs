@@ -74,6 +74,7 @@ use crate::cpu::{CpuClock, CpuPerMessage};
 use crate::fdatasync::{self, SyncGroup, SyncProbe};
 use crate::floor::{FlowFloor, RuntimeFlowFloor};
 use crate::limits::{self, DiskLimit, PayloadLimits};
+use crate::neighbour::Neighbour;
 use crate::output::{self, Output, OutputArgs};
 use crate::process::{ClusterOptions, ServersAs};
 use crate::progress;
@@ -177,6 +178,15 @@ pub struct PatternsArgs {
     /// process, as these figures were measured before).
     #[arg(long, value_enum, default_value_t = ServersAs::Processes)]
     pub servers_as: ServersAs,
+    /// A neighbour on the disk for the whole run: one thread for each size
+    /// given, writing blocks of that size with `O_DSYNC` into a file of
+    /// its own in the data folder, in a loop, so that every fdatasync of
+    /// the run (the servers', the floor's, the disk-limit writers') waits
+    /// behind theirs. A disk made slow on purpose, the same way in every
+    /// run; comma separated (units B, KB = 1000, KiB = 1024), none by
+    /// default.
+    #[arg(long, value_delimiter = ',', value_parser = parse_bytes, value_name = "BLOCKS")]
+    pub disk_neighbour: Vec<usize>,
     #[command(flatten)]
     pub output: OutputArgs,
 }
@@ -341,6 +351,9 @@ pub struct PatternsFigures {
     /// one-hop-ack-client cell, measured before the cells.
     pub limits: Vec<PayloadLimits>,
     pub window_one: WindowOne,
+    /// The neighbour's block sizes (`--disk-neighbour`) and the writes it
+    /// made during the run.
+    pub disk_neighbour: (Vec<usize>, u64),
 }
 
 impl PatternsFigures {
@@ -398,6 +411,7 @@ pub fn run(args: PatternsArgs) -> anyhow::Result<PatternsFigures> {
         args.payloads[0]
     };
     let bar = progress::bar(planned_steps(&args), "patterns", args.output.quiet);
+    let neighbour = Neighbour::start(data.path(), &args.disk_neighbour)?;
     let runtime = output::runtime()?;
     let options = ClusterOptions {
         secure: args.tls,
@@ -413,6 +427,7 @@ pub fn run(args: PatternsArgs) -> anyhow::Result<PatternsFigures> {
     let samples = runtime.block_on(window_one_latency(&cluster, &args, data.path(), &bar))?;
     cluster.stop()?;
     drop(runtime);
+    let neighbour_writes = neighbour.stop()?;
     bar.finish_and_clear();
     let figures = PatternsFigures {
         messages: args.messages,
@@ -434,6 +449,7 @@ pub fn run(args: PatternsArgs) -> anyhow::Result<PatternsFigures> {
             fdatasync_samples: samples.preallocated,
             fdatasync_replicas_samples: samples.replicas,
         },
+        disk_neighbour: (args.disk_neighbour.clone(), neighbour_writes),
     };
     write_report(&args, &figures)?;
     Ok(figures)
@@ -1198,6 +1214,7 @@ fn write_report(args: &PatternsArgs, figures: &PatternsFigures) -> anyhow::Resul
     tables.push(cpu.to_json());
     let limits = limits_table(figures);
     print!("{}", limits.render());
+    print_disk_neighbour(figures);
     let cells = cells_table(figures);
     output.csv("patterns-limits", &limits)?;
     output.csv("patterns-cells", &cells)?;
@@ -1215,10 +1232,26 @@ fn write_report(args: &PatternsArgs, figures: &PatternsFigures) -> anyhow::Resul
         "disk_limit": figures.disk().map(|disk| disk.to_json()),
         "limits": figures.limits.iter().map(PayloadLimits::to_json).collect::<Vec<_>>(),
         "window_one": figures.window_one.to_json(),
+        "disk_neighbour": {
+            "blocks_bytes": figures.disk_neighbour.0,
+            "writes": figures.disk_neighbour.1,
+        },
     });
     output.json(args.output.json.as_deref(), &json)?;
     output.announce();
     Ok(())
+}
+
+/// The run's disk neighbour (`--disk-neighbour`), when it had one.
+fn print_disk_neighbour(figures: &PatternsFigures) {
+    let (blocks, writes) = &figures.disk_neighbour;
+    if !blocks.is_empty() {
+        let sizes: Vec<String> = blocks.iter().map(|b| format_bytes(*b)).collect();
+        println!(
+            "Beside a disk neighbour writing with O_DSYNC in blocks of {} ({writes} writes in the run)",
+            sizes.join(", ")
+        );
+    }
 }
 
 fn cell_json(cell: &PatternCell) -> serde_json::Value {
