@@ -16,6 +16,8 @@ use anyhow::Context;
 /// Blocks each writer goes over before it starts again at the first,
 /// so that its file stays small (the file is written over, not grown).
 const BLOCKS: u64 = 200;
+/// The largest block a writer takes (each writer holds one in memory).
+const BLOCK_BYTES_MAX: usize = 64 * 1024 * 1024;
 
 /// The running neighbour; stopped (and its files removed) by
 /// [`Neighbour::stop`] or when dropped.
@@ -27,8 +29,8 @@ pub struct Neighbour {
 }
 
 impl Neighbour {
-    /// One writer for each of `blocks` (bytes per write, each at least
-    /// 1), each with a file `disk-neighbour-N` of its own in `folder`;
+    /// One writer for each of `blocks` (bytes per write, each from 1 to
+    /// 64 MiB), each with a file `disk-neighbour-N` of its own in `folder`;
     /// none for an empty list.
     pub fn start(folder: &Path, blocks: &[usize]) -> anyhow::Result<Neighbour> {
         let mut neighbour = Neighbour {
@@ -39,8 +41,8 @@ impl Neighbour {
         };
         for (index, &block) in blocks.iter().enumerate() {
             anyhow::ensure!(
-                block > 0,
-                "a disk neighbour's block must be at least 1 byte"
+                (1..=BLOCK_BYTES_MAX).contains(&block),
+                "a disk neighbour's block must be at least 1 byte and at most 64 MiB, not {block} bytes"
             );
             let path = folder.join(format!("disk-neighbour-{index}"));
             let file = std::fs::OpenOptions::new()
@@ -135,7 +137,7 @@ mod tests {
     }
 
     #[test]
-    fn no_blocks_no_writers_and_a_zero_block_is_refused() {
+    fn no_blocks_no_writers_and_blocks_out_of_bounds_are_refused() {
         let folder = tempfile::tempdir().unwrap();
         assert_eq!(
             Neighbour::start(folder.path(), &[])
@@ -144,7 +146,9 @@ mod tests {
                 .unwrap(),
             0
         );
-        let refused = Neighbour::start(folder.path(), &[0]).err().unwrap();
-        assert!(refused.to_string().contains("at least 1 byte"), "{refused}");
+        for block in [0, BLOCK_BYTES_MAX + 1] {
+            let refused = Neighbour::start(folder.path(), &[block]).err().unwrap();
+            assert!(refused.to_string().contains("at most 64 MiB"), "{refused}");
+        }
     }
 }
