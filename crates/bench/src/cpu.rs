@@ -136,6 +136,13 @@ pub fn process_cpu(pid: &str) -> std::io::Result<Duration> {
     read_proc(pid, "stat", parse_stat, "no CPU times")
 }
 
+/// User + system time of process `pid` and of the children it has waited
+/// for (`cutime` and `cstime`): what a shell loop and the commands it ran
+/// to their end used.
+pub fn process_and_children_cpu(pid: &str) -> std::io::Result<Duration> {
+    read_proc(pid, "stat", |stat| stat_times(stat, 4), "no CPU times")
+}
+
 /// `/proc/<pid>/<file>` read and parsed; an `InvalidData` error saying
 /// what it lacks when it does not parse.
 fn read_proc<T>(
@@ -181,16 +188,23 @@ fn parse_written(io: &str) -> Option<u64> {
         .and_then(|value| value.trim().parse().ok())
 }
 
-/// utime and stime are the 14th and 15th fields, counted after the
-/// command name, which is in parentheses and may hold spaces.
 fn parse_stat(stat: &str) -> Option<Duration> {
+    stat_times(stat, 2)
+}
+
+/// The sum of the first `count` of utime, stime, cutime and cstime, the
+/// 14th to 17th fields, counted after the command name, which is in
+/// parentheses and may hold spaces.
+fn stat_times(stat: &str, count: usize) -> Option<Duration> {
     let after_name = &stat[stat.rfind(')')? + 1..];
-    let mut fields = after_name.split_whitespace().skip(11);
-    let user: u64 = fields.next()?.parse().ok()?;
-    let system: u64 = fields.next()?.parse().ok()?;
-    Some(Duration::from_secs_f64(
-        (user + system) as f64 / TICKS_PER_SECOND,
-    ))
+    let fields: Vec<u64> = after_name
+        .split_whitespace()
+        .skip(11)
+        .take(count)
+        .map(|field| field.parse().ok())
+        .collect::<Option<_>>()?;
+    (fields.len() == count)
+        .then(|| Duration::from_secs_f64(fields.iter().sum::<u64>() as f64 / TICKS_PER_SECOND))
 }
 
 #[cfg(test)]
@@ -203,6 +217,13 @@ mod tests {
         let line = "4242 (tokio (rt) x) S 1 4242 4242 0 -1 4194560 950 0 0 0 250 130 0 0 20 0 9 0";
         assert_eq!(parse_stat(line), Some(Duration::from_millis(3800)));
         assert_eq!(parse_stat("4242 (cut) S 1"), None);
+        // With the children's times (cutime 20, cstime 10 ticks).
+        let line = "4242 (sh) S 1 4242 4242 0 -1 4194560 950 0 0 0 250 130 20 10 20 0 9 0";
+        assert_eq!(stat_times(line, 4), Some(Duration::from_millis(4100)));
+        assert_eq!(
+            stat_times("4242 (sh) S 1 4242 4242 0 -1 4194560 950 0 0 0 250 130", 4),
+            None
+        );
     }
 
     #[test]

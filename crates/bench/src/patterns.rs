@@ -187,6 +187,15 @@ pub struct PatternsArgs {
     /// default.
     #[arg(long, value_delimiter = ',', value_parser = parse_bytes, value_name = "BLOCKS")]
     pub disk_neighbour: Vec<usize>,
+    /// A neighbour on the CPU for the whole run: this many shell loops
+    /// (`setsid sh -c 'while :; do /bin/true; done'`), each a process in a
+    /// session of its own, as another program on the host, starting a
+    /// short-lived process and waiting for it, again and again, so that
+    /// every process of the run (the servers, the bench's client and
+    /// floors) shares the cores with them. A busy CPU made on purpose, the
+    /// same way in every run; 0 (none) by default, at most 64.
+    #[arg(long, default_value_t = 0, value_name = "LOOPS")]
+    pub cpu_neighbour: usize,
     #[command(flatten)]
     pub output: OutputArgs,
 }
@@ -354,6 +363,10 @@ pub struct PatternsFigures {
     /// The neighbour's block sizes (`--disk-neighbour`) and the writes it
     /// made during the run.
     pub disk_neighbour: (Vec<usize>, u64),
+    /// The CPU neighbour's loops (`--cpu-neighbour`), the CPU time they
+    /// used (the processes they started included) and how long they ran,
+    /// in seconds.
+    pub cpu_neighbour: (usize, f64, f64),
 }
 
 impl PatternsFigures {
@@ -411,7 +424,7 @@ pub fn run(args: PatternsArgs) -> anyhow::Result<PatternsFigures> {
         args.payloads[0]
     };
     let bar = progress::bar(planned_steps(&args), "patterns", args.output.quiet);
-    let neighbour = Neighbour::start(data.path(), &args.disk_neighbour)?;
+    let neighbour = Neighbour::start(data.path(), &args.disk_neighbour, args.cpu_neighbour)?;
     let runtime = output::runtime()?;
     let options = ClusterOptions {
         secure: args.tls,
@@ -427,7 +440,7 @@ pub fn run(args: PatternsArgs) -> anyhow::Result<PatternsFigures> {
     let samples = runtime.block_on(window_one_latency(&cluster, &args, data.path(), &bar))?;
     cluster.stop()?;
     drop(runtime);
-    let neighbour_writes = neighbour.stop()?;
+    let neighbours = neighbour.stop()?;
     bar.finish_and_clear();
     let figures = PatternsFigures {
         messages: args.messages,
@@ -449,7 +462,12 @@ pub fn run(args: PatternsArgs) -> anyhow::Result<PatternsFigures> {
             fdatasync_samples: samples.preallocated,
             fdatasync_replicas_samples: samples.replicas,
         },
-        disk_neighbour: (args.disk_neighbour.clone(), neighbour_writes),
+        disk_neighbour: (args.disk_neighbour.clone(), neighbours.writes),
+        cpu_neighbour: (
+            args.cpu_neighbour,
+            neighbours.cpu.as_secs_f64(),
+            neighbours.cpu_wall.as_secs_f64(),
+        ),
     };
     write_report(&args, &figures)?;
     Ok(figures)
@@ -1214,7 +1232,7 @@ fn write_report(args: &PatternsArgs, figures: &PatternsFigures) -> anyhow::Resul
     tables.push(cpu.to_json());
     let limits = limits_table(figures);
     print!("{}", limits.render());
-    print_disk_neighbour(figures);
+    print_neighbours(figures);
     let cells = cells_table(figures);
     output.csv("patterns-limits", &limits)?;
     output.csv("patterns-cells", &cells)?;
@@ -1236,20 +1254,32 @@ fn write_report(args: &PatternsArgs, figures: &PatternsFigures) -> anyhow::Resul
             "blocks_bytes": figures.disk_neighbour.0,
             "writes": figures.disk_neighbour.1,
         },
+        "cpu_neighbour": {
+            "loops": figures.cpu_neighbour.0,
+            "cpu_seconds": figures.cpu_neighbour.1,
+            "seconds": figures.cpu_neighbour.2,
+        },
     });
     output.json(args.output.json.as_deref(), &json)?;
     output.announce();
     Ok(())
 }
 
-/// The run's disk neighbour (`--disk-neighbour`), when it had one.
-fn print_disk_neighbour(figures: &PatternsFigures) {
+/// The run's neighbours (`--disk-neighbour`, `--cpu-neighbour`), when it
+/// had them.
+fn print_neighbours(figures: &PatternsFigures) {
     let (blocks, writes) = &figures.disk_neighbour;
     if !blocks.is_empty() {
         let sizes: Vec<String> = blocks.iter().map(|b| format_bytes(*b)).collect();
         println!(
             "Beside a disk neighbour writing with O_DSYNC in blocks of {} ({writes} writes in the run)",
             sizes.join(", ")
+        );
+    }
+    let (loops, cpu, seconds) = figures.cpu_neighbour;
+    if loops > 0 {
+        println!(
+            "Beside a CPU neighbour: {loops} shell loop(s) starting /bin/true, {cpu:.1} CPU-seconds in {seconds:.1} s"
         );
     }
 }

@@ -34,13 +34,22 @@ fn patterns_with_tiny_parameters_completes_every_cell_and_writes_its_files() {
         journal: false,
         // Each server its own process, as deployed (and by default).
         servers_as: bench::process::ServersAs::Processes,
-        // A small neighbour on the disk for the whole run.
+        // A small neighbour on the disk, and one on the CPU, for the
+        // whole run.
         disk_neighbour: vec![4096],
+        cpu_neighbour: 1,
         output: quiet_output(folder.path()),
     };
     let figures = patterns::run(args).unwrap();
     assert_eq!(figures.disk_neighbour.0, vec![4096]);
     assert!(figures.disk_neighbour.1 > 0, "the neighbour wrote");
+    let (loops, cpu_seconds, seconds) = figures.cpu_neighbour;
+    assert_eq!(loops, 1);
+    assert!(
+        cpu_seconds > 0.0 && seconds > 0.0,
+        "the CPU neighbour used the CPU for the run: {:?}",
+        figures.cpu_neighbour
+    );
     assert_eq!(figures.cells.len(), 2 * 2 * 6);
     for cell in &figures.cells {
         assert_eq!(cell.messages, 200, "{cell:?}");
