@@ -34,9 +34,6 @@ pub const CPU_LOOPS_MAX: usize = 64;
 /// The program each loop of the CPU neighbour starts: it does nothing
 /// and exits, so that its cost is the start and the exit of a process.
 const CPU_PROGRAM: &str = "/bin/true";
-/// Each loop of the CPU neighbour, run by `sh -c`: the program by its
-/// path, so that a shell whose `true` is built in still starts it.
-const CPU_LOOP: &str = "while :; do /bin/true; done";
 
 /// Threads that each repeat one step until told to stop, counting the
 /// steps done.
@@ -169,19 +166,7 @@ impl Neighbour {
             .with_context(|| format!("the CPU neighbour cannot start `{CPU_PROGRAM}`"))?;
         self.cpu_started = Instant::now();
         for _ in 0..loops {
-            // In a session of its own, as another program on the host:
-            // where the kernel groups the CPU's share by session
-            // (autogroup), a loop in the bench's session would share the
-            // bench's part. `setsid` runs the shell in the same process,
-            // which is no group leader.
-            let child = Command::new("setsid")
-                .args(["sh", "-c", CPU_LOOP])
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .context("the CPU neighbour cannot start `setsid sh`")?;
-            self.cpu.push(child);
+            self.cpu.push(cpu_loop(std::process::id())?);
         }
         Ok(())
     }
@@ -252,6 +237,31 @@ fn block_writer(
         index = (index + 1) % BLOCKS;
         Ok(())
     }
+}
+
+/// One loop of the CPU neighbour: a shell that starts `/bin/true` (by its
+/// path, so that a shell whose `true` is built in still starts it) and
+/// waits for it, again and again, for as long as process `watched` (the
+/// bench) lives. In a session of its own, as another program on the host:
+/// where the kernel groups the CPU's share by session (autogroup), a loop
+/// in the bench's session would share the bench's part. That session is
+/// also why it watches: a bench killed before it stops its loops (a
+/// signal, `kill -9`) takes no loop of another session with it, so each
+/// loop ends by itself, at its next turn, once the bench is gone.
+fn cpu_loop(watched: u32) -> anyhow::Result<Child> {
+    // `setsid` runs the shell in its own process, which is no group
+    // leader, so the child's id is the loop's.
+    Command::new("setsid")
+        .args([
+            "sh",
+            "-c",
+            &format!("while kill -0 {watched} 2>/dev/null; do {CPU_PROGRAM}; done"),
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("the CPU neighbour cannot start `setsid sh`")
 }
 
 /// Starts `program` with no input or output and waits for it to exit
@@ -358,6 +368,27 @@ mod tests {
         );
         assert!(message.contains("exited with"), "{message}");
         assert_eq!(loops.done(), 0, "a failed step is not counted");
+    }
+
+    #[test]
+    fn a_cpu_loop_ends_by_itself_once_the_process_it_watches_is_gone() {
+        let mut watched = Command::new("sleep").arg("60").spawn().unwrap();
+        let mut cpu = cpu_loop(watched.id()).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(
+            cpu.try_wait().unwrap().is_none(),
+            "it loops while the bench lives"
+        );
+        watched.kill().unwrap();
+        watched.wait().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let ended = loop {
+            match cpu.try_wait().unwrap() {
+                None if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
+                ended => break ended,
+            }
+        };
+        assert!(ended.is_some_and(|status| status.success()), "{ended:?}");
     }
 
     #[test]

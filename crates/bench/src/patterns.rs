@@ -188,12 +188,13 @@ pub struct PatternsArgs {
     #[arg(long, value_delimiter = ',', value_parser = parse_bytes, value_name = "BLOCKS")]
     pub disk_neighbour: Vec<usize>,
     /// A neighbour on the CPU for the whole run: this many shell loops
-    /// (`setsid sh -c 'while :; do /bin/true; done'`), each a process in a
-    /// session of its own, as another program on the host, starting a
-    /// short-lived process and waiting for it, again and again, so that
-    /// every process of the run (the servers, the bench's client and
-    /// floors) shares the cores with them. A busy CPU made on purpose, the
-    /// same way in every run; 0 (none) by default, at most 64.
+    /// (`setsid sh -c 'while kill -0 BENCH; do /bin/true; done'`), each a
+    /// process in a session of its own, as another program on the host,
+    /// starting a short-lived process and waiting for it, again and
+    /// again, so that every process of the run (the servers, the bench's
+    /// client and floors) shares the cores with them; each ends with the
+    /// bench, however the bench ends. A busy CPU made on purpose, the same
+    /// way in every run; 0 (none) by default, at most 64.
     #[arg(long, default_value_t = 0, value_name = "LOOPS")]
     pub cpu_neighbour: usize,
     #[command(flatten)]
