@@ -74,7 +74,7 @@ use crate::cpu::{CpuClock, CpuPerMessage};
 use crate::fdatasync::{self, SyncGroup, SyncProbe};
 use crate::floor::{FlowFloor, RuntimeFlowFloor};
 use crate::limits::{self, DiskLimit, PayloadLimits};
-use crate::neighbour::Neighbour;
+use crate::neighbour::{Neighbour, NeighbourWork};
 use crate::output::{self, Output, OutputArgs};
 use crate::process::{ClusterOptions, ServersAs};
 use crate::progress;
@@ -361,13 +361,12 @@ pub struct PatternsFigures {
     /// one-hop-ack-client cell, measured before the cells.
     pub limits: Vec<PayloadLimits>,
     pub window_one: WindowOne,
-    /// The neighbour's block sizes (`--disk-neighbour`) and the writes it
-    /// made during the run.
-    pub disk_neighbour: (Vec<usize>, u64),
-    /// The CPU neighbour's loops (`--cpu-neighbour`), the CPU time they
-    /// used (the processes they started included) and how long they ran,
-    /// in seconds.
-    pub cpu_neighbour: (usize, f64, f64),
+    /// The disk neighbour's block sizes (`--disk-neighbour`).
+    pub disk_neighbour: Vec<usize>,
+    /// The CPU neighbour's loops (`--cpu-neighbour`).
+    pub cpu_neighbour: usize,
+    /// What the neighbours did during the run.
+    pub neighbours: NeighbourWork,
 }
 
 impl PatternsFigures {
@@ -463,12 +462,9 @@ pub fn run(args: PatternsArgs) -> anyhow::Result<PatternsFigures> {
             fdatasync_samples: samples.preallocated,
             fdatasync_replicas_samples: samples.replicas,
         },
-        disk_neighbour: (args.disk_neighbour.clone(), neighbours.writes),
-        cpu_neighbour: (
-            args.cpu_neighbour,
-            neighbours.cpu.as_secs_f64(),
-            neighbours.cpu_wall.as_secs_f64(),
-        ),
+        disk_neighbour: args.disk_neighbour.clone(),
+        cpu_neighbour: args.cpu_neighbour,
+        neighbours,
     };
     write_report(&args, &figures)?;
     Ok(figures)
@@ -1252,13 +1248,13 @@ fn write_report(args: &PatternsArgs, figures: &PatternsFigures) -> anyhow::Resul
         "limits": figures.limits.iter().map(PayloadLimits::to_json).collect::<Vec<_>>(),
         "window_one": figures.window_one.to_json(),
         "disk_neighbour": {
-            "blocks_bytes": figures.disk_neighbour.0,
-            "writes": figures.disk_neighbour.1,
+            "blocks_bytes": figures.disk_neighbour,
+            "writes": figures.neighbours.writes,
         },
         "cpu_neighbour": {
-            "loops": figures.cpu_neighbour.0,
-            "cpu_seconds": figures.cpu_neighbour.1,
-            "seconds": figures.cpu_neighbour.2,
+            "loops": figures.cpu_neighbour,
+            "cpu_seconds": figures.neighbours.cpu.as_secs_f64(),
+            "seconds": figures.neighbours.cpu_wall.as_secs_f64(),
         },
     });
     output.json(args.output.json.as_deref(), &json)?;
@@ -1269,18 +1265,28 @@ fn write_report(args: &PatternsArgs, figures: &PatternsFigures) -> anyhow::Resul
 /// The run's neighbours (`--disk-neighbour`, `--cpu-neighbour`), when it
 /// had them.
 fn print_neighbours(figures: &PatternsFigures) {
-    let (blocks, writes) = &figures.disk_neighbour;
-    if !blocks.is_empty() {
-        let sizes: Vec<String> = blocks.iter().map(|b| format_bytes(*b)).collect();
+    let NeighbourWork {
+        writes,
+        cpu,
+        cpu_wall,
+    } = figures.neighbours;
+    if !figures.disk_neighbour.is_empty() {
+        let sizes: Vec<String> = figures
+            .disk_neighbour
+            .iter()
+            .map(|b| format_bytes(*b))
+            .collect();
         println!(
             "Beside a disk neighbour writing with O_DSYNC in blocks of {} ({writes} writes in the run)",
             sizes.join(", ")
         );
     }
-    let (loops, cpu, seconds) = figures.cpu_neighbour;
+    let loops = figures.cpu_neighbour;
     if loops > 0 {
         println!(
-            "Beside a CPU neighbour: {loops} shell loop(s) starting /bin/true, {cpu:.1} CPU-seconds in {seconds:.1} s"
+            "Beside a CPU neighbour: {loops} shell loop(s) starting /bin/true, {:.1} CPU-seconds in {:.1} s",
+            cpu.as_secs_f64(),
+            cpu_wall.as_secs_f64()
         );
     }
 }

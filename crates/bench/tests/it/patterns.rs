@@ -41,14 +41,13 @@ fn patterns_with_tiny_parameters_completes_every_cell_and_writes_its_files() {
         output: quiet_output(folder.path()),
     };
     let figures = patterns::run(args).unwrap();
-    assert_eq!(figures.disk_neighbour.0, vec![4096]);
-    assert!(figures.disk_neighbour.1 > 0, "the neighbour wrote");
-    let (loops, cpu_seconds, seconds) = figures.cpu_neighbour;
-    assert_eq!(loops, 1);
+    assert_eq!(figures.disk_neighbour, vec![4096]);
+    assert!(figures.neighbours.writes > 0, "the neighbour wrote");
+    assert_eq!(figures.cpu_neighbour, 1);
+    let work = figures.neighbours;
     assert!(
-        cpu_seconds > 0.0 && seconds > 0.0,
-        "the CPU neighbour used the CPU for the run: {:?}",
-        figures.cpu_neighbour
+        work.cpu > std::time::Duration::ZERO && work.cpu_wall > std::time::Duration::ZERO,
+        "the CPU neighbour used the CPU for the run: {work:?}"
     );
     assert_eq!(figures.cells.len(), 2 * 2 * 6);
     for cell in &figures.cells {
