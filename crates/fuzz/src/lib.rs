@@ -16,7 +16,7 @@ pub use mutate::Mutator;
 
 use std::path::Path;
 
-use proto::{Frame, Record};
+use proto::{Frame, FrameBuffer, PeerCut, Record};
 
 /// A fuzz target: a name (the corpus folder and the cargo-fuzz target)
 /// and the function that reads the bytes.
@@ -79,10 +79,16 @@ pub fn target(name: &str) -> Option<&'static Target> {
 /// Every frame type, from the client and from peers (`Hello`, requests,
 /// `Submit`, `PeerHello`, `Peer`, `ControlHello`, `ServerHello`): the
 /// bytes are cut into frames as a connection cuts them, and each frame
-/// that decodes must encode to bytes that decode to the same frame.
+/// that decodes must encode to bytes that decode to the same frame. A
+/// peer link's buffer (`FrameBuffer::next_peer`, a `Peer` frame's message
+/// cut as a slice) must cut the same frames and stop where decoding does.
 pub fn frame(bytes: &[u8]) {
     let mut rest = bytes;
-    while let Ok(Some((frame, used))) = Frame::decode(rest, 1 << 20) {
+    let mut frames = Vec::new();
+    let last = loop {
+        let Ok(Some((frame, used))) = Frame::decode(rest, 1 << 20) else {
+            break Frame::decode(rest, 1 << 20).map(|_| ());
+        };
         assert!(used > 0 && used <= rest.len(), "a frame used {used} bytes");
         let encoded = frame.to_bytes();
         let (again, length) = Frame::decode(&encoded, usize::MAX)
@@ -90,8 +96,25 @@ pub fn frame(bytes: &[u8]) {
             .expect("an encoded frame is whole");
         assert_eq!(length, encoded.len());
         assert_eq!(again, frame, "frame round trip");
+        frames.push(frame);
         rest = &rest[used..];
-    }
+    };
+    let mut buffer = FrameBuffer::new();
+    buffer.extend(bytes);
+    let mut cut = Vec::new();
+    let peer_last = loop {
+        match buffer.next_peer(1 << 20) {
+            Ok(Some(PeerCut::Peer { stream, message })) => cut.push(Frame::Peer {
+                stream,
+                message: message.to_vec(),
+            }),
+            Ok(Some(PeerCut::Other(frame))) => cut.push(frame),
+            Ok(None) => break Ok(()),
+            Err(error) => break Err(error),
+        }
+    };
+    assert_eq!(cut, frames, "a peer link cuts the frames decoding cuts");
+    assert_eq!(peer_last, last, "a peer link stops where decoding stops");
 }
 
 fn frame_seeds() -> Vec<Vec<u8>> {

@@ -30,6 +30,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::sync::Notify;
@@ -88,7 +89,7 @@ pub fn prompt<R>(work: impl FnOnce() -> R) -> R {
 /// Cancel-safe: `buffer` grows only by what a completed read returned.
 pub async fn read_into<R: AsyncRead + Unpin>(
     reader: &mut R,
-    buffer: &mut Vec<u8>,
+    buffer: &mut BytesMut,
     room: usize,
 ) -> std::io::Result<usize> {
     buffer.reserve(room);

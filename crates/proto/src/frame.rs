@@ -9,6 +9,7 @@ use crate::layout::{
 };
 pub use crate::layout::{FrameError, FRAME_HEADER_LEN};
 use crate::record::Record;
+use bytes::{Buf, Bytes, BytesMut};
 
 /// Version of the frame protocol spoken after the handshake.
 pub const PROTOCOL_VERSION: u16 = 1;
@@ -1426,10 +1427,22 @@ mod tests {
 
 /// Accumulates bytes from a stream socket and cuts them into frames, so the
 /// async read loops of the server and the client stay a few lines each.
+/// The bytes sit in a shared buffer, so that a frame whose contents are
+/// kept (a `Peer` frame's records, [`FrameBuffer::next_peer`]) is cut off
+/// as a slice of it, not copied out.
 #[derive(Debug, Default)]
 pub struct FrameBuffer {
-    bytes: Vec<u8>,
-    start: usize,
+    bytes: BytesMut,
+}
+
+/// A frame cut by [`FrameBuffer::next_peer`].
+#[derive(Debug, PartialEq)]
+pub enum PeerCut {
+    /// A `Peer` frame: its stream, and its message as a slice of the
+    /// bytes received.
+    Peer { stream: u64, message: Bytes },
+    /// Any other frame, decoded as [`FrameBuffer::next_frame`] does.
+    Other(Frame),
 }
 
 impl FrameBuffer {
@@ -1440,47 +1453,61 @@ impl FrameBuffer {
     /// Adds bytes read from the socket. Reading into a separate buffer and
     /// then calling this keeps a cancelled read from leaving junk behind.
     pub fn extend(&mut self, bytes: &[u8]) {
-        self.receiving().extend_from_slice(bytes);
+        self.bytes.extend_from_slice(bytes);
     }
 
-    /// The bytes received so far, to read more onto the end of (what
-    /// `extend` appends to), with the frames already cut dropped first: a
-    /// read straight into it saves copying every byte out of a scratch
-    /// buffer. The read must leave it as it was when cancelled (tokio's
-    /// `read_buf` does: it appends only what a completed read returned).
-    pub fn receiving(&mut self) -> &mut Vec<u8> {
-        if self.start == self.bytes.len() {
-            self.bytes.clear();
-            self.start = 0;
-        } else if self.start > 64 * 1024 && self.start > self.bytes.len() / 2 {
-            self.bytes.drain(..self.start);
-            self.start = 0;
-        }
+    /// The bytes received and not yet cut into frames, to read more onto
+    /// the end of (what `extend` appends to): a read straight into it
+    /// saves copying every byte out of a scratch buffer. The read must
+    /// leave it as it was when cancelled (tokio's `read_buf` does: it
+    /// appends only what a completed read returned). Room made for the
+    /// read reuses the space of the frames already cut, unless a frame
+    /// cut as a slice still holds it.
+    pub fn receiving(&mut self) -> &mut BytesMut {
         &mut self.bytes
     }
 
-    /// The next whole frame, if one has arrived.
+    /// Cuts the next whole frame, if the buffer holds one.
     pub fn next_frame(&mut self, max_frame: usize) -> Result<Option<Frame>, FrameError> {
-        match Frame::decode(&self.bytes[self.start..], max_frame)? {
+        match Frame::decode(&self.bytes, max_frame)? {
             Some((frame, used)) => {
-                self.start += used;
+                self.bytes.advance(used);
                 Ok(Some(frame))
             }
             None => Ok(None),
         }
     }
 
+    /// Cuts the next whole frame as [`FrameBuffer::next_frame`] does, but
+    /// a `Peer` frame's message comes out as a slice of the bytes
+    /// received, with no copy: what a server's peer link reads, whose
+    /// records the log takes from there.
+    pub fn next_peer(&mut self, max_frame: usize) -> Result<Option<PeerCut>, FrameError> {
+        let mut header = Reader::new(&self.bytes);
+        let (Some(body_length), Some(PEER)) = (header.u32(), header.u8()) else {
+            return Ok(self.next_frame(max_frame)?.map(PeerCut::Other));
+        };
+        let body_length = body_length as usize;
+        let length = FRAME_HEADER_LEN + body_length;
+        if body_length > max_frame || body_length < 8 || self.bytes.len() < length {
+            // Too large, malformed or not all here: as `next_frame` says.
+            return Ok(self.next_frame(max_frame)?.map(PeerCut::Other));
+        }
+        let frame = self.bytes.split_to(length).freeze();
+        let mut body = Reader::new(&frame[FRAME_HEADER_LEN..]);
+        let stream = body.u64().expect("a peer frame's body holds its stream");
+        let message = frame.slice(FRAME_HEADER_LEN + 8..);
+        Ok(Some(PeerCut::Peer { stream, message }))
+    }
+
     /// Bytes received and not yet cut into frames.
     pub fn buffered(&self) -> usize {
-        self.bytes.len() - self.start
+        self.bytes.len()
     }
     /// Takes the bytes received and not yet cut into frames (a connection
     /// handed to another protocol after its first frame).
     pub fn take_rest(&mut self) -> Vec<u8> {
-        let rest = self.bytes.split_off(self.start);
-        self.bytes.clear();
-        self.start = 0;
-        rest
+        self.bytes.split().to_vec()
     }
 }
 
@@ -1506,5 +1533,96 @@ mod frame_buffer_tests {
         assert_eq!(frames.len(), 100);
         assert_eq!(frames[99], Frame::Ok { request: 49 });
         assert_eq!(buffer.buffered(), 0);
+    }
+
+    /// What `next_frame` would have cut, for comparing `next_peer` with.
+    fn as_frame(cut: PeerCut) -> Frame {
+        match cut {
+            PeerCut::Peer { stream, message } => Frame::Peer {
+                stream,
+                message: message.to_vec(),
+            },
+            PeerCut::Other(frame) => frame,
+        }
+    }
+
+    #[test]
+    fn peer_frames_cut_as_slices_match_what_next_frame_decodes_in_order() {
+        let mut frames = Vec::new();
+        for stream in 0..40u64 {
+            let message = vec![stream as u8; (stream as usize * 37) % 300];
+            frames.push(Frame::Peer { stream, message });
+            if stream % 3 == 0 {
+                frames.push(Frame::Ok { request: stream });
+            }
+        }
+        let wire: Vec<u8> = frames.iter().flat_map(Frame::to_bytes).collect();
+        for piece_length in [1, 7, 64, 4096] {
+            let mut buffer = FrameBuffer::new();
+            let mut cut = Vec::new();
+            for piece in wire.chunks(piece_length) {
+                buffer.receiving().extend_from_slice(piece);
+                while let Some(next) = buffer.next_peer(1024).unwrap() {
+                    cut.push(next);
+                }
+            }
+            assert!(cut.iter().any(|c| matches!(c, PeerCut::Peer { .. })));
+            assert!(cut.iter().any(|c| matches!(c, PeerCut::Other(_))));
+            let cut: Vec<Frame> = cut.into_iter().map(as_frame).collect();
+            assert_eq!(cut, frames, "pieces of {piece_length} bytes");
+            assert_eq!(buffer.buffered(), 0);
+        }
+    }
+
+    #[test]
+    fn a_peer_frame_too_large_or_too_short_is_refused_as_next_frame_refuses_it() {
+        let mut large = Vec::new();
+        Frame::Peer {
+            stream: 1,
+            message: vec![0; 100],
+        }
+        .encode(&mut large);
+        let mut short = Vec::new();
+        short.extend_from_slice(&4u32.to_le_bytes());
+        short.push(PEER);
+        short.extend_from_slice(&[0; 4]);
+        for (wire, max) in [(large, 50), (short, 1024)] {
+            let mut by_peer = FrameBuffer::new();
+            by_peer.extend(&wire);
+            let mut by_frame = FrameBuffer::new();
+            by_frame.extend(&wire);
+            let refused = by_peer.next_peer(max).unwrap_err();
+            assert_eq!(refused, by_frame.next_frame(max).unwrap_err());
+        }
+    }
+
+    #[test]
+    fn a_message_cut_as_a_slice_keeps_its_bytes_while_the_buffer_reads_on() {
+        let mut buffer = FrameBuffer::new();
+        let first = Frame::Peer {
+            stream: 7,
+            message: vec![0xAB; 1000],
+        };
+        buffer.extend(&first.to_bytes());
+        // Half of the next frame is already here when the first is cut.
+        let second = Frame::Peer {
+            stream: 8,
+            message: vec![0xCD; 200_000],
+        }
+        .to_bytes();
+        buffer.extend(&second[..100]);
+        let Some(PeerCut::Peer { stream, message }) = buffer.next_peer(1 << 20).unwrap() else {
+            panic!("the first peer frame is whole");
+        };
+        for piece in second[100..].chunks(65_536) {
+            buffer.receiving().reserve(65_536);
+            buffer.receiving().extend_from_slice(piece);
+        }
+        assert_eq!((stream, &message[..]), (7, &[0xAB; 1000][..]));
+        let Some(PeerCut::Peer { stream, message }) = buffer.next_peer(1 << 20).unwrap() else {
+            panic!("the second peer frame is whole");
+        };
+        assert_eq!(stream, 8);
+        assert!(message.len() == 200_000 && message.iter().all(|&b| b == 0xCD));
     }
 }

@@ -102,9 +102,8 @@ pub(crate) fn peer_frame(stream: u64, msg: &Msg) -> Option<Vec<u8>> {
 }
 
 /// A `Peer` frame's message as a `Msg`; its records are checked and kept
-/// as slices of `message`.
-pub(crate) fn peer_msg(message: Vec<u8>) -> Result<Msg, FrameError> {
-    let message = Bytes::from(message);
+/// as slices of `message` (itself a slice of the bytes received).
+pub(crate) fn peer_msg(message: Bytes) -> Result<Msg, FrameError> {
     let mut reader = Reader::shared(&message);
     let sub_kind = reader.u8().ok_or(FrameError::Malformed("peer"))?;
     get_peer(sub_kind, &mut reader).unwrap_or(Err(FrameError::Malformed("peer")))
@@ -115,7 +114,7 @@ pub(crate) fn peer_msg(message: Vec<u8>) -> Result<Msg, FrameError> {
 /// fuzzers' way in. A message that does not decode is an `Err`, never a
 /// panic.
 pub fn check_peer_message(message: &[u8]) -> Result<(), FrameError> {
-    let msg = peer_msg(message.to_vec())?;
+    let msg = peer_msg(Bytes::copy_from_slice(message))?;
     let Some(frame) = peer_frame(1, &msg) else {
         return Ok(());
     };
@@ -123,7 +122,7 @@ pub fn check_peer_message(message: &[u8]) -> Result<(), FrameError> {
     else {
         panic!("a decoded peer message did not encode to a Peer frame: {msg:?}");
     };
-    let again = peer_msg(again).expect("a re-encoded peer message decodes");
+    let again = peer_msg(Bytes::from(again)).expect("a re-encoded peer message decodes");
     assert_eq!(
         format!("{msg:?}"),
         format!("{again:?}"),
@@ -546,7 +545,7 @@ mod tests {
         let Frame::Peer { stream: 9, message } = decoded else {
             panic!("not a peer frame of stream 9: {decoded:?}");
         };
-        peer_msg(message)
+        peer_msg(Bytes::from(message))
     }
 
     #[test]
@@ -599,12 +598,12 @@ mod tests {
             let frame = peer_frame(9, &msg).unwrap();
             let body = &frame[proto::FRAME_HEADER_LEN + 8..];
             for cut in 0..body.len() {
-                let _ = peer_msg(body[..cut].to_vec());
+                let _ = peer_msg(Bytes::copy_from_slice(&body[..cut]));
             }
             for at in 0..body.len() {
                 let mut damaged = body.to_vec();
                 damaged[at] ^= 0x41;
-                let _ = peer_msg(damaged);
+                let _ = peer_msg(Bytes::from(damaged));
             }
         }
         let frame = peer_frame(9, &Msg::Replicate { entries: entries() }).unwrap();
@@ -612,15 +611,21 @@ mod tests {
         let last = body.len() - 1;
         body[last] ^= 1;
         assert_eq!(
-            peer_msg(body.clone()),
+            peer_msg(Bytes::from(body.clone())),
             Err(FrameError::Malformed("replicate"))
         );
         body[last] ^= 1;
         body[1] = 4;
-        assert_eq!(peer_msg(body), Err(FrameError::Malformed("replicate")));
-        assert_eq!(peer_msg(vec![99]), Err(FrameError::Malformed("peer")));
         assert_eq!(
-            peer_msg(vec![3, 1, 2]),
+            peer_msg(Bytes::from(body)),
+            Err(FrameError::Malformed("replicate"))
+        );
+        assert_eq!(
+            peer_msg(Bytes::from(vec![99])),
+            Err(FrameError::Malformed("peer"))
+        );
+        assert_eq!(
+            peer_msg(Bytes::from(vec![3, 1, 2])),
             Err(FrameError::Malformed("progress"))
         );
     }

@@ -72,6 +72,18 @@ impl Entry {
         }
     }
 
+    /// The record with bytes of its own. A record that arrived from a peer
+    /// is a slice of the whole read it came in
+    /// (`proto::FrameBuffer::next_peer`); one kept past the step that got
+    /// it (held behind a gap, waiting for room in the log) is copied, so
+    /// that it does not keep that read's buffer alive.
+    pub fn compact(self) -> Entry {
+        Entry {
+            header: self.header,
+            bytes: Bytes::copy_from_slice(&self.bytes),
+        }
+    }
+
     /// The void record of `version`: no message, agreed by every replica.
     pub fn void(stream: u64, version: u64, epoch: u64) -> Entry {
         Entry::new(

@@ -936,7 +936,7 @@ impl Stream {
             }
         }
         core.backlog_bytes += entry.bytes.len();
-        core.backlog.push_back(entry);
+        core.backlog.push_back(entry.compact());
         false
     }
 

@@ -101,6 +101,18 @@ impl Replica {
                 _ => return,
             }
         }
+        // The log's next record, or one right after it and the records
+        // held (then versions in a row from it), is logged in this step;
+        // any other waits for a gap to close.
+        let next = self.machine.last_version() + 1;
+        let held = self.held.len() as u64;
+        let in_row = || {
+            let mut keys = self.held.keys();
+            keys.next().is_none_or(|&first| first == next)
+                && keys.next_back().is_none_or(|&last| last + 1 == next + held)
+        };
+        let in_order = version == next || (version == next + held && in_row());
+        let entry = if in_order { entry } else { entry.compact() };
         self.held.insert(version, entry);
     }
 

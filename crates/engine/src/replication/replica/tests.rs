@@ -649,3 +649,76 @@ fn a_replica_is_quiet_only_when_nothing_waits_and_then_until_its_next_heartbeat(
     );
     assert_eq!(backup.quiet_until(), None);
 }
+
+/// Whether `part` lies inside `whole`'s bytes.
+fn within(part: &Bytes, whole: &Bytes) -> bool {
+    let range = whole.as_ptr_range();
+    range.contains(&part.as_ptr())
+}
+
+/// Records that arrive as slices of one read (as a peer link cuts them)
+/// go to the log as those slices when they are next, and are copied when
+/// they wait behind a gap, so that the read's buffer is not kept alive
+/// by them.
+#[test]
+fn a_backup_logs_records_in_order_as_slices_and_copies_those_it_holds_behind_a_gap() {
+    let protocol = Protocol::OneHopAckClient;
+    let settings = ReplicaSettings::default();
+    let mut primary = started_primary(protocol, settings);
+    let mut out = Vec::new();
+    for sequence in 1..=6 {
+        primary.on_client(42, write(42, sequence), 2, &mut out);
+    }
+    let stamped = appended(&out);
+    // The six records end to end in one buffer, each entry a slice of it.
+    let read = Bytes::from(
+        stamped
+            .iter()
+            .flat_map(|e| e.bytes.to_vec())
+            .collect::<Vec<u8>>(),
+    );
+    let mut offset = 0;
+    let sliced: Vec<Entry> = stamped
+        .iter()
+        .map(|e| {
+            let bytes = read.slice(offset..offset + e.bytes.len());
+            offset += e.bytes.len();
+            Entry {
+                header: e.header,
+                bytes,
+            }
+        })
+        .collect();
+    let mut backup = Replica::new(7, 2, placement(), protocol, settings);
+    backup.start(3, &mut out);
+    // 1 and 2 in order; 4 to 6 behind the gap at 3.
+    out.clear();
+    let mut first = sliced[..2].to_vec();
+    first.extend_from_slice(&sliced[3..]);
+    backup.on_peer(1, Msg::Replicate { entries: first }, 4, &mut out);
+    let taken = appended(&out);
+    assert_eq!(taken.iter().map(Entry::version).collect::<Vec<_>>(), [1, 2]);
+    assert!(taken.iter().all(|e| within(&e.bytes, &read)));
+    assert_eq!(backup.held.len(), 3);
+    for entry in backup.held.values() {
+        assert!(!within(&entry.bytes, &read), "version {}", entry.version());
+        assert_eq!(entry.bytes, stamped[entry.version() as usize - 1].bytes);
+    }
+    // The gap closes: 3 as it came, 4 to 6 as held, the same bytes.
+    out.clear();
+    backup.on_peer(
+        1,
+        Msg::Replicate {
+            entries: vec![sliced[2].clone()],
+        },
+        5,
+        &mut out,
+    );
+    let taken = appended(&out);
+    assert_eq!(
+        taken.iter().map(Entry::version).collect::<Vec<_>>(),
+        [3, 4, 5, 6]
+    );
+    assert!(within(&taken[0].bytes, &read));
+    assert_eq!(taken, stamped[2..].to_vec());
+}
