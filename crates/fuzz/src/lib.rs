@@ -16,7 +16,7 @@ pub use mutate::Mutator;
 
 use std::path::Path;
 
-use proto::{Frame, FrameBuffer, PeerCut, Record};
+use proto::{Frame, FrameBuffer, Record};
 
 /// A fuzz target: a name (the corpus folder and the cargo-fuzz target)
 /// and the function that reads the bytes.
@@ -80,8 +80,9 @@ pub fn target(name: &str) -> Option<&'static Target> {
 /// `Submit`, `PeerHello`, `Peer`, `ControlHello`, `ServerHello`): the
 /// bytes are cut into frames as a connection cuts them, and each frame
 /// that decodes must encode to bytes that decode to the same frame. A
-/// peer link's buffer (`FrameBuffer::next_peer`, a `Peer` frame's message
-/// cut as a slice) must cut the same frames and stop where decoding does.
+/// connection's buffer (`FrameBuffer::next_frame`, whose frames' byte
+/// fields are slices of it) must cut the same frames and stop where
+/// decoding does.
 pub fn frame(bytes: &[u8]) {
     let mut rest = bytes;
     let mut frames = Vec::new();
@@ -102,19 +103,21 @@ pub fn frame(bytes: &[u8]) {
     let mut buffer = FrameBuffer::new();
     buffer.extend(bytes);
     let mut cut = Vec::new();
-    let peer_last = loop {
-        match buffer.next_peer(1 << 20) {
-            Ok(Some(PeerCut::Peer { stream, message })) => cut.push(Frame::Peer {
-                stream,
-                message: message.to_vec(),
-            }),
-            Ok(Some(PeerCut::Other(frame))) => cut.push(frame),
+    let buffer_last = loop {
+        match buffer.next_frame(1 << 20) {
+            Ok(Some(frame)) => cut.push(frame),
             Ok(None) => break Ok(()),
             Err(error) => break Err(error),
         }
     };
-    assert_eq!(cut, frames, "a peer link cuts the frames decoding cuts");
-    assert_eq!(peer_last, last, "a peer link stops where decoding stops");
+    assert_eq!(
+        cut, frames,
+        "a connection's buffer cuts the frames decoding cuts"
+    );
+    assert_eq!(
+        buffer_last, last,
+        "a connection's buffer stops where decoding stops"
+    );
 }
 
 fn frame_seeds() -> Vec<Vec<u8>> {

@@ -9,7 +9,7 @@ use crate::layout::{
 };
 pub use crate::layout::{FrameError, FRAME_HEADER_LEN};
 use crate::record::Record;
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 
 /// Version of the frame protocol spoken after the handshake.
 pub const PROTOCOL_VERSION: u16 = 1;
@@ -236,11 +236,12 @@ pub enum Frame {
         retention: RetentionConfig,
     },
     /// A replication message from a client: its fixed fields, the key and
-    /// the payload.
+    /// the payload (slices of the bytes received, when cut by a
+    /// [`FrameBuffer`]).
     Submit {
         fields: SubmitFields,
-        key: Vec<u8>,
-        payload: Vec<u8>,
+        key: Bytes,
+        payload: Bytes,
     },
     /// The first frame of a server's connection to a peer. `incarnation`
     /// is the view in which the sending process joined; a receiver refuses
@@ -267,9 +268,11 @@ pub enum Frame {
     },
     /// A replication message between servers for `stream`; its layout
     /// (a sub-kind byte and the sub-kind's fields) belongs to the server.
+    /// The message is a slice of the bytes received, when cut by a
+    /// [`FrameBuffer`].
     Peer {
         stream: u64,
-        message: Vec<u8>,
+        message: Bytes,
     },
     DeleteStream {
         request: u64,
@@ -857,8 +860,22 @@ impl Frame {
     }
 
     /// Decodes one frame from the start of `bytes`. `Ok(None)` means more
-    /// bytes are needed; the `usize` is the number of bytes consumed.
+    /// bytes are needed; the `usize` is the number of bytes consumed. Its
+    /// byte fields are copied out of `bytes`.
     pub fn decode(bytes: &[u8], max_frame: usize) -> Result<Option<(Frame, usize)>, FrameError> {
+        let Some((frame_type, length)) = Frame::whole(bytes, max_frame)? else {
+            return Ok(None);
+        };
+        let frame = Frame::decode_body(
+            frame_type,
+            &mut Reader::new(&bytes[FRAME_HEADER_LEN..length]),
+        )?;
+        Ok(Some((frame, length)))
+    }
+
+    /// The type and whole length (header and body) of the frame at the
+    /// start of `bytes`, once all of it is there.
+    fn whole(bytes: &[u8], max_frame: usize) -> Result<Option<(u8, usize)>, FrameError> {
         let mut header = Reader::new(bytes);
         let (Some(body_length), Some(frame_type)) = (header.u32(), header.u8()) else {
             return Ok(None);
@@ -870,12 +887,12 @@ impl Frame {
                 limit: max_frame,
             });
         }
-        let Some(body) = header.take(body_length) else {
-            return Ok(None);
-        };
-        let frame = get_body(frame_type, &mut Reader::new(body))
-            .unwrap_or(Err(FrameError::UnknownType(frame_type)))?;
-        Ok(Some((frame, FRAME_HEADER_LEN + body_length)))
+        let length = FRAME_HEADER_LEN + body_length;
+        Ok((bytes.len() >= length).then_some((frame_type, length)))
+    }
+
+    fn decode_body(frame_type: u8, body: &mut Reader<'_>) -> Result<Frame, FrameError> {
+        get_body(frame_type, body).unwrap_or(Err(FrameError::UnknownType(frame_type)))
     }
 }
 
@@ -984,8 +1001,8 @@ fn sample_server_frames(info: &StreamInfo) -> Vec<Frame> {
         },
         Frame::Submit {
             fields: sample_fields(),
-            key: b"k".to_vec(),
-            payload: b"payload".to_vec(),
+            key: Bytes::from_static(b"k"),
+            payload: Bytes::from_static(b"payload"),
         },
         Frame::PeerHello {
             version: PROTOCOL_VERSION,
@@ -1016,7 +1033,7 @@ fn sample_server_frames(info: &StreamInfo) -> Vec<Frame> {
         // The server's table lays out the message; here it is bytes.
         Frame::Peer {
             stream: 5,
-            message: vec![3, 7, 0, 0, 0, 0, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0],
+            message: Bytes::from(vec![3, 7, 0, 0, 0, 0, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0]),
         },
     ]
 }
@@ -1264,8 +1281,8 @@ mod tests {
         fields.encode(&mut direct, b"k", b"payload");
         let frame = Frame::Submit {
             fields,
-            key: b"k".to_vec(),
-            payload: b"payload".to_vec(),
+            key: Bytes::from_static(b"k"),
+            payload: Bytes::from_static(b"payload"),
         };
         assert_eq!(direct, frame.to_bytes());
     }
@@ -1427,22 +1444,12 @@ mod tests {
 
 /// Accumulates bytes from a stream socket and cuts them into frames, so the
 /// async read loops of the server and the client stay a few lines each.
-/// The bytes sit in a shared buffer, so that a frame whose contents are
-/// kept (a `Peer` frame's records, [`FrameBuffer::next_peer`]) is cut off
-/// as a slice of it, not copied out.
+/// The bytes sit in a shared buffer: a frame is cut off it whole, and its
+/// byte fields kept as `Bytes` (a `Submit`'s key and payload, a `Peer`
+/// frame's message) are slices of it, not copies.
 #[derive(Debug, Default)]
 pub struct FrameBuffer {
     bytes: BytesMut,
-}
-
-/// A frame cut by [`FrameBuffer::next_peer`].
-#[derive(Debug, PartialEq)]
-pub enum PeerCut {
-    /// A `Peer` frame: its stream, and its message as a slice of the
-    /// bytes received.
-    Peer { stream: u64, message: Bytes },
-    /// Any other frame, decoded as [`FrameBuffer::next_frame`] does.
-    Other(Frame),
 }
 
 impl FrameBuffer {
@@ -1461,43 +1468,23 @@ impl FrameBuffer {
     /// saves copying every byte out of a scratch buffer. The read must
     /// leave it as it was when cancelled (tokio's `read_buf` does: it
     /// appends only what a completed read returned). Room made for the
-    /// read reuses the space of the frames already cut, unless a frame
-    /// cut as a slice still holds it.
+    /// read reuses the space of the frames already cut, unless a slice of
+    /// one is still kept.
     pub fn receiving(&mut self) -> &mut BytesMut {
         &mut self.bytes
     }
 
-    /// Cuts the next whole frame, if the buffer holds one.
+    /// Cuts the next whole frame, if the buffer holds one, as
+    /// [`Frame::decode`] decodes it, but with its `Bytes` fields slices of
+    /// the buffer.
     pub fn next_frame(&mut self, max_frame: usize) -> Result<Option<Frame>, FrameError> {
-        match Frame::decode(&self.bytes, max_frame)? {
-            Some((frame, used)) => {
-                self.bytes.advance(used);
-                Ok(Some(frame))
-            }
-            None => Ok(None),
-        }
-    }
-
-    /// Cuts the next whole frame as [`FrameBuffer::next_frame`] does, but
-    /// a `Peer` frame's message comes out as a slice of the bytes
-    /// received, with no copy: what a server's peer link reads, whose
-    /// records the log takes from there.
-    pub fn next_peer(&mut self, max_frame: usize) -> Result<Option<PeerCut>, FrameError> {
-        let mut header = Reader::new(&self.bytes);
-        let (Some(body_length), Some(PEER)) = (header.u32(), header.u8()) else {
-            return Ok(self.next_frame(max_frame)?.map(PeerCut::Other));
+        let Some((frame_type, length)) = Frame::whole(&self.bytes, max_frame)? else {
+            return Ok(None);
         };
-        let body_length = body_length as usize;
-        let length = FRAME_HEADER_LEN + body_length;
-        if body_length > max_frame || body_length < 8 || self.bytes.len() < length {
-            // Too large, malformed or not all here: as `next_frame` says.
-            return Ok(self.next_frame(max_frame)?.map(PeerCut::Other));
-        }
         let frame = self.bytes.split_to(length).freeze();
-        let mut body = Reader::new(&frame[FRAME_HEADER_LEN..]);
-        let stream = body.u64().expect("a peer frame's body holds its stream");
-        let message = frame.slice(FRAME_HEADER_LEN + 8..);
-        Ok(Some(PeerCut::Peer { stream, message }))
+        let mut body = Reader::shared(&frame);
+        body.take(FRAME_HEADER_LEN);
+        Frame::decode_body(frame_type, &mut body).map(Some)
     }
 
     /// Bytes received and not yet cut into frames.
@@ -1535,64 +1522,75 @@ mod frame_buffer_tests {
         assert_eq!(buffer.buffered(), 0);
     }
 
-    /// What `next_frame` would have cut, for comparing `next_peer` with.
-    fn as_frame(cut: PeerCut) -> Frame {
-        match cut {
-            PeerCut::Peer { stream, message } => Frame::Peer {
-                stream,
-                message: message.to_vec(),
-            },
-            PeerCut::Other(frame) => frame,
-        }
-    }
-
     #[test]
-    fn peer_frames_cut_as_slices_match_what_next_frame_decodes_in_order() {
-        let mut frames = Vec::new();
-        for stream in 0..40u64 {
-            let message = vec![stream as u8; (stream as usize * 37) % 300];
-            frames.push(Frame::Peer { stream, message });
-            if stream % 3 == 0 {
-                frames.push(Frame::Ok { request: stream });
-            }
-        }
+    fn every_frame_cut_from_the_buffer_is_what_decode_gives_at_every_read_size() {
+        let frames = sample_frames();
         let wire: Vec<u8> = frames.iter().flat_map(Frame::to_bytes).collect();
         for piece_length in [1, 7, 64, 4096] {
             let mut buffer = FrameBuffer::new();
             let mut cut = Vec::new();
             for piece in wire.chunks(piece_length) {
                 buffer.receiving().extend_from_slice(piece);
-                while let Some(next) = buffer.next_peer(1024).unwrap() {
-                    cut.push(next);
+                while let Some(frame) = buffer.next_frame(1 << 16).unwrap() {
+                    cut.push(frame);
                 }
             }
-            assert!(cut.iter().any(|c| matches!(c, PeerCut::Peer { .. })));
-            assert!(cut.iter().any(|c| matches!(c, PeerCut::Other(_))));
-            let cut: Vec<Frame> = cut.into_iter().map(as_frame).collect();
             assert_eq!(cut, frames, "pieces of {piece_length} bytes");
             assert_eq!(buffer.buffered(), 0);
         }
     }
 
     #[test]
-    fn a_peer_frame_too_large_or_too_short_is_refused_as_next_frame_refuses_it() {
-        let mut large = Vec::new();
-        Frame::Peer {
+    fn a_submits_key_and_payload_and_a_peer_message_are_slices_of_the_buffer() {
+        let submit = Frame::Submit {
+            fields: sample_fields(),
+            key: Bytes::from_static(b"key"),
+            payload: Bytes::from(vec![9; 500]),
+        };
+        let peer = Frame::Peer {
+            stream: 3,
+            message: Bytes::from(vec![4; 300]),
+        };
+        let mut buffer = FrameBuffer::new();
+        buffer.extend(&submit.to_bytes());
+        buffer.extend(&peer.to_bytes());
+        let read = buffer.bytes.as_ptr_range();
+        let within = |part: &Bytes| read.contains(&part.as_ptr());
+        let Some(Frame::Submit { key, payload, .. }) = buffer.next_frame(1024).unwrap() else {
+            panic!("a submit is whole");
+        };
+        assert!(within(&key) && within(&payload));
+        assert_eq!((&key[..], &payload[..]), (&b"key"[..], &[9; 500][..]));
+        let Some(Frame::Peer { stream, message }) = buffer.next_frame(1024).unwrap() else {
+            panic!("a peer frame is whole");
+        };
+        assert!(within(&message));
+        assert_eq!((stream, &message[..]), (3, &[4; 300][..]));
+        // `Frame::decode` copies them.
+        let (Frame::Peer { message, .. }, _) =
+            Frame::decode(&peer.to_bytes(), 1024).unwrap().unwrap()
+        else {
+            panic!("a peer frame decodes");
+        };
+        assert!(!within(&message));
+    }
+
+    #[test]
+    fn a_frame_too_large_or_malformed_is_refused_as_decode_refuses_it() {
+        let large = Frame::Peer {
             stream: 1,
-            message: vec![0; 100],
+            message: Bytes::from(vec![0; 100]),
         }
-        .encode(&mut large);
+        .to_bytes();
         let mut short = Vec::new();
         short.extend_from_slice(&4u32.to_le_bytes());
         short.push(PEER);
         short.extend_from_slice(&[0; 4]);
         for (wire, max) in [(large, 50), (short, 1024)] {
-            let mut by_peer = FrameBuffer::new();
-            by_peer.extend(&wire);
-            let mut by_frame = FrameBuffer::new();
-            by_frame.extend(&wire);
-            let refused = by_peer.next_peer(max).unwrap_err();
-            assert_eq!(refused, by_frame.next_frame(max).unwrap_err());
+            let mut buffer = FrameBuffer::new();
+            buffer.extend(&wire);
+            let refused = buffer.next_frame(max).unwrap_err();
+            assert_eq!(refused, Frame::decode(&wire, max).unwrap_err());
         }
     }
 
@@ -1601,17 +1599,17 @@ mod frame_buffer_tests {
         let mut buffer = FrameBuffer::new();
         let first = Frame::Peer {
             stream: 7,
-            message: vec![0xAB; 1000],
+            message: Bytes::from(vec![0xAB; 1000]),
         };
         buffer.extend(&first.to_bytes());
         // Half of the next frame is already here when the first is cut.
         let second = Frame::Peer {
             stream: 8,
-            message: vec![0xCD; 200_000],
+            message: Bytes::from(vec![0xCD; 200_000]),
         }
         .to_bytes();
         buffer.extend(&second[..100]);
-        let Some(PeerCut::Peer { stream, message }) = buffer.next_peer(1 << 20).unwrap() else {
+        let Some(Frame::Peer { stream, message }) = buffer.next_frame(1 << 20).unwrap() else {
             panic!("the first peer frame is whole");
         };
         for piece in second[100..].chunks(65_536) {
@@ -1619,7 +1617,7 @@ mod frame_buffer_tests {
             buffer.receiving().extend_from_slice(piece);
         }
         assert_eq!((stream, &message[..]), (7, &[0xAB; 1000][..]));
-        let Some(PeerCut::Peer { stream, message }) = buffer.next_peer(1 << 20).unwrap() else {
+        let Some(Frame::Peer { stream, message }) = buffer.next_frame(1 << 20).unwrap() else {
             panic!("the second peer frame is whole");
         };
         assert_eq!(stream, 8);

@@ -152,6 +152,15 @@ impl Layout<Vec<u8>> for Rest {
     }
 }
 
+impl Layout<Bytes> for Rest {
+    fn put(value: &Bytes, out: &mut Vec<u8>) {
+        out.extend_from_slice(value);
+    }
+    fn get(reader: &mut Reader<'_>) -> Option<Bytes> {
+        Some(reader.rest_bytes())
+    }
+}
+
 /// An event id: client u128, session u64, sequence u64.
 pub struct Event;
 

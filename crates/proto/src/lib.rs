@@ -12,7 +12,7 @@ mod reader;
 pub mod record;
 
 pub use frame::{
-    AckLevel, DurabilityConfig, ErrorCode, Frame, FrameBuffer, FrameError, PeerCut, ReplicaAddress,
+    AckLevel, DurabilityConfig, ErrorCode, Frame, FrameBuffer, FrameError, ReplicaAddress,
     RetentionConfig, StreamInfo, SubmitFields, UnknownDurability, CONTROL_MAGIC, FRAME_HEADER_LEN,
     PROTOCOL_VERSION, SERVER_MAGIC,
 };

@@ -239,7 +239,7 @@ impl Outgoing {
                 }
             }
         }
-        let mut frames = wire::ClientFrames::default();
+        let mut frames = wire::ClientFrames::for_messages(msgs.len());
         for msg in msgs {
             if any_legacy {
                 let answers = legacy_answers(&self.legacy, (self.me, stream), &msg, latency);

@@ -122,7 +122,7 @@ pub fn check_peer_message(message: &[u8]) -> Result<(), FrameError> {
     else {
         panic!("a decoded peer message did not encode to a Peer frame: {msg:?}");
     };
-    let again = peer_msg(Bytes::from(again)).expect("a re-encoded peer message decodes");
+    let again = peer_msg(again).expect("a re-encoded peer message decodes");
     assert_eq!(
         format!("{msg:?}"),
         format!("{again:?}"),
@@ -166,8 +166,8 @@ pub(crate) fn event_of(msg: &Msg) -> Option<EventId> {
 pub(crate) fn submit_msg(
     client: u128,
     fields: SubmitFields,
-    key: Vec<u8>,
-    payload: Vec<u8>,
+    key: Bytes,
+    payload: Bytes,
 ) -> Option<Msg> {
     let SubmitFields {
         kind,
@@ -187,8 +187,8 @@ pub(crate) fn submit_msg(
     let content = || Content {
         event,
         low_water,
-        key: Bytes::from(key),
-        payload: Bytes::from(payload),
+        key,
+        payload,
         resent,
     };
     Some(match kind & !proto::frame::SUBMIT_FLAG_RESENT {
@@ -238,7 +238,20 @@ pub(crate) struct ClientFrames {
     run: Option<Frame>,
 }
 
+/// Bytes an `Acked` frame takes at most (header and fields).
+const ACKED_FRAME_BYTES: usize = 64;
+
 impl ClientFrames {
+    /// For the frames of `messages` messages: room for that many `Acked`
+    /// frames (up to 64), so that a note's buffer is allocated once
+    /// rather than grown frame by frame.
+    pub(crate) fn for_messages(messages: usize) -> Self {
+        ClientFrames {
+            bytes: Vec::with_capacity(messages.clamp(1, 64) * ACKED_FRAME_BYTES),
+            run: None,
+        }
+    }
+
     pub(crate) fn push(&mut self, frame: Frame) {
         if let Some(run) = &mut self.run {
             if extend_run(run, &frame) {
@@ -485,6 +498,32 @@ mod tests {
         assert_eq!(back, every);
     }
 
+    #[test]
+    fn a_notes_buffer_is_sized_once_for_its_acks() {
+        // The longest `Acked`: a run, every field at its widest.
+        let widest = Frame::Acked {
+            stream: u64::MAX,
+            server: u32::MAX,
+            session: u64::MAX,
+            sequence: u64::MAX,
+            version: u64::MAX,
+            epoch: u64::MAX,
+            flags: u8::MAX,
+            hint: u8::MAX,
+            more: proto::frame::ACKED_RUN_MAX,
+        };
+        assert!(widest.to_bytes().len() <= ACKED_FRAME_BYTES);
+        // Acks that do not continue each other: a frame each, no growth.
+        let mut frames = ClientFrames::for_messages(3);
+        let room = frames.bytes.capacity();
+        for session in 1..=3 {
+            frames.push(acked(session, 1, session, 0));
+        }
+        let bytes = frames.finish();
+        assert_eq!(expanded(&bytes).1, 3);
+        assert_eq!(bytes.capacity(), room);
+    }
+
     fn entries() -> Vec<Entry> {
         (1..=3u64)
             .map(|version| {
@@ -545,7 +584,7 @@ mod tests {
         let Frame::Peer { stream: 9, message } = decoded else {
             panic!("not a peer frame of stream 9: {decoded:?}");
         };
-        peer_msg(Bytes::from(message))
+        peer_msg(message)
     }
 
     #[test]

@@ -38,6 +38,19 @@ impl Content {
         }
     }
 
+    /// The content with bytes of its own. A client's key and payload are
+    /// slices of the whole read they came in (`proto::FrameBuffer`); a
+    /// message kept past the step that got it (waiting for its binding,
+    /// its reserved version or the end of a recovery) is copied, so that
+    /// it does not keep that read's buffer alive.
+    pub fn compact(self) -> Content {
+        Content {
+            key: Bytes::copy_from_slice(&self.key),
+            payload: Bytes::copy_from_slice(&self.payload),
+            ..self
+        }
+    }
+
     /// CRC32C of the key length, key and payload: a binding names the
     /// content it binds, so a replica never stores other bytes than the
     /// primary did under a version.

@@ -37,7 +37,7 @@ use engine::replication::{AckRule, Bytes, Content, HybridMode, Msg, Protocol, Se
 use net::tls::rustls::pki_types::CertificateDer;
 use net::SharedWriter;
 use net::{Link, LinkReader, LinkWriter};
-use proto::{ErrorCode, EventId, Frame, FrameBuffer, PeerCut, PROTOCOL_VERSION};
+use proto::{ErrorCode, EventId, Frame, FrameBuffer, PROTOCOL_VERSION};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::{watch, Semaphore};
@@ -242,8 +242,8 @@ async fn serve_peer(
     let mut batch_stream: Option<Arc<Stream>> = None;
     loop {
         loop {
-            match buffer.next_peer(max_frame) {
-                Ok(Some(PeerCut::Peer { stream, message })) => {
+            match buffer.next_frame(max_frame) {
+                Ok(Some(Frame::Peer { stream, message })) => {
                     if batch_stream.as_ref().is_some_and(|s| s.id != stream) {
                         if let Some(done) = batch_stream.take() {
                             done.on_peer_many(from, std::mem::take(&mut batch));

@@ -146,8 +146,8 @@ impl Connection {
     pub(super) async fn submit(
         &mut self,
         fields: SubmitFields,
-        key: Vec<u8>,
-        payload: Vec<u8>,
+        key: Bytes,
+        payload: Bytes,
     ) -> bool {
         let stream_id = fields.stream;
         let refuse = |code: ErrorCode, message: String| Frame::Refused {

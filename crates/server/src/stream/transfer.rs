@@ -259,8 +259,7 @@ mod tests {
         let proto::Frame::Peer { stream: 5, message } = frame else {
             panic!("not a peer frame: {frame:?}");
         };
-        let Ok(Msg::Checkpoint { through, state }) = crate::wire::peer_msg(Bytes::from(message))
-        else {
+        let Ok(Msg::Checkpoint { through, state }) = crate::wire::peer_msg(message) else {
             panic!("not a checkpoint transfer");
         };
         assert_eq!(through, 30, "the newest checkpoint");

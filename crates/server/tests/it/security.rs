@@ -460,7 +460,7 @@ async fn a_peer_impostor_without_the_clusters_certificate_delivers_nothing() {
     let anonymous = net::Dialer::tls(&security.ca, None).unwrap();
     let forged = proto::Frame::Peer {
         stream: info.id,
-        message: vec![1; 64],
+        message: vec![1; 64].into(),
     };
     let hellos = [
         proto::Frame::PeerHello {

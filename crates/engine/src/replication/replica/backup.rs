@@ -40,7 +40,7 @@ impl Replica {
         self.unbound.insert(
             event,
             Unbound {
-                content,
+                content: content.compact(),
                 crc,
                 received: now,
             },

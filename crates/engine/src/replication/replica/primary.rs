@@ -155,7 +155,7 @@ impl Replica {
         match self.reservations.get_mut(&version) {
             Some(reservation) if reservation.event == event => {
                 reservation.client = client;
-                reservation.content = Some(content);
+                reservation.content = Some(content.compact());
                 self.advance_reservations(now, out);
             }
             _ => refuse(out, client, event, Refusal::VersionVoid),

@@ -215,6 +215,7 @@ impl Replica {
                 Msg::Write(content) if sender.queued.len() >= limit => {
                     refuse(out, client, content.event, Refusal::Busy)
                 }
+                Msg::Write(content) => sender.queued.push((client, Msg::Write(content.compact()))),
                 other => sender.queued.push((client, other)),
             }
             return;
@@ -253,7 +254,7 @@ impl Replica {
                     Resent {
                         client,
                         epoch,
-                        content,
+                        content: content.compact(),
                     },
                 );
             }

@@ -722,3 +722,30 @@ fn a_backup_logs_records_in_order_as_slices_and_copies_those_it_holds_behind_a_g
     assert!(within(&taken[0].bytes, &read));
     assert_eq!(taken, stamped[2..].to_vec());
 }
+
+/// A client's key and payload arrive as slices of one read; a backup that
+/// holds the message until the primary's binding names its version keeps
+/// a copy of its own, not the read.
+#[test]
+fn a_backup_copies_a_clients_message_it_holds_for_its_binding() {
+    let settings = ReplicaSettings::default();
+    let mut backup = Replica::new(7, 2, placement(), Protocol::Hybrid, settings);
+    let mut out = Vec::new();
+    backup.start(3, &mut out);
+    let read = Bytes::from((0..64u8).collect::<Vec<u8>>());
+    let content = Content {
+        event: EventId {
+            client: 42,
+            session: 1,
+            sequence: 1,
+        },
+        low_water: 1,
+        key: read.slice(0..3),
+        payload: read.slice(3..40),
+        resent: false,
+    };
+    backup.on_client(42, Msg::Tagged(content.clone()), 4, &mut out);
+    let held = &backup.unbound[&content.event].content;
+    assert_eq!(held, &content);
+    assert!(!within(&held.key, &read) && !within(&held.payload, &read));
+}
