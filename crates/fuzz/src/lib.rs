@@ -87,8 +87,10 @@ pub fn frame(bytes: &[u8]) {
     let mut rest = bytes;
     let mut frames = Vec::new();
     let last = loop {
-        let Ok(Some((frame, used))) = Frame::decode(rest, 1 << 20) else {
-            break Frame::decode(rest, 1 << 20).map(|_| ());
+        let (frame, used) = match Frame::decode(rest, 1 << 20) {
+            Ok(Some(decoded)) => decoded,
+            Ok(None) => break Ok(()),
+            Err(error) => break Err(error),
         };
         assert!(used > 0 && used <= rest.len(), "a frame used {used} bytes");
         let encoded = frame.to_bytes();
