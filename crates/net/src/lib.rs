@@ -13,7 +13,9 @@
 //! wake-up of the reader. A busy thread can also say that its sends should
 //! all be queued ([`deferring`]), so that it spends no time writing. Every
 //! send lands whole and in the order the senders took the writer's lock:
-//! bytes are never interleaved.
+//! bytes are never interleaved. A send's bytes are its own or shared
+//! ([`Chunk`]): one frame for several connections is encoded once, and
+//! each writer holds a slice of it until written.
 //!
 //! A link may be TLS ([`tls`]); its bytes are then encrypted by the
 //! flusher alone, as a TLS session cannot be written from two places, so
@@ -30,7 +32,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
+use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::sync::Notify;
@@ -101,12 +103,77 @@ const FLUSH_BYTES_MAX: usize = 1024 * 1024;
 /// Sends in one vectored write at most (Linux takes 1,024 slices).
 const FLUSH_SENDS_MAX: usize = 512;
 
+/// The bytes of one send: owned by it, or shared with other sends (the
+/// same frame for several connections, encoded once). A direct write
+/// takes either from its slice; a queued one keeps it until written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Chunk {
+    Owned(Vec<u8>),
+    Shared(Bytes),
+}
+
+impl Default for Chunk {
+    fn default() -> Chunk {
+        Chunk::Owned(Vec::new())
+    }
+}
+
+impl From<Vec<u8>> for Chunk {
+    fn from(bytes: Vec<u8>) -> Chunk {
+        Chunk::Owned(bytes)
+    }
+}
+
+impl From<Bytes> for Chunk {
+    fn from(bytes: Bytes) -> Chunk {
+        Chunk::Shared(bytes)
+    }
+}
+
+impl std::ops::Deref for Chunk {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            Chunk::Owned(bytes) => bytes,
+            Chunk::Shared(bytes) => bytes,
+        }
+    }
+}
+
+impl Chunk {
+    /// The bytes as a vector of their own (a copy only if shared).
+    pub fn into_vec(self) -> Vec<u8> {
+        match self {
+            Chunk::Owned(bytes) => bytes,
+            Chunk::Shared(bytes) => bytes.to_vec(),
+        }
+    }
+
+    /// Drops the first `count` bytes, which were written.
+    fn consume(&mut self, count: usize) {
+        match self {
+            Chunk::Owned(bytes) => drop(bytes.drain(..count)),
+            Chunk::Shared(bytes) => bytes.advance(count),
+        }
+    }
+
+    /// Written whole: an owned buffer keeps its capacity for the next
+    /// bytes.
+    fn clear(&mut self) {
+        match self {
+            Chunk::Owned(bytes) => bytes.clear(),
+            Chunk::Shared(bytes) => bytes.clear(),
+        }
+    }
+}
+
 /// Why bytes were not taken.
 #[derive(Debug)]
 pub enum Refused<H> {
     /// The queue holds its maximum: the bytes (and what they hold) come
     /// back.
-    Full(Vec<u8>, Option<H>),
+    Full(Chunk, Option<H>),
     /// The connection failed or was closed; nothing more is written.
     Closed,
 }
@@ -166,7 +233,7 @@ enum Taken {
 }
 
 struct State<H> {
-    queue: VecDeque<(Vec<u8>, Option<H>)>,
+    queue: VecDeque<(Chunk, Option<H>)>,
     /// Bytes of `queue`.
     queued_bytes: usize,
     /// The flusher owns the socket: set when a send is queued, cleared by
@@ -216,8 +283,8 @@ impl<H: Send + 'static> SharedWriter<H> {
     /// Sends `bytes`: written at once from this thread when the connection
     /// is idle (see [`IDLE_BEFORE_DIRECT`]), queued for the flusher
     /// otherwise. Never blocks.
-    pub fn try_send(&self, mut bytes: Vec<u8>, hold: Option<H>) -> Result<(), Refused<H>> {
-        self.offer(&mut bytes, hold, Direct::WhenIdle)
+    pub fn try_send(&self, bytes: impl Into<Chunk>, hold: Option<H>) -> Result<(), Refused<H>> {
+        self.offer(&mut bytes.into(), hold, Direct::WhenIdle)
     }
 
     /// Writes `bytes` from this thread unless sends are queued or a flush
@@ -227,20 +294,25 @@ impl<H: Send + 'static> SharedWriter<H> {
     /// empty with its capacity, to gather the next ones into; otherwise
     /// the writer takes them. Never blocks.
     pub fn send_gathered(&self, bytes: &mut Vec<u8>) -> Result<(), Refused<H>> {
-        self.offer(bytes, None, Direct::Always)
+        let mut chunk = Chunk::Owned(std::mem::take(bytes));
+        let offered = self.offer(&mut chunk, None, Direct::Always);
+        if let Chunk::Owned(left) = chunk {
+            *bytes = left;
+        }
+        offered
     }
 
     /// Queues `bytes` for the flusher without writing from this thread:
     /// for a sender with more to come, whose sends the flusher gathers
     /// into fewer writes. Never blocks.
-    pub fn try_queue(&self, mut bytes: Vec<u8>, hold: Option<H>) -> Result<(), Refused<H>> {
-        self.offer(&mut bytes, hold, Direct::Never)
+    pub fn try_queue(&self, bytes: impl Into<Chunk>, hold: Option<H>) -> Result<(), Refused<H>> {
+        self.offer(&mut bytes.into(), hold, Direct::Never)
     }
 
     /// Sends `bytes` as [`SharedWriter::try_send`] does, waiting for room
     /// while the queue is full.
-    pub async fn send(&self, bytes: Vec<u8>, hold: Option<H>) -> Result<(), Closed> {
-        let mut item = (bytes, hold);
+    pub async fn send(&self, bytes: impl Into<Chunk>, hold: Option<H>) -> Result<(), Closed> {
+        let mut item = (bytes.into(), hold);
         loop {
             let room = self.room.notified();
             tokio::pin!(room);
@@ -334,15 +406,10 @@ impl<H: Send + 'static> SharedWriter<H> {
         Taken::Batch
     }
 
-    /// Writes `bytes` at once if `direct` allows, leaving them empty with
-    /// their capacity; otherwise (or for what the socket did not take)
-    /// the queue takes them.
-    fn offer(
-        &self,
-        bytes: &mut Vec<u8>,
-        hold: Option<H>,
-        direct: Direct,
-    ) -> Result<(), Refused<H>> {
+    /// Writes `bytes` at once if `direct` allows, leaving them empty (an
+    /// owned buffer with its capacity); otherwise (or for what the socket
+    /// did not take) the queue takes them.
+    fn offer(&self, bytes: &mut Chunk, hold: Option<H>, direct: Direct) -> Result<(), Refused<H>> {
         let mut state = self.lock();
         if state.closed {
             return Err(Refused::Closed);
@@ -373,7 +440,7 @@ impl<H: Send + 'static> SharedWriter<H> {
                 bytes.clear();
                 return Ok(());
             }
-            bytes.drain(..written);
+            bytes.consume(written);
         }
         QUEUED.set(QUEUED.get() + 1);
         self.enqueue(state, std::mem::take(bytes), hold)
@@ -407,7 +474,7 @@ impl<H: Send + 'static> SharedWriter<H> {
     fn enqueue(
         &self,
         mut state: MutexGuard<'_, State<H>>,
-        bytes: Vec<u8>,
+        bytes: Chunk,
         hold: Option<H>,
     ) -> Result<(), Refused<H>> {
         // An empty queue always has room: `queued_max` is at least one.
@@ -461,7 +528,7 @@ impl<H: Send + 'static> SharedWriter<H> {
 /// cost less than one per send.
 #[derive(Default)]
 struct Batch {
-    sends: Vec<Vec<u8>>,
+    sends: Vec<Chunk>,
     gathered: Vec<u8>,
     bytes: usize,
 }
@@ -473,7 +540,7 @@ impl Batch {
         self.bytes = 0;
     }
 
-    fn push(&mut self, bytes: Vec<u8>, gather: bool) {
+    fn push(&mut self, bytes: Chunk, gather: bool) {
         self.bytes += bytes.len();
         match gather {
             true => self.gathered.extend_from_slice(&bytes),
@@ -484,13 +551,13 @@ impl Batch {
 
 /// Writes every byte of `sends`, in order, with as few vectored writes as
 /// the socket allows.
-async fn write_all_vectored(socket: &OwnedWriteHalf, sends: &[Vec<u8>]) -> std::io::Result<()> {
+async fn write_all_vectored(socket: &OwnedWriteHalf, sends: &[Chunk]) -> std::io::Result<()> {
     // The next byte to write: the send, and the offset in it.
     let (mut index, mut offset) = (0, 0);
     while index < sends.len() {
         socket.writable().await?;
         let slices: Vec<std::io::IoSlice<'_>> = std::iter::once(&sends[index][offset..])
-            .chain(sends[index + 1..].iter().map(Vec::as_slice))
+            .chain(sends[index + 1..].iter().map(|send| &send[..]))
             .map(std::io::IoSlice::new)
             .collect();
         match socket.try_write_vectored(&slices) {

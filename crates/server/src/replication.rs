@@ -17,8 +17,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
+use bytes::Bytes;
 use engine::replication::{Msg, ServerId};
-use net::{Refused, SharedWriter};
+use net::{Chunk, Refused, SharedWriter};
 use proto::Frame;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, watch};
@@ -73,7 +74,7 @@ pub(crate) struct PeerLink {
 #[derive(Default)]
 struct PeerLinkState {
     writer: Option<Arc<SharedWriter>>,
-    backlog: std::collections::VecDeque<Vec<u8>>,
+    backlog: std::collections::VecDeque<Chunk>,
 }
 
 impl PeerLink {
@@ -86,7 +87,7 @@ impl PeerLink {
 
     /// Sends or queues `frame`; `false` when it was dropped (the queue is
     /// full, or the connection failed under it).
-    fn send(&self, frame: Vec<u8>) -> bool {
+    fn send(&self, frame: Chunk) -> bool {
         let mut state = self.state.lock().expect("link lock");
         match &state.writer {
             Some(writer) => writer.try_send(frame, None).is_ok(),
@@ -292,23 +293,46 @@ impl Router {
     /// Sends a replication message to a peer: written by this thread when
     /// the link is up and idle, queued otherwise.
     pub(crate) fn send_peer(&self, to: ServerId, stream: u64, msg: Msg) {
+        self.send_peers(&[to], stream, &msg);
+    }
+
+    /// Sends one replication message to several peers, encoded once: with
+    /// more than one, each link gets the same frame, shared (at R = 3, a
+    /// primary's `Replicate` to both backups is one copy of its records,
+    /// not two).
+    pub(crate) fn send_peers(&self, to: &[ServerId], stream: u64, msg: &Msg) {
         let peers = self.peers.read().expect("router lock");
-        let Some(link) = peers.get(&to) else {
+        let links = || to.iter().filter_map(|to| peers.get(to));
+        let count = links().count();
+        if count == 0 {
             return;
-        };
-        let Some(frame) = wire::peer_frame(stream, &msg) else {
-            return;
-        };
-        if link.send(frame) {
-            self.metrics.peer_sent.fetch_add(1, Ordering::Relaxed);
-        } else {
-            self.metrics.peer_dropped.fetch_add(1, Ordering::Relaxed);
         }
+        let Some(frame) = wire::peer_frame(stream, msg) else {
+            return;
+        };
+        // One link takes the frame as it is; several share it.
+        let frame = match count {
+            1 => Chunk::Owned(frame),
+            _ => Chunk::Shared(Bytes::from(frame)),
+        };
+        // `repeat_n` moves the frame itself into its last item: an owned
+        // frame is never copied.
+        let sent = links()
+            .zip(std::iter::repeat_n(frame, count))
+            .map(|(link, frame)| link.send(frame))
+            .filter(|sent| *sent)
+            .count();
+        self.metrics
+            .peer_sent
+            .fetch_add(sent as u64, Ordering::Relaxed);
+        self.metrics
+            .peer_dropped
+            .fetch_add((count - sent) as u64, Ordering::Relaxed);
     }
 
     /// The frames queued for a peer whose link has not started, for tests.
     #[cfg(test)]
-    pub(crate) fn take_queued(&self, to: ServerId) -> Vec<Vec<u8>> {
+    pub(crate) fn take_queued(&self, to: ServerId) -> Vec<Chunk> {
         let link = self.peers.read().expect("router lock").get(&to).cloned();
         link.map(|link| {
             let mut state = link.state.lock().expect("link lock");
@@ -461,5 +485,58 @@ async fn run_link(
         // repair it.
         link.down();
         tracing::warn!("link to server {peer} at {address} broke; reconnecting");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use engine::replication::Entry;
+
+    use super::*;
+    use crate::config::{ClusterConfig, Peer};
+
+    /// A router of server 1 with peers 2 and 3 whose links have not
+    /// started, so what is sent to them stays queued.
+    fn router() -> Router {
+        let cluster = ClusterConfig {
+            me: 1,
+            peers: [2, 3]
+                .into_iter()
+                .map(|id| Peer {
+                    id,
+                    address: "127.0.0.1:9".into(),
+                })
+                .collect(),
+            ..ClusterConfig::default()
+        };
+        let router = Router::new(&cluster, 16, net::Dialer::plain());
+        for peer in &cluster.peers {
+            router.add_peer(peer.id, &peer.address);
+        }
+        router
+    }
+
+    #[test]
+    fn one_message_to_two_peers_is_one_frame_they_share_and_to_one_peer_its_own() {
+        let router = router();
+        let msg = Msg::Replicate {
+            entries: vec![Entry::void(5, 1, 1), Entry::void(5, 2, 1)],
+        };
+        let expected = wire::peer_frame(5, &msg).unwrap();
+        router.send_peers(&[2, 3], 5, &msg);
+        let (two, three) = (router.take_queued(2), router.take_queued(3));
+        let ([Chunk::Shared(two)], [Chunk::Shared(three)]) = (&two[..], &three[..]) else {
+            panic!("one shared frame each: {two:?} {three:?}");
+        };
+        assert_eq!(two, &expected[..]);
+        assert_eq!(two.as_ptr(), three.as_ptr(), "the same bytes, not a copy");
+        router.send_peer(3, 5, msg.clone());
+        assert_eq!(router.take_queued(3), vec![Chunk::Owned(expected)]);
+        assert!(router.take_queued(2).is_empty());
+        // A peer the router does not know counts for nothing.
+        router.send_peers(&[3, 4], 5, &msg);
+        assert_eq!(router.take_queued(3).len(), 1);
+        assert_eq!(router.metrics.peer_sent.load(Ordering::Relaxed), 4);
+        assert_eq!(router.metrics.peer_dropped.load(Ordering::Relaxed), 0);
     }
 }

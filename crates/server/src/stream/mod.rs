@@ -34,8 +34,8 @@ struct RouterOutbox<'a> {
 }
 
 impl Outbox for RouterOutbox<'_> {
-    fn to_peer(&self, to: ServerId, msg: Msg) {
-        self.router.send_peer(to, self.stream, msg);
+    fn to_peers(&self, to: &[ServerId], msg: &Msg) {
+        self.router.send_peers(to, self.stream, msg);
     }
     fn to_client(&self, client: u128, msgs: Vec<Msg>) {
         self.router.send_client(client, self.stream, msgs);

@@ -15,12 +15,21 @@
 //! `Progress` or `Commit` that follows (and runs, on loopback, the
 //! peer's side of it). Measured in docs/results.md ("The reader yields
 //! after the acks of a record written in place").
+//!
+//! A primary's step sends each backup a `Replicate` of the same records
+//! (the same bytes, shared); those leave together, so that their frame
+//! is encoded once and shared by the links (`Outbox::to_peers`).
 
 use engine::replication::{Msg, ServerId};
 
+/// Peers one message goes to at once, at most (a longer run of the same
+/// records is sent in parts).
+const GROUP_MAX: usize = 8;
+
 /// Where a step's messages go.
 pub(super) trait Outbox {
-    fn to_peer(&self, to: ServerId, msg: Msg);
+    /// `msg` to each of `to`, encoded once.
+    fn to_peers(&self, to: &[ServerId], msg: &Msg);
     fn to_client(&self, client: u128, msgs: Vec<Msg>);
     /// Between the acks of a record written in place and the peers'
     /// messages after them.
@@ -46,10 +55,22 @@ impl Sends {
         }
     }
 
-    /// The log is about to take a record: the peers' messages leave now.
+    /// The log is about to take a record: the peers' messages leave now,
+    /// each run of the same records to several peers as one.
     pub(super) fn before_append(&mut self, out: &impl Outbox) {
-        for (to, msg) in self.peers.drain(..) {
-            out.to_peer(to, msg);
+        let mut group = [0; GROUP_MAX];
+        let mut grouped = 0;
+        let mut peers = self.peers.drain(..).peekable();
+        while let Some((to, msg)) = peers.next() {
+            group[grouped] = to;
+            grouped += 1;
+            let joins = peers
+                .peek()
+                .is_some_and(|(_, next)| same_records(&msg, next));
+            if !joins || grouped == GROUP_MAX {
+                out.to_peers(&group[..grouped], &msg);
+                grouped = 0;
+            }
         }
     }
 
@@ -69,9 +90,28 @@ impl Sends {
     }
 }
 
+/// Whether two messages are a `Replicate` of the same records: slices
+/// of the same bytes, as a primary's step sends to each backup. Compared
+/// by address, not by content, so the check costs nothing per byte.
+fn same_records(a: &Msg, b: &Msg) -> bool {
+    match (a, b) {
+        (Msg::Replicate { entries: a }, Msg::Replicate { entries: b }) => {
+            a.len() == b.len()
+                && a.iter().zip(b).all(|(a, b)| {
+                    a.header == b.header
+                        && a.bytes.as_ptr() == b.bytes.as_ptr()
+                        && a.bytes.len() == b.bytes.len()
+                })
+        }
+        _ => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::cell::RefCell;
+
+    use engine::replication::Entry;
 
     use super::*;
 
@@ -80,8 +120,11 @@ mod tests {
     struct Recorded(RefCell<Vec<String>>);
 
     impl Outbox for Recorded {
-        fn to_peer(&self, to: ServerId, msg: Msg) {
-            self.0.borrow_mut().push(format!("peer {to}: {msg:?}"));
+        fn to_peers(&self, to: &[ServerId], msg: &Msg) {
+            let to: Vec<String> = to.iter().map(ToString::to_string).collect();
+            self.0
+                .borrow_mut()
+                .push(format!("peer {}: {msg:?}", to.join(",")));
         }
         fn to_client(&self, client: u128, msgs: Vec<Msg>) {
             self.0
@@ -115,6 +158,44 @@ mod tests {
                 "client 9: 2 messages".to_string(),
                 "client 8: 1 messages".to_string(),
                 format!("peer 1: {:?}", progress(7)),
+            ]
+        );
+    }
+
+    #[test]
+    fn the_same_records_for_several_peers_leave_as_one_message_and_nothing_else_does() {
+        let out = Recorded::default();
+        let mut sends = Sends::default();
+        let records = vec![Entry::void(1, 5, 1), Entry::void(1, 6, 1)];
+        let replicate = || Msg::Replicate {
+            entries: records.clone(),
+        };
+        sends.peer(2, replicate());
+        sends.peer(3, replicate());
+        // Equal records that are other bytes, and messages that are
+        // equal but carry no records, each leave on their own.
+        let copied = Msg::Replicate {
+            entries: vec![Entry::void(1, 5, 1), Entry::void(1, 6, 1)],
+        };
+        assert_eq!(copied, replicate());
+        sends.peer(3, copied.clone());
+        sends.peer(2, progress(6));
+        sends.peer(3, progress(6));
+        // A run longer than a group goes in parts, in order.
+        for to in 0..GROUP_MAX as ServerId + 1 {
+            sends.peer(to, replicate());
+        }
+        sends.before_append(&out);
+        let all: Vec<String> = (0..GROUP_MAX).map(|to| to.to_string()).collect();
+        assert_eq!(
+            out.0.into_inner(),
+            vec![
+                format!("peer 2,3: {:?}", replicate()),
+                format!("peer 3: {copied:?}"),
+                format!("peer 2: {:?}", progress(6)),
+                format!("peer 3: {:?}", progress(6)),
+                format!("peer {}: {:?}", all.join(","), replicate()),
+                format!("peer {GROUP_MAX}: {:?}", replicate()),
             ]
         );
     }
