@@ -73,6 +73,13 @@ pub enum CrashMode {
     /// write over durable bytes keeps either the old or the new bytes (a
     /// seeded coin per write). An unsynced shrink by `set_len` happens or
     /// not (a coin). Files synced since their last write are unchanged.
+    /// A direct write (`write_blocks_at`) over durable bytes and on into a
+    /// hole that `set_len` made since the last sync keeps its bytes in the
+    /// hole only if its bytes over durable ones took the new value: a file
+    /// system that writes into a hole past its page cache (ext4, XFS)
+    /// allocates unwritten blocks and marks them written only once the
+    /// whole write has completed, so the hole never holds the write
+    /// without the rest of it.
     TornTail,
 }
 
@@ -113,6 +120,10 @@ struct FileContent {
     /// Unsynced writes over durable bytes (clipped to the durable length),
     /// in order, for [`CrashMode::TornTail`].
     overwrites: Vec<Overwrite>,
+    /// Bytes a `set_len` grew the file by since its last sync and nothing
+    /// has written since: a hole, which a direct write fills whole or not
+    /// at all (see [`CrashMode::TornTail`]).
+    hole: Option<(usize, usize)>,
     open_handles: usize,
 }
 
@@ -120,6 +131,10 @@ struct FileContent {
 struct Overwrite {
     offset: usize,
     bytes: Vec<u8>,
+    /// A direct write (`write_blocks_at`) that also reached past the
+    /// durable length into a hole: its bytes there survive only with
+    /// these.
+    holds_the_rest: bool,
 }
 
 /// Injected faults, changed through [`FaultStorage`]'s methods.
@@ -462,7 +477,11 @@ impl StorageFile for FaultFile {
     }
 
     fn write_at(&self, bytes: &[u8], offset: u64) -> io::Result<()> {
-        lock(&self.shared).write(self.id, bytes, offset)
+        lock(&self.shared).write(self.id, bytes, offset, false)
+    }
+
+    fn write_blocks_at(&self, bytes: &[u8], offset: u64) -> io::Result<()> {
+        lock(&self.shared).write(self.id, bytes, offset, true)
     }
 
     fn sync_data(&self) -> io::Result<()> {
@@ -619,9 +638,10 @@ impl State {
         Some(limit.saturating_sub(used))
     }
 
-    /// `write_at`: applies a torn-write fault and the space limit, writes
-    /// what is left, and reports the fault.
-    fn write(&mut self, id: FileId, bytes: &[u8], offset: u64) -> io::Result<()> {
+    /// `write_at` (`write_blocks_at` when `direct`): applies a torn-write
+    /// fault and the space limit, writes what is left, and reports the
+    /// fault.
+    fn write(&mut self, id: FileId, bytes: &[u8], offset: u64, direct: bool) -> io::Result<()> {
         self.counters.writes += 1;
         let old_length = self.content(id)?.visible.len() as u64;
         let mut bytes = bytes;
@@ -641,7 +661,8 @@ impl State {
         }
         if !bytes.is_empty() {
             let end = checked_length(offset.saturating_add(bytes.len() as u64))?;
-            self.content_mut(id)?.write(bytes, end - bytes.len());
+            self.content_mut(id)?
+                .write(bytes, end - bytes.len(), direct);
             self.counters.bytes_written += bytes.len() as u64;
         }
         failure.map_or(Ok(()), Err)
@@ -656,11 +677,12 @@ impl FileContent {
             visible: bytes.clone(),
             durable: bytes,
             overwrites: Vec::new(),
+            hole: None,
             open_handles: 0,
         }
     }
 
-    fn write(&mut self, bytes: &[u8], offset: usize) {
+    fn write(&mut self, bytes: &[u8], offset: usize, direct: bool) {
         let old_length = self.visible.len();
         let end = offset + bytes.len();
         if end > old_length {
@@ -669,16 +691,26 @@ impl FileContent {
         self.visible[offset..end].copy_from_slice(bytes);
         self.in_sync_prefix = self.in_sync_prefix.min(offset.min(old_length));
         let durable_end = end.min(self.durable.len());
+        let into_hole = self
+            .hole
+            .take()
+            .is_some_and(|(from, to)| from <= offset.max(durable_end) && end <= to);
         if offset < durable_end {
             self.overwrites.push(Overwrite {
                 offset,
                 bytes: bytes[..durable_end - offset].to_vec(),
+                holds_the_rest: direct && into_hole && end > durable_end,
             });
         }
     }
 
     fn set_length(&mut self, length: usize) {
         let old_length = self.visible.len();
+        self.hole = match self.hole {
+            _ if length <= old_length => None,
+            Some((from, to)) if to == old_length => Some((from, length)),
+            _ => Some((old_length, length)),
+        };
         self.visible.resize(length, 0);
         self.in_sync_prefix = self.in_sync_prefix.min(length.min(old_length));
     }
@@ -690,6 +722,7 @@ impl FileContent {
         self.durable.extend_from_slice(&self.visible[keep..]);
         self.in_sync_prefix = self.visible.len();
         self.overwrites.clear();
+        self.hole = None;
     }
 
     /// The content a power loss leaves, per [`CrashMode`].
@@ -698,16 +731,22 @@ impl FileContent {
         if mode == CrashMode::DurableOnly {
             return image;
         }
+        // Whether bytes past the durable length may survive: not after a
+        // direct write across it whose bytes over durable ones did not.
+        let mut past = true;
         for overwrite in &self.overwrites {
             let end = (overwrite.offset + overwrite.bytes.len()).min(image.len());
-            if random.coin() && overwrite.offset < end {
+            let new = random.coin();
+            if new && overwrite.offset < end {
                 let count = end - overwrite.offset;
                 image[overwrite.offset..end].copy_from_slice(&overwrite.bytes[..count]);
             }
+            past &= new || !overwrite.holds_the_rest;
         }
         let durable_length = image.len();
         if self.visible.len() > durable_length {
             let kept = prefix_length(random, self.visible.len() - durable_length);
+            let kept = if past { kept } else { 0 };
             image.extend_from_slice(&self.visible[durable_length..durable_length + kept]);
         } else if self.visible.len() < durable_length && random.coin() {
             image.truncate(self.visible.len());
@@ -897,6 +936,43 @@ mod tests {
             .map(|bytes| bytes.to_vec())
             .collect();
         assert_eq!(images, expected);
+    }
+
+    #[test]
+    fn a_direct_write_into_a_hole_keeps_its_bytes_there_only_with_the_rest() {
+        // Durable "aaaa"; the file grows by a hole of 4, and one write puts
+        // "AABB" over the last two durable bytes and the hole's first two.
+        let images = |direct: bool| {
+            let (storage, file) = storage_with_durable_file(b"aaaa");
+            file.set_len(8).unwrap();
+            match direct {
+                true => file.write_blocks_at(b"AABB", 2).unwrap(),
+                false => file.write_at(b"AABB", 2).unwrap(),
+            }
+            (0..200)
+                .map(|seed| {
+                    let image = storage.crash(CrashMode::TornTail, seed);
+                    image.read_file(path("log/a")).unwrap()
+                })
+                .collect::<BTreeSet<Vec<u8>>>()
+        };
+        let direct = images(true);
+        assert!(direct.contains(b"aaAABB\0\0".as_slice()), "{direct:?}");
+        assert!(direct.contains(b"aaaa".as_slice()), "{direct:?}");
+        for image in &direct {
+            assert!(
+                image.len() <= 4 || image.starts_with(b"aaAA"),
+                "a direct write's bytes in the hole survived without the rest: {image:?}"
+            );
+        }
+        // A write through the page cache has no such order.
+        assert!(
+            images(false)
+                .iter()
+                .any(|image| image.starts_with(b"aaaaB")),
+            "{:?}",
+            images(false)
+        );
     }
 
     #[test]

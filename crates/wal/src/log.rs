@@ -68,6 +68,10 @@ pub(crate) struct Tail {
     pub(crate) base: u64,
     /// The file's length, zeros past the last record included.
     pub(crate) allocated: u64,
+    /// Where the bytes written to the file (records, zeros) end: past it,
+    /// up to `allocated`, a hole that a large batch grew the file by,
+    /// which small batches' zeros fill before they go on.
+    pub(crate) zeroed: u64,
     /// Off after a preallocation failed (a nearly full disk): the log goes
     /// on without it, and real writes report the error.
     pub(crate) preallocate: bool,

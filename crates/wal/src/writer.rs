@@ -29,9 +29,10 @@ const PREALLOCATE_STEP_BYTES: usize = 1024 * 1024;
 /// small; past this the zeros cost the disk about as much time and as
 /// many bytes as the batches themselves (written by the same thread
 /// between batches), and the commit is small beside a batch. Such
-/// batches, once past the zeros, grow the file through the page cache
-/// (docs/results.md, "NATS JetStream in the same run, and zeros ahead of
-/// small batches only").
+/// batches, once past the zeros, grow the file by a hole first and are
+/// written into it past the page cache (docs/results.md, "NATS JetStream
+/// in the same run, and zeros ahead of small batches only"; "Large
+/// batches past the page cache").
 const ZEROS_BATCH_BYTES_MAX: u64 = 64 * 1024;
 
 /// One preallocation step of zeros, on a block boundary so it can be
@@ -297,6 +298,7 @@ impl Shared {
         Tail {
             base,
             allocated,
+            zeroed: allocated,
             preallocate: true,
             written: None,
         }
@@ -310,25 +312,29 @@ impl Shared {
     /// when it was written).
     fn preallocate(&self, tail: &mut Tail, end: u64) {
         let target = (end + PREALLOCATE_AHEAD_BYTES).min(self.config.segment_bytes_max);
-        if !tail.preallocate || tail.allocated >= target {
+        if !tail.preallocate || tail.zeroed >= target {
             return;
         }
         let Some(file) = self.segment_file(tail.base) else {
             return;
         };
         let limit = self.config.segment_bytes_max;
-        while tail.preallocate && tail.allocated < target {
-            let from = tail.allocated.max(end.next_multiple_of(BLOCK_BYTES as u64));
+        while tail.preallocate && tail.zeroed < target {
+            let from = tail.zeroed.max(end.next_multiple_of(BLOCK_BYTES as u64));
             let length = (PREALLOCATE_STEP_BYTES as u64).min(limit.saturating_sub(from)) as usize;
             if length == 0 {
                 return;
             }
             match file.write_blocks_at(&ZEROS.0[..length], from) {
-                Ok(()) => tail.allocated = from + length as u64,
+                Ok(()) => {
+                    tail.zeroed = from + length as u64;
+                    tail.allocated = tail.allocated.max(tail.zeroed);
+                }
                 Err(_) => {
                     // A short write may have grown the file before failing;
                     // remember its real length so a rollover still trims it.
                     tail.allocated = file.len().unwrap_or(from + length as u64);
+                    tail.zeroed = tail.zeroed.max(tail.allocated.min(from + length as u64));
                     tail.preallocate = false;
                 }
             }
@@ -354,12 +360,18 @@ impl Shared {
         let (Some(length), Some(file)) = (length, self.segment_file(tail.base)) else {
             return Ok(());
         };
-        if tail.allocated <= length {
+        let path = self.segment_path_of(tail.base);
+        // The file's own length, not `tail.allocated`: another thread's
+        // tail (a journal's, a log's own) may have grown it since.
+        let on_file = file.len().map_err(|source| LogError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        if tail.allocated.max(on_file) <= length {
             return Ok(());
         }
         // Kept blocks past the cut would make the file long again.
         self.spill_kept(touched)?;
-        let path = self.segment_path_of(tail.base);
         file.set_len(length).map_err(|source| LogError::Io {
             path: path.to_path_buf(),
             source,
@@ -612,6 +624,7 @@ impl Shared {
                 *tail = Tail {
                     base: chunk.segment_base,
                     allocated: crate::segment::SEGMENT_HEADER_LEN as u64,
+                    zeroed: crate::segment::SEGMENT_HEADER_LEN as u64,
                     preallocate: tail.preallocate,
                     written: None,
                 };
@@ -625,11 +638,14 @@ impl Shared {
     /// from the block boundary before the chunk (the same bytes again, so
     /// a torn write leaves them as they were), its records, and zeros to
     /// the next boundary, which the preallocated tail holds anyway.
-    /// `direct`: past the page cache, and only inside the zeros already in
-    /// the file: a write that would grow the file goes as an append of the
-    /// records alone, as without blocks, since a crash keeps an append's
-    /// bytes in order while a write over old bytes and past them may keep
-    /// the part past them alone. Otherwise (a journal round) the records
+    /// `direct`: past the page cache, and only inside the file: a write
+    /// that would grow it grows the file first, by a hole, and goes into
+    /// the hole. A file system that writes a hole past its page cache
+    /// (ext4, XFS) gives it unwritten blocks and marks them written only
+    /// once the whole write has completed, in the metadata that the
+    /// fdatasync commits: after a crash the hole reads as zeros or holds
+    /// the whole write, never a later record behind a torn earlier one,
+    /// as an append keeps its bytes in order. Otherwise (a journal round) the records
     /// are kept for the page cache (`keep`, which makes the same blocks
     /// when it writes them), past the zeros too: the journal's frames stay
     /// their durable copy until a rotation syncs the file.
@@ -644,6 +660,29 @@ impl Shared {
         let start = chunk.offset - chunk.offset % block;
         let end = chunk.offset + chunk.bytes.len() as u64;
         let in_tail = chunk.segment_base == tail.base;
+        if direct && in_tail && end.next_multiple_of(block) > tail.allocated {
+            // Past the zeros (a large batch, which writes none ahead): the
+            // file grows first, by a hole that reads as zeros and costs the
+            // disk nothing until written, and the records go past the page
+            // cache into it as into zeros. Copying them into newly
+            // allocated page cache instead cost the servers more CPU than
+            // anything else at 10 KB (docs/results.md, "Large batches past
+            // the page cache").
+            // Only when the file ends where this thread's tail does: bytes
+            // past that are another writer's (a journal round's kept
+            // blocks), not a hole, and the records are then appended as
+            // they come, in order. The hole reaches as far ahead as small
+            // batches keep zeros, so that the next batches go into a hole
+            // their own sync made durable (and small ones fill it with
+            // zeros first, see `preallocate`).
+            if file.len()? <= tail.allocated {
+                let limit = self.config.segment_bytes_max;
+                let grown = end.next_multiple_of(block);
+                let grown = grown.max((grown + PREALLOCATE_AHEAD_BYTES).min(limit));
+                file.set_len(grown)?;
+                tail.allocated = grown;
+            }
+        }
         // Kept blocks (a journal round's) may grow the file: until a
         // rotation syncs the segment, the journal's frames are their
         // durable copy, and redo writes them again after a crash.
@@ -663,6 +702,7 @@ impl Shared {
         let Some(mut prefix) = prefix else {
             if in_tail {
                 tail.allocated = tail.allocated.max(end);
+                tail.zeroed = tail.zeroed.max(end);
             }
             self.write_kept()?;
             return file
@@ -672,11 +712,13 @@ impl Shared {
         if direct {
             chunk.bytes.set_prefix(&prefix);
             file.write_blocks_at(chunk.bytes.blocks(), start)?;
+            tail.zeroed = tail.zeroed.max(end.next_multiple_of(block));
         } else {
             self.keep(file, path, (&prefix, chunk.bytes.records()), start)?;
             // The file reaches the kept blocks' end once they are written:
             // a clean close cuts it back to the last record.
             tail.allocated = tail.allocated.max(end.next_multiple_of(block));
+            tail.zeroed = tail.zeroed.max(end.next_multiple_of(block));
         }
         // What the next write, which starts at `end`, puts back in front:
         // the bytes of the last block up to `end`.
