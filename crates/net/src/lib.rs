@@ -103,13 +103,19 @@ const FLUSH_BYTES_MAX: usize = 1024 * 1024;
 /// Sends in one vectored write at most (Linux takes 1,024 slices).
 const FLUSH_SENDS_MAX: usize = 512;
 
-/// The bytes of one send: owned by it, or shared with other sends (the
-/// same frame for several connections, encoded once). A direct write
-/// takes either from its slice; a queued one keeps it until written.
+/// The bytes of one send: owned by it, shared with other sends (the
+/// same frame for several connections, encoded once), or a frame in
+/// parts (its encoded head and the large payloads or records it carries,
+/// each left where it was rather than copied into one buffer). A direct
+/// write takes any of them from its slices; a queued one keeps them until
+/// written. A send is written whole and in order whatever its shape.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Chunk {
     Owned(Vec<u8>),
     Shared(Bytes),
+    /// Written one after the other, as one send: never interleaved with
+    /// another's bytes.
+    Parts(VecDeque<Bytes>),
 }
 
 impl Default for Chunk {
@@ -130,31 +136,69 @@ impl From<Bytes> for Chunk {
     }
 }
 
-impl std::ops::Deref for Chunk {
-    type Target = [u8];
-
-    fn deref(&self) -> &[u8] {
-        match self {
-            Chunk::Owned(bytes) => bytes,
-            Chunk::Shared(bytes) => bytes,
+impl Chunk {
+    /// One send of `parts` in order, empty ones left out: `Shared` when
+    /// only one is left.
+    pub fn parts(parts: impl IntoIterator<Item = Bytes>) -> Chunk {
+        let mut parts: VecDeque<Bytes> =
+            parts.into_iter().filter(|part| !part.is_empty()).collect();
+        match parts.len() {
+            0 => Chunk::default(),
+            1 => Chunk::Shared(parts.pop_front().unwrap_or_default()),
+            _ => Chunk::Parts(parts),
         }
     }
-}
 
-impl Chunk {
-    /// The bytes as a vector of their own (a copy only if shared).
+    /// The send's bytes.
+    pub fn len(&self) -> usize {
+        match self {
+            Chunk::Owned(bytes) => bytes.len(),
+            Chunk::Shared(bytes) => bytes.len(),
+            Chunk::Parts(parts) => parts.iter().map(Bytes::len).sum(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The send's bytes as slices, in the order they are written.
+    pub fn slices(&self) -> impl Iterator<Item = &[u8]> {
+        static NO_PARTS: VecDeque<Bytes> = VecDeque::new();
+        let (one, parts): (&[u8], &VecDeque<Bytes>) = match self {
+            Chunk::Owned(bytes) => (bytes, &NO_PARTS),
+            Chunk::Shared(bytes) => (bytes, &NO_PARTS),
+            Chunk::Parts(parts) => (&[], parts),
+        };
+        std::iter::once(one)
+            .filter(|one| !one.is_empty())
+            .chain(parts.iter().map(|part| &part[..]))
+    }
+
+    /// The bytes as a vector of their own (a copy unless owned).
     pub fn into_vec(self) -> Vec<u8> {
         match self {
             Chunk::Owned(bytes) => bytes,
             Chunk::Shared(bytes) => bytes.to_vec(),
+            Chunk::Parts(parts) => parts.iter().flat_map(|part| part.iter().copied()).collect(),
         }
     }
 
     /// Drops the first `count` bytes, which were written.
-    fn consume(&mut self, count: usize) {
+    fn consume(&mut self, mut count: usize) {
         match self {
             Chunk::Owned(bytes) => drop(bytes.drain(..count)),
             Chunk::Shared(bytes) => bytes.advance(count),
+            Chunk::Parts(parts) => {
+                while let Some(front) = parts.front_mut() {
+                    if count < front.len() {
+                        front.advance(count);
+                        return;
+                    }
+                    count -= front.len();
+                    parts.pop_front();
+                }
+            }
         }
     }
 
@@ -164,6 +208,7 @@ impl Chunk {
         match self {
             Chunk::Owned(bytes) => bytes.clear(),
             Chunk::Shared(bytes) => bytes.clear(),
+            Chunk::Parts(parts) => parts.clear(),
         }
     }
 }
@@ -300,6 +345,11 @@ impl<H: Send + 'static> SharedWriter<H> {
             *bytes = left;
         }
         offered
+    }
+
+    /// [`SharedWriter::send_gathered`] for bytes gathered in parts.
+    pub fn send_gathered_chunk(&self, bytes: Chunk) -> Result<(), Refused<H>> {
+        self.offer(&mut { bytes }, None, Direct::Always)
     }
 
     /// Queues `bytes` for the flusher without writing from this thread:
@@ -448,13 +498,23 @@ impl<H: Send + 'static> SharedWriter<H> {
 
     /// Writes as much of `bytes` as the socket takes now; `None` when the
     /// socket failed.
-    fn write_now(&self, state: &mut State<H>, bytes: &[u8]) -> Option<usize> {
+    fn write_now(&self, state: &mut State<H>, bytes: &Chunk) -> Option<usize> {
         let Socket::Plain(socket) = &self.socket else {
             return Some(0);
         };
+        let length = bytes.len();
+        let mut slices = Vec::new();
         let mut written = 0;
-        while written < bytes.len() {
-            match socket.try_write(&bytes[written..]) {
+        while written < length {
+            let wrote = match bytes {
+                Chunk::Owned(one) => socket.try_write(&one[written..]),
+                Chunk::Shared(one) => socket.try_write(&one[written..]),
+                Chunk::Parts(_) => {
+                    io_slices(std::slice::from_ref(bytes), written, &mut slices);
+                    socket.try_write_vectored(&slices)
+                }
+            };
+            match wrote {
                 Ok(0) => break,
                 Ok(count) => written += count,
                 Err(error) if error.kind() == ErrorKind::Interrupted => {}
@@ -462,7 +522,7 @@ impl<H: Send + 'static> SharedWriter<H> {
                 Err(_) => return None,
             }
         }
-        if written == bytes.len() {
+        if written == length {
             self.direct.fetch_add(1, Ordering::Relaxed);
             state.last_write = Some(Instant::now());
         }
@@ -543,8 +603,30 @@ impl Batch {
     fn push(&mut self, bytes: Chunk, gather: bool) {
         self.bytes += bytes.len();
         match gather {
-            true => self.gathered.extend_from_slice(&bytes),
+            true => bytes
+                .slices()
+                .for_each(|slice| self.gathered.extend_from_slice(slice)),
             false => self.sends.push(bytes),
+        }
+    }
+}
+
+/// Slices one vectored write takes at most (Linux's `IOV_MAX`).
+const IO_SLICES_MAX: usize = 1024;
+
+/// `sends`' bytes after their first `skip`, as the slices of one vectored
+/// write (at most [`IO_SLICES_MAX`]), into `out`.
+fn io_slices<'a>(sends: &'a [Chunk], mut skip: usize, out: &mut Vec<std::io::IoSlice<'a>>) {
+    out.clear();
+    for slice in sends.iter().flat_map(Chunk::slices) {
+        if skip >= slice.len() {
+            skip -= slice.len();
+            continue;
+        }
+        out.push(std::io::IoSlice::new(&slice[skip..]));
+        skip = 0;
+        if out.len() == IO_SLICES_MAX {
+            return;
         }
     }
 }
@@ -552,23 +634,15 @@ impl Batch {
 /// Writes every byte of `sends`, in order, with as few vectored writes as
 /// the socket allows.
 async fn write_all_vectored(socket: &OwnedWriteHalf, sends: &[Chunk]) -> std::io::Result<()> {
-    // The next byte to write: the send, and the offset in it.
-    let (mut index, mut offset) = (0, 0);
-    while index < sends.len() {
+    let length: usize = sends.iter().map(Chunk::len).sum();
+    let mut slices = Vec::new();
+    let mut written = 0;
+    while written < length {
         socket.writable().await?;
-        let slices: Vec<std::io::IoSlice<'_>> = std::iter::once(&sends[index][offset..])
-            .chain(sends[index + 1..].iter().map(|send| &send[..]))
-            .map(std::io::IoSlice::new)
-            .collect();
+        io_slices(sends, written, &mut slices);
         match socket.try_write_vectored(&slices) {
             Ok(0) => return Err(ErrorKind::WriteZero.into()),
-            Ok(mut count) => {
-                while index < sends.len() && count >= sends[index].len() - offset {
-                    count -= sends[index].len() - offset;
-                    (index, offset) = (index + 1, 0);
-                }
-                offset += count;
-            }
+            Ok(count) => written += count,
             Err(error)
                 if matches!(error.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {}
             Err(error) => return Err(error),

@@ -4,8 +4,8 @@
 //! frame size limit, so malformed input is an error, never a panic.
 
 use crate::layout::{
-    put_bytes32, put_frame, Bytes32, Layout, Optional32, Reader, Rest, Str16, Str32, U128, U16,
-    U32, U64, U8,
+    put_bytes32, put_frame, put_frame_head, Bytes32, Layout, Optional32, Reader, Rest, Str16,
+    Str32, U128, U16, U32, U64, U8,
 };
 pub use crate::layout::{FrameError, FRAME_HEADER_LEN};
 use crate::record::Record;
@@ -468,6 +468,16 @@ impl SubmitFields {
             out.extend_from_slice(payload);
         });
     }
+
+    /// Appends the frame [`SubmitFields::encode`] would, but for its last
+    /// `payload_length` bytes: the payload, which the caller sends after
+    /// these as they are.
+    pub fn encode_head(&self, out: &mut Vec<u8>, key: &[u8], payload_length: usize) {
+        put_frame_head(out, SUBMIT, payload_length, |out| {
+            SubmitHead::put(self, out);
+            put_bytes32(out, key);
+        });
+    }
 }
 
 /// Type code of `Submit` (see the table below).
@@ -853,7 +863,18 @@ impl Frame {
     /// (the replication messages' layouts belong to the server), without
     /// building the message's bytes apart first.
     pub fn encode_peer(out: &mut Vec<u8>, stream: u64, message: impl FnOnce(&mut Vec<u8>)) {
-        put_frame(out, PEER, |out| {
+        Frame::encode_peer_head(out, stream, 0, message);
+    }
+
+    /// [`Frame::encode_peer`] for a message whose last `tail` bytes the
+    /// caller sends after these as they are (records, not copied).
+    pub fn encode_peer_head(
+        out: &mut Vec<u8>,
+        stream: u64,
+        tail: usize,
+        message: impl FnOnce(&mut Vec<u8>),
+    ) {
+        put_frame_head(out, PEER, tail, |out| {
             U64::put(&stream, out);
             message(out);
         });

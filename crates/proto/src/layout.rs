@@ -182,10 +182,17 @@ impl Layout<EventId> for Event {
 /// Writes a frame: the 5-byte header (body length, `kind`) and the body
 /// `body` appends to `out`.
 pub fn put_frame(out: &mut Vec<u8>, kind: u8, body: impl FnOnce(&mut Vec<u8>)) {
+    put_frame_head(out, kind, 0, body);
+}
+
+/// Writes the start of a frame whose body ends with `tail` more bytes that
+/// the caller sends after it as they are (a payload, records), not copied
+/// into `out`: the header counts them.
+pub fn put_frame_head(out: &mut Vec<u8>, kind: u8, tail: usize, body: impl FnOnce(&mut Vec<u8>)) {
     let start = out.len();
     out.extend_from_slice(&[0; FRAME_HEADER_LEN]);
     body(out);
-    let body_length = (out.len() - start - FRAME_HEADER_LEN) as u32;
+    let body_length = (out.len() - start - FRAME_HEADER_LEN + tail) as u32;
     out[start..start + 4].copy_from_slice(&body_length.to_le_bytes());
     out[start + 4] = kind;
 }

@@ -307,13 +307,14 @@ impl Router {
         if count == 0 {
             return;
         }
-        let Some(frame) = wire::peer_frame(stream, msg) else {
+        let Some(frame) = wire::peer_send(stream, msg) else {
             return;
         };
-        // One link takes the frame as it is; several share it.
-        let frame = match count {
-            1 => Chunk::Owned(frame),
-            _ => Chunk::Shared(Bytes::from(frame)),
+        // One link takes the frame as it is; several share it (a frame in
+        // parts shares them already).
+        let frame = match (count, frame) {
+            (2.., Chunk::Owned(frame)) => Chunk::Shared(Bytes::from(frame)),
+            (_, frame) => frame,
         };
         // `repeat_n` moves the frame itself into its last item: an owned
         // frame is never copied.

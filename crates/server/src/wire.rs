@@ -101,6 +101,44 @@ pub(crate) fn peer_frame(stream: u64, msg: &Msg) -> Option<Vec<u8>> {
     sub_kind.map(|_| frame)
 }
 
+/// The sub-kind byte of `Replicate` in the table above.
+const REPLICATE: u8 = 1;
+
+/// A record of at least this many bytes goes into a `Peer` frame as it is,
+/// a part of the send (`net::Chunk::Parts`) that shares the entry's bytes,
+/// instead of a copy: below it the copy costs less than a part.
+pub(crate) const RECORD_PART_MIN: usize = 4096;
+
+/// [`peer_frame`] as a send: a `Replicate` that carries a record of
+/// [`RECORD_PART_MIN`] bytes or more goes in parts (the frame's head with
+/// the smaller records after it, copied, and each large record as it is);
+/// anything else as one encoded frame. The bytes are the same either way.
+pub(crate) fn peer_send(stream: u64, msg: &Msg) -> Option<net::Chunk> {
+    let entries = match msg {
+        Msg::Replicate { entries } if entries.iter().any(|e| e.bytes.len() >= RECORD_PART_MIN) => {
+            entries
+        }
+        _ => return peer_frame(stream, msg).map(net::Chunk::Owned),
+    };
+    let records: usize = entries.iter().map(|e| e.bytes.len()).sum();
+    let mut run = Vec::with_capacity(proto::FRAME_HEADER_LEN + 8 + 1 + 4);
+    Frame::encode_peer_head(&mut run, stream, records, |out| {
+        out.push(REPLICATE);
+        out.extend_from_slice(&(entries.len() as u32).to_le_bytes());
+    });
+    let mut parts = Vec::with_capacity(2 * entries.len() + 1);
+    for entry in entries {
+        if entry.bytes.len() >= RECORD_PART_MIN {
+            parts.push(Bytes::from(std::mem::take(&mut run)));
+            parts.push(entry.bytes.clone());
+        } else {
+            run.extend_from_slice(&entry.bytes);
+        }
+    }
+    parts.push(Bytes::from(run));
+    Some(net::Chunk::parts(parts))
+}
+
 /// A `Peer` frame's message as a `Msg`; its records are checked and kept
 /// as slices of `message` (itself a slice of the bytes received).
 pub(crate) fn peer_msg(message: Bytes) -> Result<Msg, FrameError> {
@@ -626,6 +664,55 @@ mod tests {
             .flat_map(|e| e.bytes.iter().copied())
             .collect();
         assert_eq!(&body[13..], &records[..]);
+    }
+
+    /// A `Replicate` with records of `RECORD_PART_MIN` bytes or more is
+    /// sent in parts that share those records' bytes, and its bytes are
+    /// the frame's, byte for byte; anything else is the frame itself.
+    #[test]
+    fn a_replicate_of_large_records_is_sent_in_parts_that_make_the_same_frame() {
+        let header = |version: u64| RecordHeader {
+            flags: 0,
+            stream: 9,
+            version,
+            epoch: 1,
+            event: EventId {
+                client: 5,
+                session: 1,
+                sequence: version,
+            },
+            low_water: 1,
+        };
+        let sizes = [100, RECORD_PART_MIN, 50, 20_000, RECORD_PART_MIN - 40];
+        let entries: Vec<Entry> = sizes
+            .iter()
+            .enumerate()
+            .map(|(at, size)| Entry::new(header(at as u64 + 1), b"k", &vec![at as u8; *size]))
+            .collect();
+        let msg = Msg::Replicate {
+            entries: entries.clone(),
+        };
+        let net::Chunk::Parts(parts) = peer_send(9, &msg).unwrap() else {
+            panic!("large records go in parts");
+        };
+        // The head with the first small record; each large one as it is,
+        // followed by the small ones after it.
+        assert_eq!(parts.len(), 5, "{parts:?}");
+        for large in [1, 3] {
+            let shared = parts
+                .iter()
+                .any(|part| part.as_ptr() == entries[large].bytes.as_ptr());
+            assert!(shared, "record {large} is sent from its own bytes");
+        }
+        let sent: Vec<u8> = parts.iter().flat_map(|part| part.iter().copied()).collect();
+        assert_eq!(sent, peer_frame(9, &msg).unwrap());
+        assert_eq!(decoded_peer(&sent), Ok(msg));
+        for small in peer_samples() {
+            assert_eq!(
+                peer_send(9, &small),
+                peer_frame(9, &small).map(net::Chunk::Owned)
+            );
+        }
     }
 
     /// Every cut and every flipped byte of every sample is an error or a

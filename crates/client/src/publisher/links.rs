@@ -15,8 +15,8 @@ use std::collections::HashMap;
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use engine::replication::{Msg, ServerId};
-use net::SharedWriter;
+use engine::replication::{Bytes, Msg, ServerId};
+use net::{Chunk, SharedWriter};
 use proto::{EventId, Frame};
 use tokio::sync::Notify;
 
@@ -285,8 +285,10 @@ impl ServerLink {
         if members.up {
             member.set_link(self.server, true);
             let open = open_stream(&member.name);
-            self.outbox
-                .push(true, |bytes| bytes.extend_from_slice(&open));
+            self.outbox.push(true, |bytes| {
+                bytes.extend_from_slice(&open);
+                None
+            });
         }
         Ok(())
     }
@@ -318,36 +320,50 @@ pub(super) struct Outbox {
 #[derive(Default)]
 struct OutboxState {
     writer: Option<Arc<SharedWriter>>,
-    /// Encoded frames the link task has not handed to the writer yet.
+    /// Encoded frames the link task has not handed to the writer yet, in
+    /// order: `parts` first, then `waiting`.
     waiting: Vec<u8>,
+    /// What waited before a frame's large payload, and the payloads
+    /// themselves, sent as they are (`net::Chunk::Parts`).
+    parts: Vec<Bytes>,
+    /// Bytes of `parts`.
+    parts_bytes: usize,
     /// The link task is writing what it took from `waiting`: a frame sent
     /// at once now would overtake it.
     handing_over: bool,
 }
 
 impl Outbox {
-    /// Sends what `encode` writes. When `now`, the link is up and nothing
-    /// waits for the link task, the frame goes to the writer from this
-    /// thread (written at once if the connection is idle); otherwise it is
-    /// appended to what waits, and the link task writes it all in one go.
-    /// Past `OUTBOX_BYTES_MAX` bytes waiting the frame is dropped: the
-    /// resend timer covers it.
-    pub(super) fn push(&self, now: bool, encode: impl FnOnce(&mut Vec<u8>)) {
-        let mut state = self.state.lock().expect("outbox lock");
-        if now && state.waiting.is_empty() && !state.handing_over {
+    /// Sends what `encode` writes, and after it the bytes it returns, if
+    /// any (a large payload, sent as it is rather than copied). When
+    /// `now`, the link is up and nothing waits for the link task, the
+    /// frame goes to the writer from this thread (written at once if the
+    /// connection is idle); otherwise it is appended to what waits, and
+    /// the link task writes it all in one go. Past `OUTBOX_BYTES_MAX`
+    /// bytes waiting the frame is dropped: the resend timer covers it.
+    pub(super) fn push(&self, now: bool, encode: impl FnOnce(&mut Vec<u8>) -> Option<Bytes>) {
+        let mut guard = self.state.lock().expect("outbox lock");
+        let state = &mut *guard;
+        let was_empty = state.waiting.is_empty() && state.parts.is_empty();
+        if now && was_empty && !state.handing_over {
             if let Some(writer) = &state.writer {
                 let mut bytes = Vec::with_capacity(FRAME_BYTES_GUESS);
-                encode(&mut bytes);
-                let _ = writer.try_send(bytes, None);
+                let _ = match encode(&mut bytes) {
+                    None => writer.try_send(bytes, None),
+                    Some(tail) => writer.try_send(Chunk::parts([Bytes::from(bytes), tail]), None),
+                };
                 return;
             }
         }
-        if state.waiting.len() >= OUTBOX_BYTES_MAX {
+        if state.waiting.len() + state.parts_bytes >= OUTBOX_BYTES_MAX {
             return;
         }
-        let was_empty = state.waiting.is_empty();
-        encode(&mut state.waiting);
-        drop(state);
+        if let Some(tail) = encode(&mut state.waiting) {
+            let head = Bytes::from(std::mem::take(&mut state.waiting));
+            state.parts_bytes += head.len() + tail.len();
+            state.parts.extend([head, tail]);
+        }
+        drop(guard);
         if was_empty {
             self.ready.notify_one();
         }
@@ -357,23 +373,30 @@ impl Outbox {
     /// it keeps, so neither is allocated again) and writes it, outside the
     /// lock, so a sender never waits for the write.
     fn hand_over(&self, writing: &mut Vec<u8>) {
-        let writer = {
+        let (writer, mut parts) = {
             let mut guard = self.state.lock().expect("outbox lock");
             let state = &mut *guard;
             let Some(writer) = state.writer.clone() else {
                 return;
             };
-            if state.waiting.is_empty() {
+            if state.waiting.is_empty() && state.parts.is_empty() {
                 return;
             }
             writing.clear();
             std::mem::swap(writing, &mut state.waiting);
+            state.parts_bytes = 0;
             state.handing_over = true;
-            writer
+            (writer, std::mem::take(&mut state.parts))
         };
         // Refused, the frames are lost with the connection or the full
         // queue; the resend timer covers them.
-        let _ = writer.send_gathered(writing);
+        let _ = match parts.is_empty() {
+            true => writer.send_gathered(writing),
+            false => {
+                parts.push(Bytes::from(std::mem::take(writing)));
+                writer.send_gathered_chunk(Chunk::parts(parts))
+            }
+        };
         self.state.lock().expect("outbox lock").handing_over = false;
     }
 

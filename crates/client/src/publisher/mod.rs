@@ -929,9 +929,15 @@ fn coalesce_confirms(msgs: impl Iterator<Item = (Node, Msg)>) -> Vec<(Node, Msg)
     folded
 }
 
+/// A payload of at least this many bytes is sent as it is, after its
+/// `Submit` frame's head (`net::Chunk::Parts`), instead of copied into the
+/// link's outbox: below it the copy costs less than a part.
+const PAYLOAD_PART_MIN: usize = 4096;
+
 /// Appends a client-to-server `Msg` as a `Submit` frame, encoded straight
-/// from the shared key and payload.
-fn encode_submit(out: &mut Vec<u8>, stream: u64, msg: &Msg) {
+/// from the shared key and payload; a payload of [`PAYLOAD_PART_MIN`]
+/// bytes or more is left out of `out` and returned, to be sent after it.
+fn encode_submit(out: &mut Vec<u8>, stream: u64, msg: &Msg) -> Option<Bytes> {
     let empty = Content {
         event: EventId {
             client: 0,
@@ -993,14 +999,14 @@ fn encode_submit(out: &mut Vec<u8>, stream: u64, msg: &Msg) {
             *event,
             *count,
         ),
-        _ => return,
+        _ => return None,
     };
     let kind = if content.resent {
         kind | proto::frame::SUBMIT_FLAG_RESENT
     } else {
         kind
     };
-    proto::frame::SubmitFields {
+    let fields = proto::frame::SubmitFields {
         stream,
         kind,
         version,
@@ -1008,8 +1014,13 @@ fn encode_submit(out: &mut Vec<u8>, stream: u64, msg: &Msg) {
         session: event.session,
         sequence: event.sequence,
         low_water,
+    };
+    if content.payload.len() >= PAYLOAD_PART_MIN {
+        fields.encode_head(out, &content.key, content.payload.len());
+        return Some(content.payload.clone());
     }
-    .encode(out, &content.key, &content.payload);
+    fields.encode(out, &content.key, &content.payload);
+    None
 }
 
 /// The acks an `Acked` frame carries (at most `ACKED_RUN_MAX + 1`,

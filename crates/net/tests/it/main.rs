@@ -10,7 +10,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use net::{Closed, Refused, SharedWriter};
+use net::{Chunk, Closed, Refused, SharedWriter};
 use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream};
 
@@ -40,6 +40,18 @@ fn message(sender: u8, number: u32, len: usize) -> Vec<u8> {
     bytes.extend_from_slice(&(len as u32).to_le_bytes());
     bytes.extend((9..len).map(|i| (i as u32 ^ number ^ u32::from(sender)) as u8));
     bytes
+}
+
+/// `bytes` as one send in three parts (the last may be empty, and is then
+/// left out).
+fn in_parts(bytes: Vec<u8>) -> Chunk {
+    let bytes = bytes::Bytes::from(bytes);
+    let (third, two_thirds) = (bytes.len() / 3, bytes.len() * 2 / 3);
+    Chunk::parts([
+        bytes.slice(..third),
+        bytes.slice(third..two_thirds),
+        bytes.slice(two_thirds..),
+    ])
 }
 
 /// Cuts what the peer read back into messages, checking each is whole.
@@ -98,12 +110,15 @@ async fn concurrent_senders_never_interleave_and_each_keeps_its_order() {
                     // Sizes from 9 bytes to past a socket buffer's worth.
                     let len = 9 + (number as usize * 7919) % 200_000;
                     let bytes = message(sender, number, len);
-                    // Owned and shared bytes alike: a shared send the
-                    // socket takes in part keeps the rest as a slice.
-                    let sent = match number % 4 {
+                    // Owned, shared and in parts alike: a shared send the
+                    // socket takes in part keeps the rest as a slice, a
+                    // send in parts the parts not written yet.
+                    let sent = match number % 6 {
                         0 => writer.try_queue(bytes, Some(number)),
                         1 => writer.try_send(bytes::Bytes::from(bytes), Some(number)),
                         2 => writer.try_queue(bytes::Bytes::from(bytes), Some(number)),
+                        3 => writer.try_send(in_parts(bytes), Some(number)),
+                        4 => writer.try_queue(in_parts(bytes), Some(number)),
                         _ => writer.try_send(bytes, Some(number)),
                     };
                     assert!(sent.is_ok(), "the queue has room for everything");
@@ -406,12 +421,16 @@ async fn queued_sends_of_every_size_arrive_whole_and_in_order_through_partial_ve
         }
     });
     for number in 0..count {
-        let mut item = message(2, number, sizes(number));
+        // Every third send in parts, so that writes stop inside a part.
+        let mut item = match number % 3 {
+            0 => in_parts(message(2, number, sizes(number))),
+            _ => Chunk::from(message(2, number, sizes(number))),
+        };
         loop {
             match writer.try_queue(item, None) {
                 Ok(()) => break,
                 Err(Refused::Full(bytes, _)) => {
-                    item = bytes.into_vec();
+                    item = bytes;
                     tokio::time::sleep(Duration::from_micros(100)).await;
                 }
                 Err(Refused::Closed) => panic!("the connection is up"),

@@ -255,7 +255,8 @@ mod tests {
         assert_eq!(sent(), 1, "the checkpoint goes once, not at every ask");
         let frames = router.take_queued(2);
         assert_eq!(frames.len(), 1);
-        let (frame, _) = proto::Frame::decode(&frames[0], 1 << 26).unwrap().unwrap();
+        let frame = frames[0].clone().into_vec();
+        let (frame, _) = proto::Frame::decode(&frame, 1 << 26).unwrap().unwrap();
         let proto::Frame::Peer { stream: 5, message } = frame else {
             panic!("not a peer frame: {frame:?}");
         };

@@ -53,11 +53,17 @@ pub fn replica_logs(
 }
 
 fn payload(writer: u64, index: u64) -> Vec<u8> {
-    format!(
+    let mut body = format!(
         "writer {writer} message {index} {}",
         "x".repeat((index % 50) as usize)
     )
-    .into_bytes()
+    .into_bytes();
+    // Every sixteenth message large enough that the client and the
+    // primary send it as it is, a part of their send, not a copy.
+    if index % 16 == 7 {
+        body.resize(4096 + (index as usize * 977) % 16_000, b'y');
+    }
+    body
 }
 
 /// Sends `count` messages with `window` in flight; records the history.
