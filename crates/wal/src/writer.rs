@@ -634,6 +634,35 @@ impl Shared {
         Ok((path, file))
     }
 
+    /// Grows the tail segment, which a batch ending at `end` would grow
+    /// past its zeros (a large batch, which writes none ahead), by a hole
+    /// that reads as zeros and costs the disk nothing until written: the
+    /// records then go past the page cache into it as into zeros. Copying
+    /// them into newly allocated page cache instead cost the servers more
+    /// CPU than anything else at 10 KB (docs/results.md, "Large batches
+    /// past the page cache"). Only when the file ends where this thread's
+    /// tail does: bytes past that are another writer's (a journal round's
+    /// kept blocks), not a hole, and the records are then appended as
+    /// they come, in order. The hole reaches as far ahead as small batches
+    /// keep zeros, so that the next batches go into a hole their own sync
+    /// made durable (and small ones fill it with zeros first, see
+    /// `preallocate`).
+    fn grow_by_hole(
+        &self,
+        file: &Arc<dyn StorageFile>,
+        tail: &mut Tail,
+        end: u64,
+    ) -> std::io::Result<()> {
+        if file.len()? <= tail.allocated {
+            let limit = self.config.segment_bytes_max;
+            let grown = end.next_multiple_of(BLOCK_BYTES as u64);
+            let grown = grown.max((grown + PREALLOCATE_AHEAD_BYTES).min(limit));
+            file.set_len(grown)?;
+            tail.allocated = grown;
+        }
+        Ok(())
+    }
+
     /// Writes one chunk as whole blocks: the bytes already in the file
     /// from the block boundary before the chunk (the same bytes again, so
     /// a torn write leaves them as they were), its records, and zeros to
@@ -661,27 +690,7 @@ impl Shared {
         let end = chunk.offset + chunk.bytes.len() as u64;
         let in_tail = chunk.segment_base == tail.base;
         if direct && in_tail && end.next_multiple_of(block) > tail.allocated {
-            // Past the zeros (a large batch, which writes none ahead): the
-            // file grows first, by a hole that reads as zeros and costs the
-            // disk nothing until written, and the records go past the page
-            // cache into it as into zeros. Copying them into newly
-            // allocated page cache instead cost the servers more CPU than
-            // anything else at 10 KB (docs/results.md, "Large batches past
-            // the page cache").
-            // Only when the file ends where this thread's tail does: bytes
-            // past that are another writer's (a journal round's kept
-            // blocks), not a hole, and the records are then appended as
-            // they come, in order. The hole reaches as far ahead as small
-            // batches keep zeros, so that the next batches go into a hole
-            // their own sync made durable (and small ones fill it with
-            // zeros first, see `preallocate`).
-            if file.len()? <= tail.allocated {
-                let limit = self.config.segment_bytes_max;
-                let grown = end.next_multiple_of(block);
-                let grown = grown.max((grown + PREALLOCATE_AHEAD_BYTES).min(limit));
-                file.set_len(grown)?;
-                tail.allocated = grown;
-            }
+            self.grow_by_hole(file, tail, end)?;
         }
         // Kept blocks (a journal round's) may grow the file: until a
         // rotation syncs the segment, the journal's frames are their

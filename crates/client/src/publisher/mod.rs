@@ -1015,6 +1015,16 @@ fn encode_submit(out: &mut Vec<u8>, stream: u64, msg: &Msg) -> Option<Bytes> {
         sequence: event.sequence,
         low_water,
     };
+    put_submit(out, &fields, content)
+}
+
+/// Appends a `Submit` frame of `fields` and `content`, all but a payload
+/// of [`PAYLOAD_PART_MIN`] bytes or more, which it returns.
+fn put_submit(
+    out: &mut Vec<u8>,
+    fields: &proto::frame::SubmitFields,
+    content: &Content,
+) -> Option<Bytes> {
     if content.payload.len() >= PAYLOAD_PART_MIN {
         fields.encode_head(out, &content.key, content.payload.len());
         return Some(content.payload.clone());
