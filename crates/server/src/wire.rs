@@ -562,24 +562,25 @@ mod tests {
         assert_eq!(bytes.capacity(), room);
     }
 
+    /// A record of stream 9 at `version` with `size` bytes of payload.
+    fn entry(version: u64, size: usize) -> Entry {
+        let header = RecordHeader {
+            flags: 0,
+            stream: 9,
+            version,
+            epoch: 1,
+            event: EventId {
+                client: 5,
+                session: 1,
+                sequence: version,
+            },
+            low_water: 1,
+        };
+        Entry::new(header, b"key", &vec![version as u8; size])
+    }
+
     fn entries() -> Vec<Entry> {
-        (1..=3u64)
-            .map(|version| {
-                let header = RecordHeader {
-                    flags: 0,
-                    stream: 9,
-                    version,
-                    epoch: 1,
-                    event: EventId {
-                        client: 5,
-                        session: 1,
-                        sequence: version,
-                    },
-                    low_water: 1,
-                };
-                Entry::new(header, b"key", &[version as u8; 100])
-            })
-            .collect()
+        (1..=3u64).map(|version| entry(version, 100)).collect()
     }
 
     /// One message of every sub-kind the table holds.
@@ -671,23 +672,11 @@ mod tests {
     /// the frame's, byte for byte; anything else is the frame itself.
     #[test]
     fn a_replicate_of_large_records_is_sent_in_parts_that_make_the_same_frame() {
-        let header = |version: u64| RecordHeader {
-            flags: 0,
-            stream: 9,
-            version,
-            epoch: 1,
-            event: EventId {
-                client: 5,
-                session: 1,
-                sequence: version,
-            },
-            low_water: 1,
-        };
         let sizes = [100, RECORD_PART_MIN, 50, 20_000, RECORD_PART_MIN - 40];
         let entries: Vec<Entry> = sizes
             .iter()
             .enumerate()
-            .map(|(at, size)| Entry::new(header(at as u64 + 1), b"k", &vec![at as u8; *size]))
+            .map(|(at, size)| entry(at as u64 + 1, *size))
             .collect();
         let msg = Msg::Replicate {
             entries: entries.clone(),
