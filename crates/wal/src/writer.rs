@@ -334,7 +334,6 @@ impl Shared {
                     // A short write may have grown the file before failing;
                     // remember its real length so a rollover still trims it.
                     tail.allocated = file.len().unwrap_or(from + length as u64);
-                    tail.zeroed = tail.zeroed.max(tail.allocated.min(from + length as u64));
                     tail.preallocate = false;
                 }
             }
@@ -668,16 +667,17 @@ impl Shared {
     /// a torn write leaves them as they were), its records, and zeros to
     /// the next boundary, which the preallocated tail holds anyway.
     /// `direct`: past the page cache, and only inside the file: a write
-    /// that would grow it grows the file first, by a hole, and goes into
-    /// the hole. A file system that writes a hole past its page cache
-    /// (ext4, XFS) gives it unwritten blocks and marks them written only
-    /// once the whole write has completed, in the metadata that the
-    /// fdatasync commits: after a crash the hole reads as zeros or holds
-    /// the whole write, never a later record behind a torn earlier one,
-    /// as an append keeps its bytes in order. Otherwise (a journal round) the records
-    /// are kept for the page cache (`keep`, which makes the same blocks
-    /// when it writes them), past the zeros too: the journal's frames stay
-    /// their durable copy until a rotation syncs the file.
+    /// that would grow it grows the file first, by a hole
+    /// (`grow_by_hole`), and goes into the hole. A file system that writes
+    /// a hole past its page cache (ext4, XFS) gives it unwritten blocks
+    /// and marks them written only once the whole write has completed, in
+    /// the metadata that the fdatasync commits: after a crash the hole
+    /// reads as zeros or holds the whole write, never a later record
+    /// behind a torn earlier one, as an append keeps its bytes in order.
+    /// Otherwise (a journal round) the records are kept for the page
+    /// cache (`keep`, which makes the same blocks when it writes them),
+    /// past the zeros too: the journal's frames stay their durable copy
+    /// until a rotation syncs the file.
     fn write_chunk(
         &self,
         chunk: &mut crate::log::Chunk,
