@@ -114,10 +114,32 @@ impl<'a> Record<'a> {
 
     /// Appends the encoded record to `out`.
     pub fn encode(&self, out: &mut Vec<u8>) {
+        let start = out.len();
+        out.reserve(self.encoded_len());
+        self.put_head(out);
+        out.extend_from_slice(self.payload);
+        let checksum = crc32c::crc32c(&out[start + CHECKSUM_SIZE..]);
+        out[start..start + CHECKSUM_SIZE].copy_from_slice(&checksum.to_le_bytes());
+    }
+
+    /// Appends the record's head to `out`: its fixed header and key, the
+    /// checksum covering the payload as well, which is not written. The
+    /// record is that head followed by the payload's own bytes, wherever
+    /// they are (a large payload sent or stored as it came, not copied).
+    pub fn encode_head(&self, out: &mut Vec<u8>) {
+        let start = out.len();
+        out.reserve(RECORD_HEADER_LEN + self.key.len());
+        self.put_head(out);
+        let checksum = crc32c::crc32c(&out[start + CHECKSUM_SIZE..]);
+        let checksum = crc32c::crc32c_append(checksum, self.payload);
+        out[start..start + CHECKSUM_SIZE].copy_from_slice(&checksum.to_le_bytes());
+    }
+
+    /// The header and key, the checksum left zero.
+    fn put_head(&self, out: &mut Vec<u8>) {
         let length = self.encoded_len();
         assert!(length <= RECORD_LEN_MAX, "record of {length} bytes");
         let start = out.len();
-        out.reserve(length);
         out.extend_from_slice(&[0; CHECKSUM_SIZE]);
         out.extend_from_slice(&(length as u32).to_le_bytes());
         out.push(KIND_MESSAGE);
@@ -133,9 +155,6 @@ impl<'a> Record<'a> {
         out.extend_from_slice(&self.header.low_water.to_le_bytes());
         debug_assert_eq!(out.len() - start, RECORD_HEADER_LEN);
         out.extend_from_slice(self.key);
-        out.extend_from_slice(self.payload);
-        let checksum = crc32c::crc32c(&out[start + CHECKSUM_SIZE..]);
-        out[start..start + CHECKSUM_SIZE].copy_from_slice(&checksum.to_le_bytes());
     }
 
     /// The total length a record claims, read from its first 8 bytes, or
@@ -270,6 +289,24 @@ mod tests {
         let (decoded, used) = Record::decode(&bytes).unwrap();
         assert_eq!(used, bytes.len());
         assert_eq!(decoded, record);
+    }
+
+    #[test]
+    fn a_head_followed_by_its_payload_is_the_whole_record() {
+        let (header, key, payload) = sample();
+        let record = Record {
+            header,
+            key: &key,
+            payload: &payload,
+        };
+        let mut whole = Vec::new();
+        record.encode(&mut whole);
+        let mut head = vec![0xaa];
+        record.encode_head(&mut head);
+        assert_eq!(head.len(), 1 + RECORD_HEADER_LEN + key.len());
+        head.extend_from_slice(&payload);
+        assert_eq!(&head[1..], &whole[..]);
+        assert_eq!(Record::decode(&head[1..]).unwrap().0, record);
     }
 
     #[test]

@@ -33,6 +33,7 @@ impl Layout<Vec<Entry>> for Entries {
         out.extend_from_slice(&(entries.len() as u32).to_le_bytes());
         for entry in entries {
             out.extend_from_slice(&entry.bytes);
+            out.extend_from_slice(&entry.payload);
         }
     }
     fn get(reader: &mut Reader<'_>) -> Option<Vec<Entry>> {
@@ -87,7 +88,7 @@ impl Layout<Vec<Binding>> for Bindings {
 /// message that does not travel between servers.
 pub(crate) fn peer_frame(stream: u64, msg: &Msg) -> Option<Vec<u8>> {
     let records = match msg {
-        Msg::Replicate { entries } => entries.iter().map(|e| e.bytes.len()).sum(),
+        Msg::Replicate { entries } => entries.iter().map(Entry::len).sum(),
         _ => 0,
     };
     let mut frame = Vec::with_capacity(proto::FRAME_HEADER_LEN + 8 + 1 + 64 + records);
@@ -111,16 +112,16 @@ pub(crate) const RECORD_PART_MIN: usize = 4096;
 
 /// [`peer_frame`] as a send: a `Replicate` that carries a record of
 /// [`RECORD_PART_MIN`] bytes or more goes in parts (the frame's head with
-/// the smaller records after it, copied, and each large record as it is);
-/// anything else as one encoded frame. The bytes are the same either way.
+/// the smaller records after it, copied, and each large record as it is:
+/// a record whose payload was left where it came, its head copied and its
+/// payload a part); anything else as one encoded frame. The bytes are the
+/// same either way.
 pub(crate) fn peer_send(stream: u64, msg: &Msg) -> Option<net::Chunk> {
     let entries = match msg {
-        Msg::Replicate { entries } if entries.iter().any(|e| e.bytes.len() >= RECORD_PART_MIN) => {
-            entries
-        }
+        Msg::Replicate { entries } if entries.iter().any(|e| e.len() >= RECORD_PART_MIN) => entries,
         _ => return peer_frame(stream, msg).map(net::Chunk::Owned),
     };
-    let records: usize = entries.iter().map(|e| e.bytes.len()).sum();
+    let records: usize = entries.iter().map(Entry::len).sum();
     let mut run = Vec::with_capacity(proto::FRAME_HEADER_LEN + 8 + 1 + 4);
     Frame::encode_peer_head(&mut run, stream, records, |out| {
         out.push(REPLICATE);
@@ -128,7 +129,11 @@ pub(crate) fn peer_send(stream: u64, msg: &Msg) -> Option<net::Chunk> {
     });
     let mut parts = Vec::with_capacity(2 * entries.len() + 1);
     for entry in entries {
-        if entry.bytes.len() >= RECORD_PART_MIN {
+        if entry.is_split() {
+            run.extend_from_slice(&entry.bytes);
+            parts.push(Bytes::from(std::mem::take(&mut run)));
+            parts.push(entry.payload.clone());
+        } else if entry.bytes.len() >= RECORD_PART_MIN {
             parts.push(Bytes::from(std::mem::take(&mut run)));
             parts.push(entry.bytes.clone());
         } else {
@@ -183,6 +188,7 @@ fn decode_entries(records: Bytes) -> (Vec<Entry>, usize) {
         entries.push(Entry {
             header: record.header,
             bytes: records.slice(offset..offset + length),
+            payload: Bytes::new(),
         });
         offset += length;
     }
@@ -579,6 +585,16 @@ mod tests {
         Entry::new(header, b"key", &vec![version as u8; size])
     }
 
+    /// [`entry`], its payload left out of its bytes as a primary leaves a
+    /// large one it got from a client.
+    fn split_entry(version: u64, size: usize) -> Entry {
+        let whole = entry(version, size);
+        let payload = Bytes::from(vec![version as u8; size]);
+        let split = Entry::with_payload(whole.header, b"key", &payload);
+        assert!(split.is_split() && split == whole);
+        split
+    }
+
     fn entries() -> Vec<Entry> {
         (1..=3u64).map(|version| entry(version, 100)).collect()
     }
@@ -673,11 +689,13 @@ mod tests {
     #[test]
     fn a_replicate_of_large_records_is_sent_in_parts_that_make_the_same_frame() {
         let sizes = [100, RECORD_PART_MIN, 50, 20_000, RECORD_PART_MIN - 40];
-        let entries: Vec<Entry> = sizes
+        let mut entries: Vec<Entry> = sizes
             .iter()
             .enumerate()
             .map(|(at, size)| entry(at as u64 + 1, *size))
             .collect();
+        // A primary's record with a client's large payload left out of it.
+        entries.push(split_entry(6, 9_000));
         let msg = Msg::Replicate {
             entries: entries.clone(),
         };
@@ -685,16 +703,19 @@ mod tests {
             panic!("large records go in parts");
         };
         // The head with the first small record; each large one as it is,
-        // followed by the small ones after it.
-        assert_eq!(parts.len(), 5, "{parts:?}");
+        // followed by the small ones after it, then the split record's
+        // head after them and its payload as it is.
+        assert_eq!(parts.len(), 7, "{parts:?}");
+        let shares = |bytes: &Bytes| parts.iter().any(|part| part.as_ptr() == bytes.as_ptr());
         for large in [1, 3] {
-            let shared = parts
-                .iter()
-                .any(|part| part.as_ptr() == entries[large].bytes.as_ptr());
-            assert!(shared, "record {large} is sent from its own bytes");
+            assert!(shares(&entries[large].bytes), "record {large}");
         }
+        assert!(shares(&entries[5].payload), "the split record's payload");
         let sent: Vec<u8> = parts.iter().flat_map(|part| part.iter().copied()).collect();
         assert_eq!(sent, peer_frame(9, &msg).unwrap());
+        let whole: Vec<Entry> = entries.iter().cloned().map(Entry::compact).collect();
+        let whole = Msg::Replicate { entries: whole };
+        assert_eq!(sent, peer_frame(9, &whole).unwrap());
         assert_eq!(decoded_peer(&sent), Ok(msg));
         for small in peer_samples() {
             assert_eq!(

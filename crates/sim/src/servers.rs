@@ -602,7 +602,7 @@ impl World<'_> {
             self.aborted = true;
             return false;
         }
-        match Record::decode(&entry.bytes) {
+        match Record::decode(&entry.contiguous()) {
             Ok((record, _)) if record.header == entry.header => {}
             _ => {
                 self.fail(format!(
@@ -740,8 +740,7 @@ impl World<'_> {
 
     /// Whether two records are the same bytes.
     pub(crate) fn same_record(&self, a: &Entry, b: &Entry) -> bool {
-        let shared = a.bytes.as_ptr() == b.bytes.as_ptr() && a.bytes.len() == b.bytes.len();
-        shared || a.bytes == b.bytes
+        a.shares_bytes(b) || (a.header == b.header && a.contiguous() == b.contiguous())
     }
 
     /// Readers never see a version go away (within a process), nor one

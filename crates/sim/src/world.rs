@@ -28,6 +28,11 @@ const FAILURES_MAX: usize = 20;
 /// Key and payload sizes of the generated messages (bytes, inclusive).
 const KEY_BYTES_MAX: u64 = 16;
 const PAYLOAD_BYTES_MAX: u64 = 64;
+/// One message in this many carries a large payload, which a primary
+/// leaves out of its record's bytes (`Entry::with_payload`), of up to
+/// `LARGE_PAYLOAD_EXTRA` bytes past the least that is left out.
+const LARGE_PAYLOAD_ONE_IN: u64 = 32;
+const LARGE_PAYLOAD_EXTRA: u64 = 2048;
 
 pub(crate) enum Event {
     /// A network message. A server end carries the incarnation of its
@@ -578,7 +583,12 @@ impl<'a> World<'a> {
             }
             let key_length = self.rng.between(0, KEY_BYTES_MAX) as usize;
             let key = Bytes::from(self.rng.bytes(key_length));
-            let payload_length = self.rng.between(0, PAYLOAD_BYTES_MAX) as usize;
+            let payload_length = if self.rng.between(1, LARGE_PAYLOAD_ONE_IN) == 1 {
+                let least = engine::replication::PAYLOAD_SPLIT_MIN as u64;
+                self.rng.between(least, least + LARGE_PAYLOAD_EXTRA) as usize
+            } else {
+                self.rng.between(0, PAYLOAD_BYTES_MAX) as usize
+            };
             let payload = Bytes::from(self.rng.bytes(payload_length));
             let digest = checker::digest(&key, &payload);
             let now = self.now;

@@ -356,16 +356,23 @@ impl Log {
     /// `last_version() + 1`. Returns at once; the record becomes durable
     /// when [`Log::progress`] says so.
     pub fn append(&self, version: u64, record: &[u8]) -> Result<(), AppendError> {
+        self.append_parts(version, record, &[])
+    }
+
+    /// [`Log::append`] of a record in two parts, `head` then `rest` (a
+    /// large payload kept where it came, with the head encoded before it):
+    /// both are copied into the log's buffer, one after the other, as one
+    /// record.
+    pub fn append_parts(&self, version: u64, head: &[u8], rest: &[u8]) -> Result<(), AppendError> {
         let shared = &self.shared;
         let limit = shared.config.record_bytes_max();
-        if record.len() > limit {
-            return Err(AppendError::TooLarge {
-                length: record.len(),
-                limit,
-            });
+        let length = head.len() + rest.len();
+        if length > limit {
+            return Err(AppendError::TooLarge { length, limit });
         }
+        let record = Parts(head, rest);
         assert_eq!(
-            proto::Record::peek_stream_version(record),
+            proto::Record::peek_stream_version(head),
             Some((shared.stream, version)),
             "a record is logged only in the stream and at the version its header names"
         );
@@ -387,7 +394,7 @@ impl Log {
             Durability::Sync => {
                 let room = shared.config.pending_bytes_max
                     - state.pending_bytes.min(shared.config.pending_bytes_max);
-                if record.len() > room && state.pending_bytes > 0 {
+                if length > room && state.pending_bytes > 0 {
                     shared
                         .counters
                         .buffer_full_waits
@@ -399,7 +406,7 @@ impl Log {
         }
         shared.place_record(&mut state, version, record)?;
         state.last_version = version;
-        state.pending_bytes += record.len();
+        state.pending_bytes += length;
         if let Some(journal) = shared.journal() {
             let enqueue = !std::mem::replace(&mut state.queued, true);
             drop(state);
@@ -425,10 +432,15 @@ impl Log {
         Ok(())
     }
 
-    fn append_memory(&self, state: &mut State, version: u64, record: &[u8]) {
+    fn append_memory(&self, state: &mut State, version: u64, record: Parts<'_>) {
         let shared = &self.shared;
-        state.memory.push_back((version, Arc::from(record)));
-        state.memory_bytes += record.len();
+        let bytes: Arc<[u8]> = if record.1.is_empty() {
+            Arc::from(record.0)
+        } else {
+            record.0.iter().chain(record.1).copied().collect()
+        };
+        state.memory_bytes += bytes.len();
+        state.memory.push_back((version, bytes));
         while state.memory_bytes > shared.config.memory_retain_bytes && state.memory.len() > 1 {
             let (_, dropped) = state.memory.pop_front().expect("ring is not empty");
             state.memory_bytes -= dropped.len();
@@ -708,6 +720,17 @@ impl Log {
     }
 }
 
+/// A record appended in two parts, one after the other (the second often
+/// empty): see [`Log::append_parts`].
+#[derive(Clone, Copy)]
+struct Parts<'a>(&'a [u8], &'a [u8]);
+
+impl Parts<'_> {
+    fn len(&self) -> usize {
+        self.0.len() + self.1.len()
+    }
+}
+
 /// What a read needs of one segment.
 struct ReadTarget {
     base: u64,
@@ -848,7 +871,7 @@ impl Shared {
         &self,
         state: &mut State,
         version: u64,
-        record: &[u8],
+        record: Parts<'_>,
     ) -> Result<(), AppendError> {
         let length = record.len() as u64;
         let segment_full = {
@@ -869,7 +892,8 @@ impl Shared {
             .pending
             .back_mut()
             .expect("chunk_for leaves an open chunk");
-        chunk.bytes.extend_from_slice(record);
+        chunk.bytes.extend_from_slice(record.0);
+        chunk.bytes.extend_from_slice(record.1);
         chunk.last_version = version;
         chunk.records += 1;
         if self.config.times_appends() {

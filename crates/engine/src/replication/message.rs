@@ -62,15 +62,39 @@ impl Content {
 }
 
 /// One logged record: its parsed header and its encoded bytes (the same
-/// bytes on every replica, checksum included).
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// bytes on every replica, checksum included): `bytes`, then `payload`.
+/// A primary leaves a payload of [`PAYLOAD_SPLIT_MIN`] bytes or more
+/// where the client's message brought it ([`Entry::with_payload`]):
+/// `bytes` is then the record's head (header and key) and `payload` a
+/// slice of the read it came in, which the log copies into its buffer
+/// and the backups' frame carries as it is. Every other record is all in
+/// `bytes`, `payload` empty.
+#[derive(Clone, Debug)]
 pub struct Entry {
     pub header: RecordHeader,
     pub bytes: Bytes,
+    pub payload: Bytes,
 }
 
+/// A payload of at least this many bytes is left out of its record's
+/// `bytes` (see [`Entry`]): below it a copy costs less than a part of a
+/// vectored write or of a log append.
+pub const PAYLOAD_SPLIT_MIN: usize = 4096;
+
+impl PartialEq for Entry {
+    /// The same header and the same record bytes, however they are split.
+    fn eq(&self, other: &Entry) -> bool {
+        self.header == other.header && self.len() == other.len() && {
+            let ours = self.bytes.iter().chain(self.payload.iter());
+            ours.eq(other.bytes.iter().chain(other.payload.iter()))
+        }
+    }
+}
+
+impl Eq for Entry {}
+
 impl Entry {
-    /// Encodes a record.
+    /// Encodes a record, all of it in `bytes`.
     pub fn new(header: RecordHeader, key: &[u8], payload: &[u8]) -> Entry {
         let record = Record {
             header,
@@ -82,18 +106,84 @@ impl Entry {
         Entry {
             header,
             bytes: Bytes::from(bytes),
+            payload: Bytes::new(),
         }
     }
 
-    /// The record with bytes of its own. A record that arrived from a peer
-    /// is a slice of the whole read it came in
-    /// (`proto::FrameBuffer::next_peer`); one kept past the step that got
-    /// it (held behind a gap, waiting for room in the log) is copied, so
+    /// Encodes a record whose payload is shared: one of
+    /// [`PAYLOAD_SPLIT_MIN`] bytes or more stays where it is, and only the
+    /// head is encoded (its checksum covers the payload); a smaller one is
+    /// copied in as by [`Entry::new`].
+    pub fn with_payload(header: RecordHeader, key: &[u8], payload: &Bytes) -> Entry {
+        if payload.len() < PAYLOAD_SPLIT_MIN {
+            return Entry::new(header, key, payload);
+        }
+        let record = Record {
+            header,
+            key,
+            payload,
+        };
+        let mut head = Vec::new();
+        record.encode_head(&mut head);
+        Entry {
+            header,
+            bytes: Bytes::from(head),
+            payload: payload.clone(),
+        }
+    }
+
+    /// The record's length in bytes.
+    pub fn len(&self) -> usize {
+        self.bytes.len() + self.payload.len()
+    }
+
+    /// Never: a record has at least its header.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether the payload was left out of `bytes`.
+    pub fn is_split(&self) -> bool {
+        !self.payload.is_empty()
+    }
+
+    /// Whether `other` is this record in the same memory (a clone, not a
+    /// copy): compared by address, so it costs nothing per byte.
+    pub fn shares_bytes(&self, other: &Entry) -> bool {
+        let same = |a: &Bytes, b: &Bytes| a.as_ptr() == b.as_ptr() && a.len() == b.len();
+        self.header == other.header
+            && same(&self.bytes, &other.bytes)
+            && same(&self.payload, &other.payload)
+    }
+
+    /// The whole record in one piece: `bytes` itself unless the payload
+    /// was left out, then a copy of both.
+    pub fn contiguous(&self) -> Bytes {
+        if self.payload.is_empty() {
+            return self.bytes.clone();
+        }
+        let mut whole = Vec::with_capacity(self.len());
+        whole.extend_from_slice(&self.bytes);
+        whole.extend_from_slice(&self.payload);
+        Bytes::from(whole)
+    }
+
+    /// The record with bytes of its own, in one piece. A record that
+    /// arrived from a peer is a slice of the whole read it came in
+    /// (`proto::FrameBuffer::next_peer`), and a primary's large payload a
+    /// slice of the client's read; one kept past the step that got it
+    /// (held behind a gap, waiting for room in the log) is copied, so
     /// that it does not keep that read's buffer alive.
     pub fn compact(self) -> Entry {
+        let bytes = if self.payload.is_empty() {
+            Bytes::copy_from_slice(&self.bytes)
+        } else {
+            self.contiguous()
+        };
         Entry {
             header: self.header,
-            bytes: Bytes::copy_from_slice(&self.bytes),
+            bytes,
+            payload: Bytes::new(),
         }
     }
 
@@ -127,6 +217,13 @@ impl Entry {
 
     /// The decoded record (the bytes were encoded or checked on the way in).
     pub fn record(&self) -> Record<'_> {
+        if self.is_split() {
+            return Record {
+                header: self.header,
+                key: &self.bytes[proto::RECORD_HEADER_LEN..],
+                payload: &self.payload,
+            };
+        }
         Record::decode(&self.bytes)
             .expect("an entry holds a valid record")
             .0

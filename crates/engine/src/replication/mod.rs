@@ -10,7 +10,9 @@ mod producer;
 mod protocol;
 mod replica;
 
-pub use message::{Binding, Bytes, Content, Entry, Msg, Node, Refusal, ServerId, ACK_RUN_MAX};
+pub use message::{
+    Binding, Bytes, Content, Entry, Msg, Node, Refusal, ServerId, ACK_RUN_MAX, PAYLOAD_SPLIT_MIN,
+};
 pub use producer::{Acknowledged, Completion, Producer, ProducerSettings};
 pub use protocol::{AckRule, Flow, HybridMode, Protocol, UnknownProtocol};
 pub use replica::{ClusterView, Effect, Placement, Replica, ReplicaMetrics, ReplicaSettings};

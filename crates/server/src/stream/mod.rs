@@ -922,7 +922,10 @@ impl Stream {
     /// took it.
     fn append(&self, core: &mut Core, entry: Entry) -> bool {
         if core.backlog.is_empty() {
-            match self.log.append(entry.version(), &entry.bytes) {
+            match self
+                .log
+                .append_parts(entry.version(), &entry.bytes, &entry.payload)
+            {
                 Ok(()) => return true,
                 Err(AppendError::Full) => {}
                 Err(AppendError::TooLarge { length, limit }) => {
@@ -935,7 +938,7 @@ impl Stream {
                 Err(AppendError::Failed(_)) => return false,
             }
         }
-        core.backlog_bytes += entry.bytes.len();
+        core.backlog_bytes += entry.len();
         core.backlog.push_back(entry.compact());
         false
     }
@@ -945,10 +948,13 @@ impl Stream {
         let mut core = self.lock();
         let mut appended = false;
         while let Some(entry) = core.backlog.front() {
-            match self.log.append(entry.version(), &entry.bytes) {
+            match self
+                .log
+                .append_parts(entry.version(), &entry.bytes, &entry.payload)
+            {
                 Ok(()) => {
                     let entry = core.backlog.pop_front().expect("present");
-                    core.backlog_bytes -= entry.bytes.len();
+                    core.backlog_bytes -= entry.len();
                     appended = true;
                 }
                 Err(_) => break,

@@ -96,12 +96,7 @@ impl Sends {
 fn same_records(a: &Msg, b: &Msg) -> bool {
     match (a, b) {
         (Msg::Replicate { entries: a }, Msg::Replicate { entries: b }) => {
-            a.len() == b.len()
-                && a.iter().zip(b).all(|(a, b)| {
-                    a.header == b.header
-                        && a.bytes.as_ptr() == b.bytes.as_ptr()
-                        && a.bytes.len() == b.bytes.len()
-                })
+            a.len() == b.len() && a.iter().zip(b).all(|(a, b)| a.shares_bytes(b))
         }
         _ => false,
     }

@@ -343,3 +343,55 @@ fn a_record_whose_header_names_another_version_is_never_logged() {
     let (log, _) = open(Arc::new(FileStorage), folder.path(), LogConfig::default());
     let _ = log.append(1, &encode(7, 2, b"misplaced"));
 }
+
+/// A record appended in two parts (its head, then a payload kept where it
+/// came) is the same record, read back byte for byte and recovered on
+/// open, as one appended whole; its size counts against the limit whole.
+#[test]
+fn a_record_appended_in_two_parts_reads_back_as_the_whole_record() {
+    let parts_of = |version: u64, size: usize| {
+        let whole = encode(7, version, &vec![version as u8; size]);
+        let cut = whole.len() - size;
+        (whole, cut)
+    };
+    for durability in [Durability::Sync, Durability::Memory] {
+        let folder = tempfile::tempdir().unwrap();
+        let storage: Arc<dyn Storage> = Arc::new(FileStorage);
+        let config = LogConfig::with_durability(durability);
+        let mut expected = Vec::new();
+        {
+            let (log, _) = open(storage.clone(), folder.path(), config.clone());
+            for (version, size) in [(1, 5_000), (2, 10), (3, 70_000), (4, 4_096)] {
+                let (whole, cut) = parts_of(version, size);
+                let (head, rest) = whole.split_at(cut);
+                if version == 2 {
+                    log.append(version, &whole).unwrap();
+                } else {
+                    log.append_parts(version, head, rest).unwrap();
+                }
+                expected.extend_from_slice(&whole);
+            }
+            let limit = config.record_bytes_max();
+            let (whole, cut) = parts_of(5, limit);
+            let (head, rest) = whole.split_at(cut);
+            assert_eq!(
+                log.append_parts(5, head, rest),
+                Err(wal::AppendError::TooLarge {
+                    length: whole.len(),
+                    limit
+                })
+            );
+            wait_durable(&log, 4);
+            let mut read = Vec::new();
+            assert_eq!(log.read(1, 10, 1 << 20, &mut read).unwrap(), 4);
+            assert_eq!(read, expected, "{durability:?}");
+        }
+        if durability == Durability::Sync {
+            let (log, seen) = open(storage, folder.path(), config);
+            assert_eq!(seen, [1, 2, 3, 4]);
+            let mut read = Vec::new();
+            assert_eq!(log.read(1, 10, 1 << 20, &mut read).unwrap(), 4);
+            assert_eq!(read, expected);
+        }
+    }
+}

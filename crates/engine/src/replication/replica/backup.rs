@@ -76,7 +76,7 @@ impl Replica {
         }
         self.primary_last = self.primary_last.max(version);
         let header = self.header(version, event, content.low_water, content.flags());
-        self.offer(Entry::new(header, &content.key, &content.payload));
+        self.offer(Entry::with_payload(header, &content.key, &content.payload));
         self.advance(out);
     }
 
@@ -155,7 +155,7 @@ impl Replica {
                 low_water: binding.low_water,
             };
             self.accept(
-                Entry::new(header, &held.content.key, &held.content.payload),
+                Entry::with_payload(header, &held.content.key, &held.content.payload),
                 true,
                 out,
             );

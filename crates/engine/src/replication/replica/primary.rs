@@ -58,7 +58,7 @@ impl Replica {
             // Only `version-request` reserves, and it never stamps.
             return refuse(out, client, event, Refusal::Busy);
         }
-        let entry = Entry::new(
+        let entry = Entry::with_payload(
             self.header(version, event, content.low_water, content.flags()),
             &content.key,
             &content.payload,
@@ -179,7 +179,7 @@ impl Replica {
             let rule = self.rule_for(Flow::Reserve);
             match reservation.content {
                 Some(content) => {
-                    let entry = Entry::new(
+                    let entry = Entry::with_payload(
                         self.header(next, content.event, content.low_water, content.flags()),
                         &content.key,
                         &content.payload,

@@ -304,7 +304,7 @@ impl Replica {
                     };
                     let waiter = Waiter::new_message(*client, event);
                     (
-                        Entry::new(header, &content.key, &content.payload),
+                        Entry::with_payload(header, &content.key, &content.payload),
                         Some(waiter),
                     )
                 }

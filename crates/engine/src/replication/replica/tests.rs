@@ -1,6 +1,7 @@
 //! Unit tests of the replica's startup, checkpoints and failover.
 
 use super::*;
+use crate::replication::PAYLOAD_SPLIT_MIN;
 
 fn placement() -> Placement {
     Placement {
@@ -686,6 +687,7 @@ fn a_backup_logs_records_in_order_as_slices_and_copies_those_it_holds_behind_a_g
             Entry {
                 header: e.header,
                 bytes,
+                payload: Bytes::new(),
             }
         })
         .collect();
@@ -721,6 +723,52 @@ fn a_backup_logs_records_in_order_as_slices_and_copies_those_it_holds_behind_a_g
     );
     assert!(within(&taken[0].bytes, &read));
     assert_eq!(taken, stamped[2..].to_vec());
+}
+
+/// A primary leaves a client's large payload where its read put it: the
+/// record it logs and forwards is a head of its own and that payload,
+/// the same bytes as the record encoded whole; a small payload is copied
+/// into its record, and a split record kept past its step is made whole.
+#[test]
+fn a_primary_leaves_a_large_payload_in_the_clients_read_and_encodes_only_the_head() {
+    let mut primary = started_primary(Protocol::OneHopAckClient, ReplicaSettings::default());
+    let read = Bytes::from(vec![7u8; 3 * PAYLOAD_SPLIT_MIN]);
+    let sizes = [
+        PAYLOAD_SPLIT_MIN,
+        PAYLOAD_SPLIT_MIN - 1,
+        2 * PAYLOAD_SPLIT_MIN,
+    ];
+    let mut out = Vec::new();
+    for (at, size) in sizes.into_iter().enumerate() {
+        let Msg::Write(mut content) = write(42, at as u64 + 1) else {
+            unreachable!("a write")
+        };
+        content.key = Bytes::from_static(b"k");
+        content.payload = read.slice(..size);
+        primary.on_client(42, Msg::Write(content), 2, &mut out);
+    }
+    let logged = appended(&out);
+    let forwarded: Vec<Entry> = out
+        .iter()
+        .filter_map(|effect| match effect {
+            Effect::Send(_, Msg::Replicate { entries }) => Some(entries.clone()),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    assert_eq!(logged.len(), 3);
+    for (entry, size) in logged.iter().zip(sizes) {
+        let split = size >= PAYLOAD_SPLIT_MIN;
+        assert_eq!(entry.is_split(), split, "payload of {size}");
+        assert_eq!(within(&entry.payload, &read), split, "payload of {size}");
+        let whole = Entry::new(entry.header, b"k", &read[..size]);
+        assert_eq!(entry.contiguous(), whole.bytes, "payload of {size}");
+        assert_eq!(entry.record(), whole.record());
+        assert!(forwarded.iter().any(|sent| sent.shares_bytes(entry)));
+        let kept = entry.clone().compact();
+        assert!(!kept.is_split() && kept.bytes == whole.bytes);
+        assert!(!within(&kept.bytes, &read));
+    }
 }
 
 /// A client's key and payload arrive as slices of one read; a backup that
