@@ -33,7 +33,7 @@ impl Layout<Vec<Entry>> for Entries {
         out.extend_from_slice(&(entries.len() as u32).to_le_bytes());
         for entry in entries {
             out.extend_from_slice(&entry.bytes);
-            out.extend_from_slice(&entry.payload);
+            out.extend_from_slice(entry.rest());
         }
     }
     fn get(reader: &mut Reader<'_>) -> Option<Vec<Entry>> {
@@ -129,10 +129,10 @@ pub(crate) fn peer_send(stream: u64, msg: &Msg) -> Option<net::Chunk> {
     });
     let mut parts = Vec::with_capacity(2 * entries.len() + 1);
     for entry in entries {
-        if entry.is_split() {
+        if let Some(payload) = &entry.payload {
             run.extend_from_slice(&entry.bytes);
             parts.push(Bytes::from(std::mem::take(&mut run)));
-            parts.push(entry.payload.clone());
+            parts.push(payload.clone());
         } else if entry.bytes.len() >= RECORD_PART_MIN {
             parts.push(Bytes::from(std::mem::take(&mut run)));
             parts.push(entry.bytes.clone());
@@ -188,7 +188,7 @@ fn decode_entries(records: Bytes) -> (Vec<Entry>, usize) {
         entries.push(Entry {
             header: record.header,
             bytes: records.slice(offset..offset + length),
-            payload: Bytes::new(),
+            payload: None,
         });
         offset += length;
     }
@@ -710,7 +710,8 @@ mod tests {
         for large in [1, 3] {
             assert!(shares(&entries[large].bytes), "record {large}");
         }
-        assert!(shares(&entries[5].payload), "the split record's payload");
+        let payload = entries[5].payload.as_ref().expect("split");
+        assert!(shares(payload), "the split record's payload");
         let sent: Vec<u8> = parts.iter().flat_map(|part| part.iter().copied()).collect();
         assert_eq!(sent, peer_frame(9, &msg).unwrap());
         let whole: Vec<Entry> = entries.iter().cloned().map(Entry::compact).collect();

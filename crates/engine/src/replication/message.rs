@@ -68,12 +68,12 @@ impl Content {
 /// `bytes` is then the record's head (header and key) and `payload` a
 /// slice of the read it came in, which the log copies into its buffer
 /// and the backups' frame carries as it is. Every other record is all in
-/// `bytes`, `payload` empty.
+/// `bytes`, `payload` `None`.
 #[derive(Clone, Debug)]
 pub struct Entry {
     pub header: RecordHeader,
     pub bytes: Bytes,
-    pub payload: Bytes,
+    pub payload: Option<Bytes>,
 }
 
 /// A payload of at least this many bytes is left out of its record's
@@ -85,8 +85,8 @@ impl PartialEq for Entry {
     /// The same header and the same record bytes, however they are split.
     fn eq(&self, other: &Entry) -> bool {
         self.header == other.header && self.len() == other.len() && {
-            let ours = self.bytes.iter().chain(self.payload.iter());
-            ours.eq(other.bytes.iter().chain(other.payload.iter()))
+            let ours = self.bytes.iter().chain(self.rest());
+            ours.eq(other.bytes.iter().chain(other.rest()))
         }
     }
 }
@@ -106,7 +106,7 @@ impl Entry {
         Entry {
             header,
             bytes: Bytes::from(bytes),
-            payload: Bytes::new(),
+            payload: None,
         }
     }
 
@@ -128,13 +128,19 @@ impl Entry {
         Entry {
             header,
             bytes: Bytes::from(head),
-            payload: payload.clone(),
+            payload: Some(payload.clone()),
         }
     }
 
     /// The record's length in bytes.
     pub fn len(&self) -> usize {
-        self.bytes.len() + self.payload.len()
+        self.bytes.len() + self.rest().len()
+    }
+
+    /// What follows `bytes` in the record: the payload left out of them,
+    /// or nothing.
+    pub fn rest(&self) -> &[u8] {
+        self.payload.as_deref().unwrap_or_default()
     }
 
     /// Never: a record has at least its header.
@@ -144,7 +150,7 @@ impl Entry {
 
     /// Whether the payload was left out of `bytes`.
     pub fn is_split(&self) -> bool {
-        !self.payload.is_empty()
+        self.payload.is_some()
     }
 
     /// Whether `other` is this record in the same memory (a clone, not a
@@ -153,18 +159,22 @@ impl Entry {
         let same = |a: &Bytes, b: &Bytes| a.as_ptr() == b.as_ptr() && a.len() == b.len();
         self.header == other.header
             && same(&self.bytes, &other.bytes)
-            && same(&self.payload, &other.payload)
+            && match (&self.payload, &other.payload) {
+                (None, None) => true,
+                (Some(a), Some(b)) => same(a, b),
+                _ => false,
+            }
     }
 
     /// The whole record in one piece: `bytes` itself unless the payload
     /// was left out, then a copy of both.
     pub fn contiguous(&self) -> Bytes {
-        if self.payload.is_empty() {
+        let Some(payload) = &self.payload else {
             return self.bytes.clone();
-        }
+        };
         let mut whole = Vec::with_capacity(self.len());
         whole.extend_from_slice(&self.bytes);
-        whole.extend_from_slice(&self.payload);
+        whole.extend_from_slice(payload);
         Bytes::from(whole)
     }
 
@@ -175,15 +185,14 @@ impl Entry {
     /// (held behind a gap, waiting for room in the log) is copied, so
     /// that it does not keep that read's buffer alive.
     pub fn compact(self) -> Entry {
-        let bytes = if self.payload.is_empty() {
-            Bytes::copy_from_slice(&self.bytes)
-        } else {
-            self.contiguous()
+        let bytes = match self.payload {
+            None => Bytes::copy_from_slice(&self.bytes),
+            Some(_) => self.contiguous(),
         };
         Entry {
             header: self.header,
             bytes,
-            payload: Bytes::new(),
+            payload: None,
         }
     }
 
@@ -217,11 +226,11 @@ impl Entry {
 
     /// The decoded record (the bytes were encoded or checked on the way in).
     pub fn record(&self) -> Record<'_> {
-        if self.is_split() {
+        if let Some(payload) = &self.payload {
             return Record {
                 header: self.header,
                 key: &self.bytes[proto::RECORD_HEADER_LEN..],
-                payload: &self.payload,
+                payload,
             };
         }
         Record::decode(&self.bytes)

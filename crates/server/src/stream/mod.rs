@@ -924,7 +924,7 @@ impl Stream {
         if core.backlog.is_empty() {
             match self
                 .log
-                .append_parts(entry.version(), &entry.bytes, &entry.payload)
+                .append_parts(entry.version(), &entry.bytes, entry.rest())
             {
                 Ok(()) => return true,
                 Err(AppendError::Full) => {}
@@ -950,7 +950,7 @@ impl Stream {
         while let Some(entry) = core.backlog.front() {
             match self
                 .log
-                .append_parts(entry.version(), &entry.bytes, &entry.payload)
+                .append_parts(entry.version(), &entry.bytes, entry.rest())
             {
                 Ok(()) => {
                     let entry = core.backlog.pop_front().expect("present");

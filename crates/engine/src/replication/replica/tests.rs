@@ -687,7 +687,7 @@ fn a_backup_logs_records_in_order_as_slices_and_copies_those_it_holds_behind_a_g
             Entry {
                 header: e.header,
                 bytes,
-                payload: Bytes::new(),
+                payload: None,
             }
         })
         .collect();
@@ -760,7 +760,8 @@ fn a_primary_leaves_a_large_payload_in_the_clients_read_and_encodes_only_the_hea
     for (entry, size) in logged.iter().zip(sizes) {
         let split = size >= PAYLOAD_SPLIT_MIN;
         assert_eq!(entry.is_split(), split, "payload of {size}");
-        assert_eq!(within(&entry.payload, &read), split, "payload of {size}");
+        let in_read = entry.payload.as_ref().is_some_and(|p| within(p, &read));
+        assert_eq!(in_read, split, "payload of {size}");
         let whole = Entry::new(entry.header, b"k", &read[..size]);
         assert_eq!(entry.contiguous(), whole.bytes, "payload of {size}");
         assert_eq!(entry.record(), whole.record());
