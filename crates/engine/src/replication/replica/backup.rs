@@ -116,17 +116,42 @@ impl Replica {
         self.held.insert(version, entry);
     }
 
+    /// Takes the records of a `Replicate`, then logs every version that
+    /// can be logged in order. A record that is the log's next version
+    /// while none is held is logged at once, as [`Replica::advance`]
+    /// would log it, without a trip through `held` (an insert and a
+    /// removal that shift the map's entries in memory); any other is
+    /// offered.
+    pub(super) fn take_replicated(&mut self, entries: Vec<Entry>, out: &mut Vec<Effect>) {
+        for entry in entries {
+            let next = self.machine.last_version() + 1;
+            if self.held.is_empty() && entry.version() == next {
+                self.primary_last = self.primary_last.max(next);
+                self.log_next(entry, out);
+            } else {
+                self.offer(entry);
+            }
+        }
+        self.advance(out);
+    }
+
+    /// Logs `entry`, the log's next version, with the binding or the
+    /// unbound content of its version retired.
+    fn log_next(&mut self, entry: Entry, out: &mut Vec<Effect>) {
+        self.bindings.remove(&entry.version());
+        if !entry.is_void() {
+            self.unbound.remove(&entry.header.event);
+        }
+        let client_acks = self.protocol != Protocol::Hybrid;
+        self.accept(entry, client_acks, out);
+    }
+
     /// Logs every version that can be logged in order.
     pub(super) fn advance(&mut self, out: &mut Vec<Effect>) {
         loop {
             let next = self.machine.last_version() + 1;
             if let Some(entry) = self.held.remove(&next) {
-                self.bindings.remove(&next);
-                if !entry.is_void() {
-                    self.unbound.remove(&entry.header.event);
-                }
-                let client_acks = self.protocol != Protocol::Hybrid;
-                self.accept(entry, client_acks, out);
+                self.log_next(entry, out);
                 continue;
             }
             let Some(binding) = self.bindings.get(&next).copied() else {

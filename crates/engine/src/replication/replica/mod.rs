@@ -618,10 +618,7 @@ impl Replica {
                 if (!self.is_primary() && from == self.placement.primary)
                     || (self.rejoining.is_some() && self.placement.replicas.contains(&from)) =>
             {
-                for entry in entries {
-                    self.offer(entry);
-                }
-                self.advance(out);
+                self.take_replicated(entries, out);
                 self.continue_repair(now, out);
                 if self.rejoining.is_some() {
                     let last = self.machine.last_version();
