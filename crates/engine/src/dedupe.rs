@@ -76,19 +76,7 @@ impl DedupeTable {
         let Some(state) = self.sessions.get_mut(&(client, session)) else {
             return;
         };
-        if low_water <= state.low_water {
-            return;
-        }
-        // Usually one entry or none goes: pop from the front rather than
-        // split the tree.
-        while let Some(entry) = state.versions.first_entry() {
-            if *entry.key() >= low_water {
-                break;
-            }
-            entry.remove();
-            self.entries -= 1;
-        }
-        state.low_water = low_water;
+        self.entries -= retire_below(state, low_water);
     }
 
     pub fn lookup(&self, client: u128, session: u64, sequence: u64) -> Lookup {
@@ -114,6 +102,37 @@ impl DedupeTable {
             && session_entries < self.limits.entries_per_session_max
     }
 
+    /// Retires the session's entries below `low_water`, then records that
+    /// `sequence` was logged as `version`: [`DedupeTable::advance_low_water`]
+    /// then [`DedupeTable::insert`] with one lookup of the session (a
+    /// session seen for the first time takes no low-water mark, as there).
+    /// Returns the version the event id was logged under before, if any.
+    pub fn record(
+        &mut self,
+        client: u128,
+        session: u64,
+        low_water: u64,
+        sequence: u64,
+        version: u64,
+    ) -> Option<u64> {
+        let state = match self.sessions.entry((client, session)) {
+            std::collections::hash_map::Entry::Vacant(vacant) => vacant.insert(Session::default()),
+            std::collections::hash_map::Entry::Occupied(occupied) => {
+                let state = occupied.into_mut();
+                self.entries -= retire_below(state, low_water);
+                state
+            }
+        };
+        if sequence < state.low_water {
+            return None;
+        }
+        let before = state.versions.insert(sequence, version);
+        if before.is_none() {
+            self.entries += 1;
+        }
+        before
+    }
+
     /// Records that `sequence` of the session was logged as `version`.
     pub fn insert(&mut self, client: u128, session: u64, sequence: u64, version: u64) {
         let state = self.sessions.entry((client, session)).or_default();
@@ -126,6 +145,26 @@ impl DedupeTable {
             self.entries += 1;
         }
     }
+}
+
+/// Retires a session's entries below `low_water` and raises its mark to
+/// it; returns how many went.
+fn retire_below(state: &mut Session, low_water: u64) -> usize {
+    if low_water <= state.low_water {
+        return 0;
+    }
+    // Usually one entry or none goes: pop from the front rather than split
+    // the tree.
+    let mut retired = 0;
+    while let Some(entry) = state.versions.first_entry() {
+        if *entry.key() >= low_water {
+            break;
+        }
+        entry.remove();
+        retired += 1;
+    }
+    state.low_water = low_water;
+    retired
 }
 
 /// Why a state snapshot could not be decoded.
@@ -280,6 +319,41 @@ mod tests {
         assert_eq!(table.lookup(1, 1, 5), Lookup::Retired { low_water: 6 });
         assert_eq!(table.lookup(1, 1, 6), Lookup::Logged(101));
         assert_eq!(table.entries(), 1);
+    }
+
+    /// `record` is `advance_low_water` then `insert`, in every case of a
+    /// small run (a first session takes no mark; marks that retire, that
+    /// do not, and that pass the sequence; the same sequence again), and
+    /// returns what a lookup before it found logged.
+    #[test]
+    fn record_is_advance_then_insert_and_returns_the_version_before() {
+        let steps = [
+            (1, 5, 0, 10),
+            (1, 5, 6, 11),
+            (1, 3, 7, 12),
+            (2, 9, 1, 13),
+            (1, 6, 6, 14),
+            (1, 8, 9, 15),
+            (1, 8, 8, 16),
+            (1, 2, 2, 17),
+        ];
+        let mut one = DedupeTable::default();
+        let mut two = DedupeTable::default();
+        for (session, low_water, sequence, version) in steps {
+            let before = match one.lookup(7, session, sequence) {
+                Lookup::Logged(version) => Some(version),
+                _ => None,
+            };
+            assert_eq!(one.record(7, session, low_water, sequence, version), before);
+            two.advance_low_water(7, session, low_water);
+            two.insert(7, session, sequence, version);
+            assert_eq!(one.entries(), two.entries());
+            for probe in 0..12 {
+                for session in [1, 2] {
+                    assert_eq!(one.lookup(7, session, probe), two.lookup(7, session, probe));
+                }
+            }
+        }
     }
 
     #[test]

@@ -140,8 +140,9 @@ impl StreamMachine {
         self.epoch = self.epoch.max(epoch);
     }
 
-    /// Records a message the log took (or a record found by recovery).
-    pub fn record(&mut self, header: &RecordHeader) {
+    /// Records a message the log took (or a record found by recovery);
+    /// returns the version its event id was logged under before, if any.
+    pub fn record(&mut self, header: &RecordHeader) -> Option<u64> {
         assert_eq!(
             header.version,
             self.last_version + 1,
@@ -151,16 +152,16 @@ impl StreamMachine {
         self.epoch = self.epoch.max(header.epoch);
         if header.flags & proto::FLAG_VOID != 0 {
             // A void version holds no message and no event id to remember.
-            return;
+            return None;
         }
         let event = header.event;
-        self.dedupe.advance_low_water(
+        self.dedupe.record(
             event.client,
             event.session,
             header.low_water.min(event.sequence),
-        );
-        self.dedupe
-            .insert(event.client, event.session, event.sequence, header.version);
+            event.sequence,
+            header.version,
+        )
     }
 }
 
@@ -332,14 +333,20 @@ mod tests {
             let headers = random_log(&mut random, count);
             let cut = random.below(count as u64 + 1) as usize;
             let mut whole = StreamMachine::new(1, DedupeLimits::default());
-            headers.iter().for_each(|h| whole.record(h));
+            headers.iter().for_each(|h| {
+                whole.record(h);
+            });
             let mut before = StreamMachine::new(1, DedupeLimits::default());
-            headers[..cut].iter().for_each(|h| before.record(h));
+            headers[..cut].iter().for_each(|h| {
+                before.record(h);
+            });
             let snapshot = before.encode_state();
             let mut restored = StreamMachine::decode_state(&snapshot, DedupeLimits::default())
                 .unwrap_or_else(|error| panic!("seed {seed}: {error}"));
             assert_eq!(restored.encode_state(), snapshot, "seed {seed}: round trip");
-            headers[cut..].iter().for_each(|h| restored.record(h));
+            headers[cut..].iter().for_each(|h| {
+                restored.record(h);
+            });
             assert_eq!(
                 restored.encode_state(),
                 whole.encode_state(),
@@ -373,8 +380,12 @@ mod tests {
         let headers = random_log(&mut random, 500);
         let mut first = StreamMachine::new(1, DedupeLimits::default());
         let mut second = StreamMachine::new(1, DedupeLimits::default());
-        headers.iter().for_each(|h| first.record(h));
-        headers.iter().for_each(|h| second.record(h));
+        for h in &headers {
+            first.record(h);
+        }
+        for h in &headers {
+            second.record(h);
+        }
         assert_eq!(first.encode_state(), second.encode_state());
         assert!(first.dedupe().entries() > 0);
     }
@@ -384,7 +395,9 @@ mod tests {
         let mut random = proto::Rng::new(5);
         let headers = random_log(&mut random, 200);
         let mut machine = StreamMachine::new(1, DedupeLimits::default());
-        headers.iter().for_each(|h| machine.record(h));
+        headers.iter().for_each(|h| {
+            machine.record(h);
+        });
         let valid = machine.encode_state();
         let limits = DedupeLimits::default();
         for cut in 0..valid.len() {

@@ -274,15 +274,14 @@ impl Replica {
     /// what came by binding, the client-async flow).
     pub(super) fn accept(&mut self, entry: Entry, client_acks: bool, out: &mut Vec<Effect>) {
         let header = entry.header;
-        if !entry.is_void() {
-            let event = header.event;
-            if let Lookup::Logged(other) = self.lookup(&event) {
-                if other != header.version {
-                    self.metrics.conflicts += 1;
-                }
-            }
+        // The same event id logged under another version before.
+        if self
+            .machine
+            .record(&header)
+            .is_some_and(|other| other != header.version)
+        {
+            self.metrics.conflicts += 1;
         }
-        self.machine.record(&header);
         self.next_version = self.next_version.max(header.version + 1);
         self.waiting_since = None;
         if client_acks
