@@ -4,6 +4,7 @@
 //! appends (every sequence below it has been answered), never by a clock:
 //! a retry that comes an hour late is still recognised.
 
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
 
 /// Bounds on the table, so a client that never advances its low-water mark
@@ -116,14 +117,16 @@ impl DedupeTable {
         version: u64,
     ) -> Option<u64> {
         let state = match self.sessions.entry((client, session)) {
-            std::collections::hash_map::Entry::Vacant(vacant) => vacant.insert(Session::default()),
-            std::collections::hash_map::Entry::Occupied(occupied) => {
+            Entry::Vacant(vacant) => vacant.insert(Session::default()),
+            Entry::Occupied(occupied) => {
                 let state = occupied.into_mut();
                 self.entries -= retire_below(state, low_water);
                 state
             }
         };
         if sequence < state.low_water {
+            // Replaying a record whose entry an earlier record's low-water
+            // mark already retired: nothing to remember.
             return None;
         }
         let before = state.versions.insert(sequence, version);
@@ -133,17 +136,10 @@ impl DedupeTable {
         before
     }
 
-    /// Records that `sequence` of the session was logged as `version`.
+    /// Records that `sequence` of the session was logged as `version`
+    /// ([`DedupeTable::record`] with no low-water mark to advance).
     pub fn insert(&mut self, client: u128, session: u64, sequence: u64, version: u64) {
-        let state = self.sessions.entry((client, session)).or_default();
-        if sequence < state.low_water {
-            // Replaying a record whose entry an earlier record's low-water
-            // mark already retired: nothing to remember.
-            return;
-        }
-        if state.versions.insert(sequence, version).is_none() {
-            self.entries += 1;
-        }
+        self.record(client, session, 0, sequence, version);
     }
 }
 

@@ -333,20 +333,20 @@ mod tests {
             let headers = random_log(&mut random, count);
             let cut = random.below(count as u64 + 1) as usize;
             let mut whole = StreamMachine::new(1, DedupeLimits::default());
-            headers.iter().for_each(|h| {
+            for h in &headers {
                 whole.record(h);
-            });
+            }
             let mut before = StreamMachine::new(1, DedupeLimits::default());
-            headers[..cut].iter().for_each(|h| {
+            for h in &headers[..cut] {
                 before.record(h);
-            });
+            }
             let snapshot = before.encode_state();
             let mut restored = StreamMachine::decode_state(&snapshot, DedupeLimits::default())
                 .unwrap_or_else(|error| panic!("seed {seed}: {error}"));
             assert_eq!(restored.encode_state(), snapshot, "seed {seed}: round trip");
-            headers[cut..].iter().for_each(|h| {
+            for h in &headers[cut..] {
                 restored.record(h);
-            });
+            }
             assert_eq!(
                 restored.encode_state(),
                 whole.encode_state(),
@@ -395,9 +395,9 @@ mod tests {
         let mut random = proto::Rng::new(5);
         let headers = random_log(&mut random, 200);
         let mut machine = StreamMachine::new(1, DedupeLimits::default());
-        headers.iter().for_each(|h| {
+        for h in &headers {
             machine.record(h);
-        });
+        }
         let valid = machine.encode_state();
         let limits = DedupeLimits::default();
         for cut in 0..valid.len() {

@@ -740,7 +740,7 @@ impl World<'_> {
 
     /// Whether two records are the same bytes.
     pub(crate) fn same_record(&self, a: &Entry, b: &Entry) -> bool {
-        a.shares_bytes(b) || (a.header == b.header && a.contiguous() == b.contiguous())
+        a.shares_bytes(b) || a == b
     }
 
     /// Readers never see a version go away (within a process), nor one
