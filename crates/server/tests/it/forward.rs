@@ -104,7 +104,7 @@ async fn an_append_to_a_backup_is_forwarded_and_a_retry_anywhere_gets_its_one_ve
         Frame::Ack { version, .. } => assert_eq!(version, 2),
         other => panic!("{other:?}"),
     }
-    let records = crate::harness::fetch_all(&creator, info.id).await;
+    let records = crate::harness::fetch_visible(&creator, info.id, 2).await;
     let payloads: Vec<&[u8]> = records.iter().map(|r| r.payload.as_slice()).collect();
     assert_eq!(payloads, [&b"message 1"[..], b"message 3"], "each once");
     cluster.stop().await;

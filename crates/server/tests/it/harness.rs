@@ -88,6 +88,27 @@ pub async fn fetch_all(client: &client::Client, stream: u64) -> Vec<client::Rece
     panic!("fetch_all did not reach the end of the stream");
 }
 
+/// [`fetch_all`] once at least `count` records are visible, or after 10 s.
+/// A replica's ack does not wait for the commit point (`one-hop-ack-client`
+/// acks from every replica), so a reader that fetches right after its
+/// last ack may find it visible only one `Progress` and one `Commit`
+/// later (docs/protocols.md, "Commit and reading"). The caller still
+/// checks exactly what came back.
+pub async fn fetch_visible(
+    client: &client::Client,
+    stream: u64,
+    count: usize,
+) -> Vec<client::ReceivedRecord> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let records = fetch_all(client, stream).await;
+        if records.len() >= count || std::time::Instant::now() >= deadline {
+            return records;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    }
+}
+
 /// One record as read straight from a stream's log.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LoggedRecord {

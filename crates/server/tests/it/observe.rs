@@ -105,7 +105,9 @@ async fn every_server_serves_metrics_status_health_and_the_status_page() {
         publisher.send(b"k", &index.to_le_bytes()).await.unwrap();
     }
     assert_eq!(
-        crate::harness::fetch_all(&client, info.id).await.len() as u64,
+        crate::harness::fetch_visible(&client, info.id, sent as usize)
+            .await
+            .len() as u64,
         sent
     );
     let primary = info.primary;
