@@ -120,9 +120,13 @@ pub(crate) async fn serve(
         }
         Ok(Opener::Peer(from)) => {
             drop(writer);
+            let newest = NewestPeerLink::list(&server, from);
             tokio::select! {
                 _ = serve_peer(from, reader, buffer, &server) => {}
                 _ = stop.wait_for(|stopping| *stopping) => {}
+                _ = newest.superseded.notified() => {
+                    tracing::debug!("a newer link from server {from} closes this one");
+                }
             }
         }
         Err((code, message)) => refuse(&mut writer, code, message).await,
@@ -227,6 +231,59 @@ async fn serve_client(
         writer_task.abort();
     }
     let _ = writer_task.await;
+}
+
+/// Numbers the peer links a server serves, so that a link takes only
+/// itself off `ServerState::peer_links`.
+static NEXT_PEER_LINK: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// A peer link listed as its peer's newest (`ServerState::peer_links`). A
+/// peer dials one link to a server at a time, so a newer link from the
+/// same peer ends this one: a link left half open (a partition, a host
+/// gone without closing its sockets) holds its task and its connection
+/// slot only until the peer dials again. Dropped, it takes itself off the
+/// list.
+struct NewestPeerLink<'a> {
+    server: &'a ServerState,
+    from: ServerId,
+    serial: u64,
+    /// Notified when a newer link from the same peer is listed.
+    superseded: Arc<tokio::sync::Notify>,
+}
+
+impl<'a> NewestPeerLink<'a> {
+    /// Lists a link as `from`'s newest, ending the one listed before.
+    fn list(server: &'a ServerState, from: ServerId) -> Self {
+        let superseded = Arc::new(tokio::sync::Notify::new());
+        let serial = NEXT_PEER_LINK.fetch_add(1, Ordering::Relaxed);
+        let older = server
+            .peer_links
+            .lock()
+            .expect("peer links lock")
+            .insert(from, (serial, Arc::clone(&superseded)));
+        if let Some((_, older)) = older {
+            // A permit: the older link ends even if it is not waiting yet.
+            older.notify_one();
+        }
+        NewestPeerLink {
+            server,
+            from,
+            serial,
+            superseded,
+        }
+    }
+}
+
+impl Drop for NewestPeerLink<'_> {
+    fn drop(&mut self) {
+        let mut links = self.server.peer_links.lock().expect("peer links lock");
+        if links
+            .get(&self.from)
+            .is_some_and(|(serial, _)| *serial == self.serial)
+        {
+            links.remove(&self.from);
+        }
+    }
 }
 
 /// Feeds a peer's replication messages to this server's streams.

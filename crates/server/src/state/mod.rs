@@ -66,6 +66,9 @@ pub struct ServerState {
     /// Connections served now per client IP address
     /// (`connections_per_address_max`).
     pub(crate) per_address: Mutex<HashMap<IpAddr, usize>>,
+    /// The newest link each peer opened to this server, with what ends it
+    /// when a newer one comes (`connection::NewestPeerLink`).
+    pub(crate) peer_links: Mutex<HashMap<ServerId, (u64, Arc<tokio::sync::Notify>)>>,
     /// The server's side of TLS, when it has TLS.
     pub(crate) acceptor: Option<net::Acceptor>,
     /// The token file, when the server has one.
@@ -168,6 +171,7 @@ impl ServerState {
             id: proto::random_u128(),
             started: Instant::now(),
             connection_slots: Arc::new(Semaphore::new(config.connections_max)),
+            peer_links: Mutex::default(),
             config,
             streams: RwLock::new(registry),
             router,

@@ -536,3 +536,53 @@ async fn a_peer_link_from_a_departed_incarnation_is_refused() {
     }
     cluster.stop().await;
 }
+
+/// A peer dials one link to a server at a time: a newer link from the
+/// same peer closes the one before, so a link left half open (a
+/// partition, a host gone without closing its sockets) holds its task and
+/// its connection slot only until the peer dials again. Server 3 is
+/// stopped, so the only links that speak for it are the test's. A server
+/// never writes on a peer link (it shuts its side at once), so a link is
+/// told served by what its writes meet: frames for a stream the server
+/// does not have are read and dropped, and a closed link refuses them.
+#[tokio::test]
+async fn a_newer_peer_link_from_the_same_server_closes_the_one_before() {
+    let data = tempfile::tempdir().unwrap();
+    let mut cluster = server::LocalCluster::start(3, data.path(), |_| {})
+        .await
+        .unwrap();
+    cluster.stop_server(3).await;
+    let hello = Frame::PeerHello {
+        version: PROTOCOL_VERSION,
+        from: 3,
+        incarnation: 1 << 40,
+    };
+    let ignored = Frame::Peer {
+        stream: u64::MAX,
+        message: vec![0; 64].into(),
+    }
+    .to_bytes();
+    // Whether the link still takes frames after `within` of writing them.
+    async fn served(socket: &mut TcpStream, frame: &[u8], within: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + within;
+        while tokio::time::Instant::now() < deadline {
+            if socket.write_all(frame).await.is_err() {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        true
+    }
+    let mut older = TcpStream::connect(cluster.address(1)).await.unwrap();
+    older.write_all(&hello.to_bytes()).await.unwrap();
+    assert!(served(&mut older, &ignored, Duration::from_millis(400)).await);
+    let mut newer = TcpStream::connect(cluster.address(1)).await.unwrap();
+    newer.write_all(&hello.to_bytes()).await.unwrap();
+    assert!(
+        !served(&mut older, &ignored, Duration::from_secs(5)).await,
+        "the older link was still served after a newer one came"
+    );
+    assert!(served(&mut newer, &ignored, Duration::from_millis(400)).await);
+    drop(newer);
+    cluster.stop().await;
+}
