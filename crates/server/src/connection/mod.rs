@@ -233,20 +233,15 @@ async fn serve_client(
     let _ = writer_task.await;
 }
 
-/// Numbers the peer links a server serves, so that a link takes only
-/// itself off `ServerState::peer_links`.
-static NEXT_PEER_LINK: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
 /// A peer link listed as its peer's newest (`ServerState::peer_links`). A
 /// peer dials one link to a server at a time, so a newer link from the
 /// same peer ends this one: a link left half open (a partition, a host
 /// gone without closing its sockets) holds its task and its connection
 /// slot only until the peer dials again. Dropped, it takes itself off the
-/// list.
+/// list (if still there: its `Notify` is its identity).
 struct NewestPeerLink<'a> {
     server: &'a ServerState,
     from: ServerId,
-    serial: u64,
     /// Notified when a newer link from the same peer is listed.
     superseded: Arc<tokio::sync::Notify>,
 }
@@ -255,20 +250,18 @@ impl<'a> NewestPeerLink<'a> {
     /// Lists a link as `from`'s newest, ending the one listed before.
     fn list(server: &'a ServerState, from: ServerId) -> Self {
         let superseded = Arc::new(tokio::sync::Notify::new());
-        let serial = NEXT_PEER_LINK.fetch_add(1, Ordering::Relaxed);
         let older = server
             .peer_links
             .lock()
             .expect("peer links lock")
-            .insert(from, (serial, Arc::clone(&superseded)));
-        if let Some((_, older)) = older {
+            .insert(from, Arc::clone(&superseded));
+        if let Some(older) = older {
             // A permit: the older link ends even if it is not waiting yet.
             older.notify_one();
         }
         NewestPeerLink {
             server,
             from,
-            serial,
             superseded,
         }
     }
@@ -279,7 +272,7 @@ impl Drop for NewestPeerLink<'_> {
         let mut links = self.server.peer_links.lock().expect("peer links lock");
         if links
             .get(&self.from)
-            .is_some_and(|(serial, _)| *serial == self.serial)
+            .is_some_and(|listed| Arc::ptr_eq(listed, &self.superseded))
         {
             links.remove(&self.from);
         }

@@ -68,7 +68,7 @@ pub struct ServerState {
     pub(crate) per_address: Mutex<HashMap<IpAddr, usize>>,
     /// The newest link each peer opened to this server, with what ends it
     /// when a newer one comes (`connection::NewestPeerLink`).
-    pub(crate) peer_links: Mutex<HashMap<ServerId, (u64, Arc<tokio::sync::Notify>)>>,
+    pub(crate) peer_links: Mutex<HashMap<ServerId, Arc<tokio::sync::Notify>>>,
     /// The server's side of TLS, when it has TLS.
     pub(crate) acceptor: Option<net::Acceptor>,
     /// The token file, when the server has one.
