@@ -1468,9 +1468,15 @@ mod tests {
 /// The bytes sit in a shared buffer: a frame is cut off it whole, and its
 /// byte fields kept as `Bytes` (a `Submit`'s key and payload, a `Peer`
 /// frame's message) are slices of it, not copies.
+///
+/// A thread that reads with blocking calls ([`FrameBuffer::read_from`])
+/// reads straight into the buffer too, into room zeroed once when made
+/// (a safe read needs initialised bytes) and reused for as long as it
+/// lasts: `bytes` then ends in `spare` such bytes, not yet received.
 #[derive(Debug, Default)]
 pub struct FrameBuffer {
     bytes: BytesMut,
+    spare: usize,
 }
 
 impl FrameBuffer {
@@ -1481,6 +1487,7 @@ impl FrameBuffer {
     /// Adds bytes read from the socket. Reading into a separate buffer and
     /// then calling this keeps a cancelled read from leaving junk behind.
     pub fn extend(&mut self, bytes: &[u8]) {
+        self.drop_spare();
         self.bytes.extend_from_slice(bytes);
     }
 
@@ -1492,14 +1499,60 @@ impl FrameBuffer {
     /// read reuses the space of the frames already cut, unless a slice of
     /// one is still kept.
     pub fn receiving(&mut self) -> &mut BytesMut {
+        self.drop_spare();
         &mut self.bytes
+    }
+
+    /// Reads once from `reader` (a blocking socket) onto the end of the
+    /// bytes received, with room for at least half of `room` bytes: no
+    /// scratch buffer, so no copy out of one. Room runs out every `room /
+    /// 2` bytes or so, and is then made again, `room` bytes zeroed once
+    /// (the cost of a `memset` per byte read, not of a copy). An
+    /// interrupted read is tried again.
+    pub fn read_from(
+        &mut self,
+        reader: &mut impl std::io::Read,
+        room: usize,
+    ) -> std::io::Result<usize> {
+        let room = room.max(2);
+        if self.spare < room / 2 {
+            self.drop_spare();
+            self.bytes.reserve(room);
+            let received = self.bytes.len();
+            self.bytes.resize(received + room, 0);
+            self.spare = room;
+        }
+        let start = self.bytes.len() - self.spare;
+        let read = loop {
+            match reader.read(&mut self.bytes[start..]) {
+                Err(error) if error.kind() == std::io::ErrorKind::Interrupted => continue,
+                other => break other?,
+            }
+        };
+        self.spare -= read;
+        Ok(read)
+    }
+
+    /// The bytes received, without the room past them.
+    fn received(&self) -> &[u8] {
+        &self.bytes[..self.bytes.len() - self.spare]
+    }
+
+    /// Gives up the room [`read_from`](Self::read_from) made, so that the
+    /// buffer ends where the bytes received end.
+    fn drop_spare(&mut self) {
+        if self.spare > 0 {
+            let received = self.bytes.len() - self.spare;
+            self.bytes.truncate(received);
+            self.spare = 0;
+        }
     }
 
     /// Cuts the next whole frame, if the buffer holds one, as
     /// [`Frame::decode`] decodes it, but with its `Bytes` fields slices of
     /// the buffer.
     pub fn next_frame(&mut self, max_frame: usize) -> Result<Option<Frame>, FrameError> {
-        let Some((frame_type, length)) = Frame::whole(&self.bytes, max_frame)? else {
+        let Some((frame_type, length)) = Frame::whole(self.received(), max_frame)? else {
             return Ok(None);
         };
         let frame = self.bytes.split_to(length).freeze();
@@ -1510,11 +1563,12 @@ impl FrameBuffer {
 
     /// Bytes received and not yet cut into frames.
     pub fn buffered(&self) -> usize {
-        self.bytes.len()
+        self.received().len()
     }
     /// Takes the bytes received and not yet cut into frames (a connection
     /// handed to another protocol after its first frame).
     pub fn take_rest(&mut self) -> Vec<u8> {
+        self.drop_spare();
         self.bytes.split().to_vec()
     }
 }
@@ -1541,6 +1595,101 @@ mod frame_buffer_tests {
         assert_eq!(frames.len(), 100);
         assert_eq!(frames[99], Frame::Ok { request: 49 });
         assert_eq!(buffer.buffered(), 0);
+    }
+
+    /// A reader that hands out its bytes at most `piece` at a time, as a
+    /// socket may.
+    struct Pieces<'a> {
+        bytes: &'a [u8],
+        piece: usize,
+    }
+
+    impl std::io::Read for Pieces<'_> {
+        fn read(&mut self, into: &mut [u8]) -> std::io::Result<usize> {
+            let length = self.piece.min(into.len()).min(self.bytes.len());
+            into[..length].copy_from_slice(&self.bytes[..length]);
+            self.bytes = &self.bytes[length..];
+            Ok(length)
+        }
+    }
+
+    /// Blocking reads into the buffer's own room cut the same frames as
+    /// `decode` at every read size and room, frames that span a remaking
+    /// of the room included, and the room never shows as bytes received.
+    #[test]
+    fn reads_from_a_blocking_reader_cut_the_frames_decode_gives() {
+        let frames = sample_frames();
+        let wire: Vec<u8> = frames.iter().flat_map(Frame::to_bytes).collect();
+        for (piece, room) in [
+            (1, 16),
+            (7, 64),
+            (64, 100),
+            (4096, 4096),
+            (1 << 20, 1 << 16),
+        ] {
+            let mut reader = Pieces {
+                bytes: &wire,
+                piece,
+            };
+            let mut buffer = FrameBuffer::new();
+            let mut cut = Vec::new();
+            loop {
+                while let Some(frame) = buffer.next_frame(1 << 16).unwrap() {
+                    cut.push(frame);
+                }
+                let before = buffer.buffered();
+                let read = buffer.read_from(&mut reader, room).unwrap();
+                assert_eq!(buffer.buffered(), before + read);
+                if read == 0 {
+                    break;
+                }
+            }
+            assert_eq!(cut, frames, "pieces of {piece} bytes, room {room}");
+            assert_eq!(buffer.buffered(), 0);
+        }
+    }
+
+    /// A buffer read by blocking reads and then by the async way (or
+    /// extended) keeps its bytes in order, without its room between them.
+    #[test]
+    fn a_buffer_read_both_ways_keeps_its_bytes_in_order() {
+        let wire: Vec<u8> = [Frame::Status { request: 1 }, Frame::Ok { request: 2 }]
+            .iter()
+            .flat_map(Frame::to_bytes)
+            .collect();
+        let (first, second) = wire.split_at(5);
+        let mut buffer = FrameBuffer::new();
+        let read = buffer
+            .read_from(
+                &mut Pieces {
+                    bytes: first,
+                    piece: 5,
+                },
+                1024,
+            )
+            .unwrap();
+        assert_eq!((read, buffer.buffered()), (5, 5));
+        buffer.receiving().extend_from_slice(&second[..3]);
+        buffer.extend(&second[3..]);
+        assert_eq!(
+            buffer.next_frame(1024).unwrap(),
+            Some(Frame::Status { request: 1 })
+        );
+        assert_eq!(
+            buffer.next_frame(1024).unwrap(),
+            Some(Frame::Ok { request: 2 })
+        );
+        assert_eq!(buffer.buffered(), 0);
+        buffer
+            .read_from(
+                &mut Pieces {
+                    bytes: &wire[..3],
+                    piece: 3,
+                },
+                1024,
+            )
+            .unwrap();
+        assert_eq!(buffer.take_rest(), wire[..3].to_vec());
     }
 
     #[test]

@@ -197,6 +197,9 @@ pub struct ServerConfig {
     /// Replication messages queued for one peer; past it they are dropped
     /// (the protocols repair what is lost) and counted.
     pub peer_queue_max: usize,
+    /// When a plain peer link is read by a thread of its own and when by
+    /// the runtime (`connection::peer`).
+    pub peer_reading: PeerReading,
     /// Records waiting for room in a stream's log; past it the stream
     /// refuses new messages with `Busy`.
     pub log_backlog_bytes_max: usize,
@@ -250,6 +253,7 @@ impl ServerConfig {
             replication: ReplicaSettings::default(),
             tick_interval: Duration::from_millis(10),
             peer_queue_max: 65_536,
+            peer_reading: PeerReading::default(),
             log_backlog_bytes_max: 64 * 1024 * 1024,
             checkpoint_interval: Duration::from_secs(10),
             checkpoint_records: 1_000_000,
@@ -268,6 +272,32 @@ impl ServerConfig {
     /// or the state of a checkpoint sent to a replica that is behind.
     pub fn peer_frame_bytes_max(&self) -> usize {
         self.frame_bytes_max().max(PEER_FRAME_BYTES_MIN)
+    }
+}
+
+/// When a plain peer link is read by a thread of its own that blocks in its
+/// reads (quiet: a hop costs that one thread's wake-up) and when by the
+/// runtime (busy: a worker finds the next bytes waiting), judged every 128
+/// reads by the link's mean frames per read. A TLS link is always read by
+/// the runtime. docs/results.md, "A peer link read by whichever suits its
+/// traffic", measures both ways.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PeerReading {
+    /// Over this mean a link on a thread goes to the runtime.
+    pub busy_frames_per_read: f64,
+    /// Under this mean a link on the runtime goes back to a thread.
+    pub quiet_frames_per_read: f64,
+}
+
+impl Default for PeerReading {
+    /// One stream at window 1 reads 1.0 frames a read; 100 streams about 10
+    /// on a thread and 15 on the runtime. The gap between the two marks
+    /// keeps a link from going back and forth.
+    fn default() -> Self {
+        PeerReading {
+            busy_frames_per_read: 3.0,
+            quiet_frames_per_read: 1.5,
+        }
     }
 }
 

@@ -33,7 +33,7 @@ mod stream;
 mod subscription;
 mod wire;
 
-pub use config::{advertised_address, ClusterConfig, Peer, ServerConfig, TlsSettings};
+pub use config::{advertised_address, ClusterConfig, Peer, PeerReading, ServerConfig, TlsSettings};
 pub use error::{
     CheckpointError, LocalError, OpenError, PlaceError, RemoteCreateError, StreamOpenError,
 };

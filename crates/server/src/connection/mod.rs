@@ -25,6 +25,7 @@
 
 mod admin;
 mod forward;
+mod peer;
 mod read;
 mod write;
 
@@ -119,15 +120,10 @@ pub(crate) async fn serve(
             }
         }
         Ok(Opener::Peer(from)) => {
-            drop(writer);
-            let newest = NewestPeerLink::list(&server, from);
-            tokio::select! {
-                _ = serve_peer(from, reader, buffer, &server) => {}
-                _ = stop.wait_for(|stopping| *stopping) => {}
-                _ = newest.superseded.notified() => {
-                    tracing::debug!("a newer link from server {from} closes this one");
-                }
-            }
+            let Some(link) = reader.reunite(writer) else {
+                return;
+            };
+            peer::serve_peer(from, link, buffer, &server, stop).await
         }
         Err((code, message)) => refuse(&mut writer, code, message).await,
     }
@@ -231,108 +227,6 @@ async fn serve_client(
         writer_task.abort();
     }
     let _ = writer_task.await;
-}
-
-/// A peer link listed as its peer's newest (`ServerState::peer_links`). A
-/// peer dials one link to a server at a time, so a newer link from the
-/// same peer ends this one: a link left half open (a partition, a host
-/// gone without closing its sockets) holds its task and its connection
-/// slot only until the peer dials again. Dropped, it takes itself off the
-/// list (if still there: its `Notify` is its identity).
-struct NewestPeerLink<'a> {
-    server: &'a ServerState,
-    from: ServerId,
-    /// Notified when a newer link from the same peer is listed.
-    superseded: Arc<tokio::sync::Notify>,
-}
-
-impl<'a> NewestPeerLink<'a> {
-    /// Lists a link as `from`'s newest, ending the one listed before.
-    fn list(server: &'a ServerState, from: ServerId) -> Self {
-        let superseded = Arc::new(tokio::sync::Notify::new());
-        let older = server
-            .peer_links
-            .lock()
-            .expect("peer links lock")
-            .insert(from, Arc::clone(&superseded));
-        if let Some(older) = older {
-            // A permit: the older link ends even if it is not waiting yet.
-            older.notify_one();
-        }
-        NewestPeerLink {
-            server,
-            from,
-            superseded,
-        }
-    }
-}
-
-impl Drop for NewestPeerLink<'_> {
-    fn drop(&mut self) {
-        let mut links = self.server.peer_links.lock().expect("peer links lock");
-        if links
-            .get(&self.from)
-            .is_some_and(|listed| Arc::ptr_eq(listed, &self.superseded))
-        {
-            links.remove(&self.from);
-        }
-    }
-}
-
-/// Feeds a peer's replication messages to this server's streams.
-async fn serve_peer(
-    from: ServerId,
-    mut reader: LinkReader,
-    mut buffer: FrameBuffer,
-    server: &Arc<ServerState>,
-) {
-    let max_frame = server.config.peer_frame_bytes_max();
-    // Messages for one stream from one read are handed over in one step.
-    let mut batch: Vec<Msg> = Vec::new();
-    let mut batch_stream: Option<Arc<Stream>> = None;
-    loop {
-        loop {
-            match buffer.next_frame(max_frame) {
-                Ok(Some(Frame::Peer { stream, message })) => {
-                    if batch_stream.as_ref().is_some_and(|s| s.id != stream) {
-                        if let Some(done) = batch_stream.take() {
-                            done.on_peer_many(from, std::mem::take(&mut batch));
-                        }
-                    }
-                    if batch_stream.is_none() {
-                        batch_stream = server.stream_by_id(stream);
-                    }
-                    if batch_stream.is_some() {
-                        match wire::peer_msg(message) {
-                            Ok(msg) => batch.push(msg),
-                            Err(error) => {
-                                tracing::warn!("closing the link from server {from}: {error}");
-                                return;
-                            }
-                        }
-                    }
-                }
-                Ok(Some(_)) | Err(_) => {
-                    tracing::warn!("closing the link from server {from}: unexpected frame");
-                    return;
-                }
-                Ok(None) => break,
-            }
-        }
-        if let Some(done) = batch_stream.take() {
-            done.on_peer_many(from, std::mem::take(&mut batch));
-        }
-        match net::read_into(&mut reader, buffer.receiving(), READ_BYTES).await {
-            Ok(0) | Err(_) => return,
-            Ok(read) => {
-                if let Some(metrics) = &server.metrics {
-                    metrics
-                        .peer_bytes_in
-                        .fetch_add(read as u64, Ordering::Relaxed);
-                }
-            }
-        }
-    }
 }
 
 async fn handshake(

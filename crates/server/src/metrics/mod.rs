@@ -38,6 +38,12 @@ pub struct Metrics {
     pub(crate) client_bytes_out: AtomicU64,
     /// Bytes read from peers' links.
     pub(crate) peer_bytes_in: AtomicU64,
+    /// Links peers opened to this server (each reconnection counts).
+    pub(crate) peer_links_accepted: AtomicU64,
+    /// Peer links handed to a thread of their own, and to the runtime, as
+    /// their traffic changed (`connection::peer`).
+    pub(crate) peer_links_to_thread: AtomicU64,
+    pub(crate) peer_links_to_runtime: AtomicU64,
 }
 
 impl Default for Metrics {
@@ -49,6 +55,9 @@ impl Default for Metrics {
             client_bytes_in: AtomicU64::new(0),
             client_bytes_out: AtomicU64::new(0),
             peer_bytes_in: AtomicU64::new(0),
+            peer_links_accepted: AtomicU64::new(0),
+            peer_links_to_thread: AtomicU64::new(0),
+            peer_links_to_runtime: AtomicU64::new(0),
         }
     }
 }

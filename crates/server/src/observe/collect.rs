@@ -482,6 +482,28 @@ fn data_path_families(metrics: &Metrics, streams: &[Snapshot], out: &mut Out) ->
         "Bytes read from peers' replication links.",
         Some(Unit::Bytes),
         load(&metrics.peer_bytes_in),
+    )?;
+    peer_link_families(metrics, out)
+}
+
+/// How peers' links came and are read (`connection::peer`).
+fn peer_link_families(metrics: &Metrics, out: &mut Out) -> fmt::Result {
+    let load = |counter: &std::sync::atomic::AtomicU64| counter.load(Ordering::Relaxed);
+    out.counter(
+        "stamplog_peer_links_accepted",
+        "Links peers opened to this server (each reconnection counts).",
+        None,
+        load(&metrics.peer_links_accepted),
+    )?;
+    out.counters(
+        "stamplog_peer_links_handed",
+        "Peer links handed to a thread of their own (to=thread) or to the runtime (to=runtime) as their traffic changed.",
+        None,
+        [
+            ("thread", &metrics.peer_links_to_thread),
+            ("runtime", &metrics.peer_links_to_runtime),
+        ]
+        .map(|(to, counter)| (vec![("to", to.to_string())], load(counter))),
     )
 }
 
