@@ -278,25 +278,31 @@ impl ServerConfig {
 /// When a plain peer link is read by a thread of its own that blocks in its
 /// reads (quiet: a hop costs that one thread's wake-up) and when by the
 /// runtime (busy: a worker finds the next bytes waiting), judged every 128
-/// reads by the link's mean frames per read. A TLS link is always read by
-/// the runtime. docs/results.md, "A peer link read by whichever suits its
-/// traffic", measures both ways.
+/// reads by the link's mean frames and records (those of its `Replicate`s)
+/// per read. A link whose reads carry no record at all (acks, `Progress`)
+/// goes to the runtime too; a TLS link is always read by the runtime.
+/// docs/results.md, "A peer link read by whichever suits its traffic",
+/// measures both ways.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct PeerReading {
-    /// Over this mean a link on a thread goes to the runtime.
-    pub busy_frames_per_read: f64,
-    /// Under this mean a link on the runtime goes back to a thread.
-    pub quiet_frames_per_read: f64,
+    /// Over this mean of frames, or of records, per read, a link on a
+    /// thread goes to the runtime.
+    pub busy_per_read: f64,
+    /// Under this mean of frames and of records per read (and with some
+    /// records), a link on the runtime goes back to a thread.
+    pub quiet_per_read: f64,
 }
 
 impl Default for PeerReading {
-    /// One stream at window 1 reads 1.0 frames a read; 100 streams about 10
-    /// on a thread and 15 on the runtime. The gap between the two marks
-    /// keeps a link from going back and forth.
+    /// One stream at window 1 reads about one frame and at most one record
+    /// a read; 100 streams about 10 frames on a thread and 15 on the
+    /// runtime, one stream at window 256 one frame of a whole batch of
+    /// records. The gap between the two marks keeps a link from going back
+    /// and forth.
     fn default() -> Self {
         PeerReading {
-            busy_frames_per_read: 3.0,
-            quiet_frames_per_read: 1.5,
+            busy_per_read: 3.0,
+            quiet_per_read: 1.5,
         }
     }
 }

@@ -102,10 +102,10 @@ async fn read_on_runtime(
     traffic: &mut Traffic,
 ) -> bool {
     loop {
-        let Ok(frames) = feed.take(buffer) else {
+        let Ok(cut) = feed.take(buffer) else {
             return false;
         };
-        if traffic.count(frames) {
+        if traffic.count(cut) {
             return true;
         }
         match net::read_into(link, buffer.receiving(), READ_BYTES).await {
@@ -198,8 +198,8 @@ fn read_on_thread(
     (mut feed, mut buffer, mut traffic): ReadState,
 ) -> Option<(std::net::TcpStream, ReadState)> {
     loop {
-        let frames = feed.take(&mut buffer).ok()?;
-        if traffic.count(frames) {
+        let cut = feed.take(&mut buffer).ok()?;
+        if traffic.count(cut) {
             return Some((socket, (feed, buffer, traffic)));
         }
         match buffer.read_from(&mut socket, READ_BYTES) {
@@ -231,14 +231,14 @@ impl Feed {
     }
 
     /// Cuts every whole frame in `buffer` and hands its messages to their
-    /// streams; the number of frames, or `Err` when the link must close.
-    fn take(&mut self, buffer: &mut FrameBuffer) -> Result<usize, ()> {
+    /// streams; what it cut, or `Err` when the link must close.
+    fn take(&mut self, buffer: &mut FrameBuffer) -> Result<Cut, ()> {
         let from = self.from;
-        let mut frames = 0;
+        let mut cut = Cut::default();
         loop {
             match buffer.next_frame(self.max_frame) {
                 Ok(Some(Frame::Peer { stream, message })) => {
-                    frames += 1;
+                    cut.frames += 1;
                     if self.batch_stream.as_ref().is_some_and(|s| s.id != stream) {
                         self.hand_over();
                     }
@@ -247,7 +247,12 @@ impl Feed {
                     }
                     if self.batch_stream.is_some() {
                         match wire::peer_msg(message) {
-                            Ok(msg) => self.batch.push(msg),
+                            Ok(msg) => {
+                                if let Msg::Replicate { entries } = &msg {
+                                    cut.records += entries.len() as u64;
+                                }
+                                self.batch.push(msg);
+                            }
                             Err(error) => {
                                 tracing::warn!("closing the link from server {from}: {error}");
                                 return Err(());
@@ -263,7 +268,7 @@ impl Feed {
             }
         }
         self.hand_over();
-        Ok(frames)
+        Ok(cut)
     }
 
     /// The batch to its stream, in one step.
@@ -305,7 +310,16 @@ enum HandedTo {
 /// of a second of a link's reads.
 const LOOK_READS: u32 = 128;
 
-/// A link's frames over its last reads, and which way it is read.
+/// What one read brought: frames, and the records their `Replicate`s
+/// carry.
+#[derive(Debug, Default, Clone, Copy)]
+struct Cut {
+    frames: u64,
+    records: u64,
+}
+
+/// A link's frames and records over its last reads, and which way it is
+/// read.
 #[derive(Debug)]
 struct Traffic {
     /// Read by a thread of its own (else by the runtime).
@@ -314,7 +328,7 @@ struct Traffic {
     /// runtime.
     marks: Option<PeerReading>,
     reads: u32,
-    frames: u64,
+    seen: Cut,
 }
 
 impl Traffic {
@@ -324,29 +338,37 @@ impl Traffic {
             on_thread: plain,
             marks: plain.then_some(marks),
             reads: 0,
-            frames: 0,
+            seen: Cut::default(),
         }
     }
 
-    /// Counts one read's `frames`; `true` when the link is to change ways
-    /// (and `on_thread` then says which it takes).
-    fn count(&mut self, frames: usize) -> bool {
+    /// Counts one read's `cut`; `true` when the link is to change ways (and
+    /// `on_thread` then says which it takes). A look that found no record
+    /// (a link of acks and `Progress`, whose hops no acknowledgement waits
+    /// for under `one-hop-ack-client`) or many frames or records a read
+    /// sends a link to the runtime; one of few frames and records, some
+    /// records among them, to a thread.
+    fn count(&mut self, cut: Cut) -> bool {
         let Some(marks) = self.marks else {
             return false;
         };
         self.reads += 1;
-        self.frames += frames as u64;
+        self.seen.frames += cut.frames;
+        self.seen.records += cut.records;
         if self.reads < LOOK_READS {
             return false;
         }
-        let mean = self.frames as f64 / f64::from(self.reads);
+        let reads = f64::from(self.reads);
+        let (frames, records) = (self.seen.frames as f64, self.seen.records as f64);
         let change = if self.on_thread {
-            mean > marks.busy_frames_per_read
+            let busy = marks.busy_per_read * reads;
+            records == 0.0 || frames > busy || records > busy
         } else {
-            mean < marks.quiet_frames_per_read
+            let quiet = marks.quiet_per_read * reads;
+            records > 0.0 && frames < quiet && records < quiet
         };
         self.reads = 0;
-        self.frames = 0;
+        self.seen = Cut::default();
         self.on_thread ^= change;
         change
     }
@@ -402,44 +424,73 @@ impl Drop for NewestPeerLink<'_> {
 mod tests {
     use super::*;
 
-    /// Feeds `reads` reads of `frames` each; the number of changes of ways.
-    fn feed(traffic: &mut Traffic, reads: u32, frames: usize) -> u32 {
-        (0..reads).filter(|_| traffic.count(frames)).count() as u32
+    /// Feeds `reads` reads of `frames` frames and `records` records each;
+    /// the number of changes of ways.
+    fn feed(traffic: &mut Traffic, reads: u32, frames: u64, records: u64) -> u32 {
+        let cut = Cut { frames, records };
+        (0..reads).filter(|_| traffic.count(cut)).count() as u32
     }
 
-    /// A plain link starts on a thread, goes to the runtime after a look
-    /// at reads of several frames, stays there while busy or in between,
-    /// and comes back once its reads hold a frame or so; a TLS link never
-    /// changes.
+    /// A plain link starts on a thread; at window 1 (a `Replicate` of one
+    /// record, then a `Commit`, a read each) it stays there; many frames or
+    /// many records a read send it to the runtime at the end of a look, and
+    /// it comes back once quiet; between the two marks it stays where it
+    /// is.
     #[test]
-    fn a_link_changes_ways_with_its_frames_per_read_and_not_back_and_forth() {
+    fn a_link_changes_ways_with_its_frames_and_records_per_read_and_not_back_and_forth() {
         let mut traffic = Traffic::new(true, PeerReading::default());
         assert!(traffic.on_thread);
-        // At window 1: one frame a read, for as long as it lasts.
-        assert_eq!(feed(&mut traffic, 10 * LOOK_READS, 1), 0);
+        let window_1 = (0..10 * LOOK_READS).filter(|read| {
+            let records = u64::from(read % 2 == 0);
+            traffic.count(Cut { frames: 1, records })
+        });
+        assert_eq!(window_1.count(), 0);
         assert!(traffic.on_thread);
-        // Busy: the change comes at the end of the first whole look.
-        assert_eq!(feed(&mut traffic, LOOK_READS - 1, 10), 0);
-        assert!(traffic.count(10));
+        // Many streams: many frames a read, at the end of the first look.
+        assert_eq!(feed(&mut traffic, LOOK_READS - 1, 10, 10), 0);
+        assert!(traffic.count(Cut {
+            frames: 10,
+            records: 10
+        }));
         assert!(!traffic.on_thread);
-        // In between the two marks, it stays where it is, either way.
-        assert_eq!(feed(&mut traffic, 10 * LOOK_READS, 2), 0);
+        // In between the marks it stays, either way.
+        assert_eq!(feed(&mut traffic, 10 * LOOK_READS, 2, 2), 0);
         assert!(!traffic.on_thread);
-        assert_eq!(feed(&mut traffic, 10 * LOOK_READS, 10), 0);
-        // Quiet again: back to a thread, at the end of one look.
-        assert_eq!(feed(&mut traffic, LOOK_READS, 1), 1);
+        // Quiet again: back to a thread at the end of one look.
+        assert_eq!(feed(&mut traffic, LOOK_READS, 1, 1), 1);
         assert!(traffic.on_thread);
-        assert_eq!(feed(&mut traffic, 10 * LOOK_READS, 2), 0);
-        assert!(traffic.on_thread);
+        assert_eq!(feed(&mut traffic, 10 * LOOK_READS, 2, 2), 0);
+        // One stream at window 256: a frame a read, of a whole batch.
+        assert_eq!(feed(&mut traffic, LOOK_READS, 1, 40), 1);
+        assert!(!traffic.on_thread);
         // A look of mixed reads goes by its mean: 3 a read is not over 3.
-        let mut mixed = (0..LOOK_READS).map(|read| if read % 2 == 0 { 1 } else { 5 });
-        assert!(!mixed.any(|frames| traffic.count(frames)));
+        assert_eq!(feed(&mut traffic, LOOK_READS, 1, 1), 1);
+        let mut mixed = (0..LOOK_READS).map(|read| {
+            let n = if read % 2 == 0 { 1 } else { 5 };
+            Cut {
+                frames: n,
+                records: n,
+            }
+        });
+        assert!(!mixed.any(|cut| traffic.count(cut)));
         assert!(traffic.on_thread);
+    }
+
+    /// A link of acks and `Progress` alone (no record) goes to the runtime
+    /// and stays there, whatever its frames a read; a TLS link never
+    /// changes.
+    #[test]
+    fn a_link_without_records_and_a_tls_link_stay_on_the_runtime() {
+        let mut acks = Traffic::new(true, PeerReading::default());
+        assert_eq!(feed(&mut acks, LOOK_READS, 1, 0), 1);
+        assert!(!acks.on_thread);
+        assert_eq!(feed(&mut acks, 10 * LOOK_READS, 1, 0), 0);
+        assert!(!acks.on_thread);
 
         let mut tls = Traffic::new(false, PeerReading::default());
         assert!(!tls.on_thread);
-        assert_eq!(feed(&mut tls, 10 * LOOK_READS, 1), 0);
-        assert_eq!(feed(&mut tls, 10 * LOOK_READS, 20), 0);
+        assert_eq!(feed(&mut tls, 10 * LOOK_READS, 1, 1), 0);
+        assert_eq!(feed(&mut tls, 10 * LOOK_READS, 20, 20), 0);
         assert!(!tls.on_thread);
     }
 }

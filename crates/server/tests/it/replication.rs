@@ -530,12 +530,12 @@ async fn peer_links_change_ways_with_their_traffic_and_lose_nothing() {
     let folder = tempfile::tempdir().unwrap();
     let cluster = LocalCluster::start(3, folder.path(), |config| {
         config.admin_listen = Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0)));
-        // Busy past 1 frame a read, quiet under 4: a link whose reads hold
-        // one frame stays on its thread; with 1 to 4 it changes at every
-        // look.
+        // Busy past 1 frame or record a read, quiet under 4: a link whose
+        // reads hold one frame of at most one record stays on its thread;
+        // with 1 to 4 it changes at every look.
         config.peer_reading = server::PeerReading {
-            busy_frames_per_read: 1.0,
-            quiet_frames_per_read: 4.0,
+            busy_per_read: 1.0,
+            quiet_per_read: 4.0,
         };
     })
     .await
