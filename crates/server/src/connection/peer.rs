@@ -1,20 +1,24 @@
 //! A peer link: the replication messages one server sends to this one's
 //! streams, read in one of two ways as its traffic goes.
 //!
-//! - **Quiet** (a frame or so per read, as at window 1), a plain link is
-//!   read by a thread of its own that blocks in its reads, as the flow's
-//!   floor does: each hop from a primary to a backup costs the wake-up of
-//!   that one thread, not a read that finds nothing, an `epoll_wait` and a
-//!   runtime worker's wake-up.
-//! - **Busy** (several frames per read, as with many streams), the runtime
-//!   reads it: a worker busy with other tasks finds the link's next bytes
-//!   waiting, where a thread of its own would be woken for every arrival.
+//! - **Quiet** (about a frame and at most a record a read, as at window 1),
+//!   a plain link is read by a thread of its own that blocks in its reads,
+//!   as the flow's floor does: each hop from a primary to a backup costs
+//!   the wake-up of that one thread, not a read that finds nothing, an
+//!   `epoll_wait` and a runtime worker's wake-up.
+//! - **Busy** (several frames or records a read, as with many streams or a
+//!   large window), the runtime reads it: a worker busy with other tasks
+//!   finds the link's next bytes waiting, where a thread of its own would
+//!   be woken for every arrival. So does a link of no records (a backup's
+//!   acks and `Progress`), which no acknowledgement waits for under
+//!   `one-hop-ack-client`.
 //!
-//! Every `LOOK_READS` reads the link's mean frames per read decides which
-//! (`Traffic`, with the marks of `ServerConfig::peer_reading`); the hand-over keeps the socket and the bytes read and not
-//! yet cut, so nothing is lost or read twice. A TLS link stays with the
-//! runtime: its session cannot be handed back. docs/results.md, "A peer
-//! link read by whichever suits its traffic", gives what each way costs.
+//! Every `LOOK_READS` reads the link's means decide (`Traffic`, with the
+//! marks of `ServerConfig::peer_reading`); the hand-over keeps the socket
+//! and the bytes read and not yet cut, so nothing is lost or read twice. A
+//! TLS link stays with the runtime: its session cannot be handed back.
+//! docs/results.md, "A peer link read by whichever suits its traffic",
+//! gives what each way costs.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
