@@ -57,7 +57,9 @@ pub(super) async fn serve_peer(
             let Link::Plain(socket) = link else {
                 return;
             };
-            let mut thread = ThreadRead::start(socket, (feed, buffer, traffic));
+            let Some(mut thread) = ThreadRead::start(socket, (feed, buffer, traffic)) else {
+                return;
+            };
             let busy = tokio::select! {
                 busy = &mut thread.reading => Some(busy.ok().flatten()),
                 _ = stop.wait_for(|stopping| *stopping) => None,
@@ -147,41 +149,40 @@ struct ThreadRead {
 
 impl ThreadRead {
     /// Hands `socket` to a thread that reads it with blocking calls until
-    /// it ends or turns busy.
-    fn start(socket: tokio::net::TcpStream, state: ReadState) -> ThreadRead {
-        let from = state.0.from;
+    /// it ends or turns busy; `None` (the link closed) when the socket
+    /// cannot leave the runtime.
+    fn start(socket: tokio::net::TcpStream, state: ReadState) -> Option<ThreadRead> {
         let blocking = socket.into_std().and_then(|socket| {
             socket.set_nonblocking(false)?;
             let closer = socket.try_clone()?;
             Ok((socket, closer))
         });
-        let (socket, closer) = match blocking {
-            Ok(pair) => pair,
-            Err(error) => {
-                tracing::warn!("closing the link from server {from}: {error}");
-                return ThreadRead {
-                    reading: tokio::task::spawn_blocking(|| None),
-                    closer: None,
-                };
-            }
-        };
+        let (socket, closer) = blocking
+            .map_err(|error| {
+                tracing::warn!("closing the link from server {}: {error}", state.0.from)
+            })
+            .ok()?;
         let span = tracing::Span::current();
         let reading = tokio::task::spawn_blocking(move || {
             let _span = span.enter();
             read_on_thread(socket, state)
         });
-        ThreadRead {
+        Some(ThreadRead {
             reading,
             closer: Some(closer),
+        })
+    }
+
+    /// Ends the thread's read at once: it sees the end of the stream.
+    fn shut(&self) {
+        if let Some(closer) = &self.closer {
+            let _ = closer.shutdown(std::net::Shutdown::Both);
         }
     }
 
-    /// Ends the thread's read at once (it sees the end of the stream) and
-    /// waits for the thread.
+    /// Ends the thread's read and waits for the thread.
     async fn close(mut self) {
-        if let Some(closer) = self.closer.take() {
-            let _ = closer.shutdown(std::net::Shutdown::Both);
-        }
+        self.shut();
         let _ = (&mut self.reading).await;
     }
 }
@@ -189,9 +190,7 @@ impl ThreadRead {
 impl Drop for ThreadRead {
     /// A link whose serving is dropped ends its thread's read too.
     fn drop(&mut self) {
-        if let Some(closer) = &self.closer {
-            let _ = closer.shutdown(std::net::Shutdown::Both);
-        }
+        self.shut();
     }
 }
 

@@ -160,7 +160,6 @@ impl Out<'_, '_> {
 
 /// The server's own numbers: uptime, connections, refusals, bytes.
 fn server_families(server: &ServerState, out: &mut Out) -> fmt::Result {
-    let load = |counter: &std::sync::atomic::AtomicU64| counter.load(Ordering::Relaxed);
     out.gauge(
         "stamplog_uptime",
         "Time since this server opened its data folder.",
@@ -464,7 +463,6 @@ fn data_path_families(metrics: &Metrics, streams: &[Snapshot], out: &mut Out) ->
             .into_iter()
             .map(|(code, n)| (vec![("code", format!("{code:?}"))], n)),
     )?;
-    let load = |counter: &std::sync::atomic::AtomicU64| counter.load(Ordering::Relaxed);
     out.counter(
         "stamplog_client_received",
         "Bytes read from client connections.",
@@ -488,7 +486,6 @@ fn data_path_families(metrics: &Metrics, streams: &[Snapshot], out: &mut Out) ->
 
 /// How peers' links came and are read (`connection::peer`).
 fn peer_link_families(metrics: &Metrics, out: &mut Out) -> fmt::Result {
-    let load = |counter: &std::sync::atomic::AtomicU64| counter.load(Ordering::Relaxed);
     out.counter(
         "stamplog_peer_links_accepted",
         "Links peers opened to this server (each reconnection counts).",
@@ -505,6 +502,11 @@ fn peer_link_families(metrics: &Metrics, out: &mut Out) -> fmt::Result {
         ]
         .map(|(to, counter)| (vec![("to", to.to_string())], load(counter))),
     )
+}
+
+/// A counter's value now.
+fn load(counter: &std::sync::atomic::AtomicU64) -> u64 {
+    counter.load(Ordering::Relaxed)
 }
 
 /// The control plane's view, as this server's copy of it has it.

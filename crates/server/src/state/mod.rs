@@ -67,7 +67,7 @@ pub struct ServerState {
     /// (`connections_per_address_max`).
     pub(crate) per_address: Mutex<HashMap<IpAddr, usize>>,
     /// The newest link each peer opened to this server, with what ends it
-    /// when a newer one comes (`connection::NewestPeerLink`).
+    /// when a newer one comes (`connection::peer::NewestPeerLink`).
     pub(crate) peer_links: Mutex<HashMap<ServerId, Arc<tokio::sync::Notify>>>,
     /// The server's side of TLS, when it has TLS.
     pub(crate) acceptor: Option<net::Acceptor>,
