@@ -148,7 +148,8 @@ pub struct PatternsArgs {
     /// record through the flow's floor (three threads on loopback doing
     /// the same hops and syncs with nothing else), and one through the
     /// same flow on tokio runtimes (each server a task on a runtime of its
-    /// own).
+    /// own). The report gives their medians, and the ack's and the floor's
+    /// p99 over their own medians: the service's tail beside the flow's.
     #[arg(long, default_value_t = 2000)]
     pub latency_messages: usize,
     /// Payload of the window-1 latency run and of the bare fdatasync.
@@ -316,6 +317,17 @@ impl WindowOne {
         self.ack.p99 / self.fdatasync.p50
     }
 
+    /// The ack's p99 over its own median (issue 20: at most 4).
+    pub fn tail_ratio(&self) -> f64 {
+        self.ack.p99 / self.ack.p50
+    }
+
+    /// The floor's p99 over its own median: the tail the flow itself has
+    /// on this disk and these cores, beside the ack's.
+    pub fn floor_tail_ratio(&self) -> f64 {
+        self.floor.p99 / self.floor.p50
+    }
+
     /// The floor's median over one fdatasync's: what the flow itself costs.
     pub fn floor_ratio(&self) -> f64 {
         self.floor.p50 / self.fdatasync.p50
@@ -342,6 +354,8 @@ impl WindowOne {
             "segment_inode_blocks": self.segment_inode_blocks,
             "median_ratio": self.median_ratio(),
             "p99_over_fdatasync_median": self.p99_ratio(),
+            "p99_over_median": self.tail_ratio(),
+            "floor_p99_over_median": self.floor_tail_ratio(),
         })
     }
 }
@@ -1190,6 +1204,38 @@ fn window_one_ratios(table: &mut Table, one: &WindowOne) {
         "<= 4 (brief)",
         Some(tail <= 4.0),
     );
+    window_one_tails(table, one);
+}
+
+/// The window-1 ack's tail over its own median, beside the flow's floor's:
+/// what the service's tail would be with nothing of the service.
+fn window_one_tails(table: &mut Table, one: &WindowOne) {
+    let size = format_bytes(one.payload);
+    let tail = one.tail_ratio();
+    limit_row(
+        table,
+        "ack p99 / ack p50".into(),
+        fixed(tail, 2),
+        "<= 4 (issue 20)",
+        Some(tail <= 4.0),
+    );
+    let floors = [
+        (
+            format!("the flow's floor p99 µs ({size})"),
+            fixed(one.floor.p99, 0),
+        ),
+        (
+            "floor p99 / floor p50 (the flow's own tail here)".into(),
+            fixed(one.floor_tail_ratio(), 2),
+        ),
+        (
+            "ack p99 / floor p99 (what the service adds to the tail)".into(),
+            fixed(one.ack.p99 / one.floor.p99, 2),
+        ),
+    ];
+    for (measure, value) in floors {
+        limit_row(table, measure, value, "-", None);
+    }
 }
 
 fn write_report(args: &PatternsArgs, figures: &PatternsFigures) -> anyhow::Result<()> {

@@ -133,6 +133,10 @@ fn patterns_with_tiny_parameters_completes_every_cell_and_writes_its_files() {
     assert!(one.fdatasync_replicas.p50 > 0.0);
     assert!(one.ack.p50 > 0.0 && one.fdatasync.p50 > 0.0);
     assert!(one.median_ratio().is_finite() && one.median_ratio() > 0.0);
+    // The tails: the ack's over its median, beside the flow's floor's.
+    assert_eq!(one.floor.count, 50);
+    assert!(one.tail_ratio() >= 1.0, "{:?}", one.ack);
+    assert!(one.floor_tail_ratio() >= 1.0, "{:?}", one.floor);
     // The servers' segments found, and apart where the file system can
     // spread their folders (ext4, as here), as on hosts of their own.
     let probe = tempfile::tempdir_in(folder.path()).unwrap();
@@ -163,6 +167,8 @@ fn patterns_with_tiny_parameters_completes_every_cell_and_writes_its_files() {
         "one-hop-ack-client / fastest versioned",
         "one-hop-ack-client / disk limit",
         "ack p50 / fdatasync p50",
+        "ack p99 / ack p50",
+        "floor p99 / floor p50 (the flow's own tail here)",
     ] {
         assert!(
             measures.contains(&expected),
@@ -189,4 +195,10 @@ fn patterns_with_tiny_parameters_completes_every_cell_and_writes_its_files() {
     let json = read_json(&folder.path().join("figures.json"));
     assert_eq!(json["cells"].as_array().unwrap().len(), 24);
     assert_eq!(json["window_one"]["ack_latency_us"]["count"], 50);
+    assert!(
+        json["window_one"]["floor_p99_over_median"]
+            .as_f64()
+            .unwrap()
+            >= 1.0
+    );
 }
