@@ -1139,11 +1139,9 @@ fn window_one_rows(table: &mut Table, one: &WindowOne) {
 /// The window-1 ack and the flow's floor as ratios to the disk's syncs.
 fn window_one_ratios(table: &mut Table, one: &WindowOne) {
     let size = format_bytes(one.payload);
-    let mut row = |measure: String, value: String, target: &str, ok: Option<bool>| {
-        limit_row(table, measure, value, target, ok)
-    };
     let median = one.median_ratio();
-    row(
+    limit_row(
+        table,
         "ack p50 / fdatasync p50".into(),
         fixed(median, 2),
         "<= 2 (issue 3; brief: 1.5)",
@@ -1163,11 +1161,10 @@ fn window_one_ratios(table: &mut Table, one: &WindowOne) {
             fixed(one.floor_ratio(), 2),
         ),
     ];
-    for (measure, value) in floors {
-        row(measure, value, "-", None);
-    }
+    figure_rows(table, floors);
     let added = one.ack.p50 / one.floor.p50;
-    row(
+    limit_row(
+        table,
         "ack p50 / floor p50 (what the service adds)".into(),
         fixed(added, 2),
         "<= 1.3 (issue 20)",
@@ -1187,10 +1184,9 @@ fn window_one_ratios(table: &mut Table, one: &WindowOne) {
             fixed(one.ack.p50 / one.runtime_floor.p50, 2),
         ),
     ];
-    for (measure, value) in runtime {
-        row(measure, value, "-", None);
-    }
-    row(
+    figure_rows(table, runtime);
+    limit_row(
+        table,
         format!("inode-table blocks of the servers' {REPLICAS} segments ({REPLICAS}: none shared, as on hosts of their own)"),
         one.segment_inode_blocks
             .map_or("-".into(), |blocks| blocks.to_string()),
@@ -1198,7 +1194,8 @@ fn window_one_ratios(table: &mut Table, one: &WindowOne) {
         None,
     );
     let tail = one.p99_ratio();
-    row(
+    limit_row(
+        table,
         "ack p99 / fdatasync p50".into(),
         fixed(tail, 2),
         "<= 4 (brief)",
@@ -1233,7 +1230,12 @@ fn window_one_tails(table: &mut Table, one: &WindowOne) {
             fixed(one.ack.p99 / one.floor.p99, 2),
         ),
     ];
-    for (measure, value) in floors {
+    figure_rows(table, floors);
+}
+
+/// Rows of figures that have no target of their own.
+fn figure_rows(table: &mut Table, rows: impl IntoIterator<Item = (String, String)>) {
+    for (measure, value) in rows {
         limit_row(table, measure, value, "-", None);
     }
 }
