@@ -94,6 +94,12 @@ pub struct ServerArgs {
     /// needs its own. [default: the data folder]
     #[arg(long, value_name = "DIR")]
     pub journal_dir: Option<PathBuf>,
+    /// Worker threads of the server's runtime, which reads the
+    /// connections and runs the streams' steps (the logs have threads of
+    /// their own). Servers that share a host's cores run best with a
+    /// share each (docs/operations.md). [default: one per CPU]
+    #[arg(long, value_name = "N")]
+    pub runtime_workers: Option<usize>,
     /// `paged` streams: a partly filled page is written after this many
     /// milliseconds. [default: 2]
     #[arg(long)]
@@ -231,6 +237,7 @@ struct ServerFile {
     pending_bytes_max: Option<usize>,
     journal_bytes_max: Option<u64>,
     journal_dir: Option<PathBuf>,
+    runtime_workers: Option<usize>,
     page_flush_ms: Option<u64>,
     memory_retain_bytes: Option<usize>,
     checkpoint_interval_ms: Option<u64>,
@@ -288,6 +295,7 @@ pub fn resolve(args: &ServerArgs) -> anyhow::Result<(String, server::ServerConfi
     if let Some(folder) = args.journal_dir.clone().or(file.journal_dir.take()) {
         config.journal_dir = Some(folder);
     }
+    config.runtime_workers = args.runtime_workers.or(file.runtime_workers);
     merge!(memory_retain_bytes);
     merge!(checkpoint_records);
     merge!(retain_bytes);
@@ -337,7 +345,25 @@ fn check(config: &server::ServerConfig) -> anyhow::Result<()> {
         config.in_flight_per_connection_max >= 1 && config.bytes_in_flight_per_connection_max >= 1,
         "in_flight_per_connection_max and bytes_in_flight_per_connection_max must be at least 1"
     );
+    if let Some(workers) = config.runtime_workers {
+        anyhow::ensure!(
+            (1..=RUNTIME_WORKERS_MAX).contains(&workers),
+            "runtime_workers must be between 1 and {RUNTIME_WORKERS_MAX} (got {workers})"
+        );
+    }
     Ok(())
+}
+
+/// The most worker threads a server's runtime may be given.
+const RUNTIME_WORKERS_MAX: usize = 1024;
+
+/// The runtime a server runs on: `workers` worker threads, or one per CPU.
+fn server_runtime(workers: Option<usize>) -> anyhow::Result<tokio::runtime::Runtime> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(workers) = workers {
+        builder.worker_threads(workers);
+    }
+    builder.enable_all().build().context("starting the runtime")
 }
 
 /// The cluster's settings (id, peers, roles, advertised address, failure
@@ -459,11 +485,11 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
     let data = config.data_dir.clone();
     let (advertise, peers) = (config.advertise.clone(), config.cluster.peers.clone());
     let admin_listen = config.admin_listen;
+    let runtime = server_runtime(config.runtime_workers)?;
     let current = server::CurrentServer::new(
         server::ServerState::open(config)
             .with_context(|| format!("opening data folder {}", data.display()))?,
     );
-    let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
     runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind(&listen)
             .await
@@ -590,6 +616,37 @@ mod tests {
         let (_, defaults) = resolve(&ServerArgs::default()).unwrap();
         assert_eq!(defaults.checkpoint_interval, Duration::from_secs(10));
         assert_eq!((defaults.retain_bytes, defaults.retain_ms), (0, 0));
+    }
+
+    #[test]
+    fn runtime_workers_come_from_the_file_or_the_flag_and_none_is_refused() {
+        let folder = tempfile::tempdir().unwrap();
+        let path = folder.path().join("stamplog.toml");
+        std::fs::write(&path, "runtime_workers = 2\n").unwrap();
+        let from_file = ServerArgs {
+            config: Some(path.clone()),
+            ..ServerArgs::default()
+        };
+        assert_eq!(resolve(&from_file).unwrap().1.runtime_workers, Some(2));
+        let flag = ServerArgs {
+            config: Some(path),
+            runtime_workers: Some(1),
+            ..ServerArgs::default()
+        };
+        assert_eq!(resolve(&flag).unwrap().1.runtime_workers, Some(1));
+        let (_, defaults) = resolve(&ServerArgs::default()).unwrap();
+        assert_eq!(defaults.runtime_workers, None, "one per CPU");
+        for workers in [0, RUNTIME_WORKERS_MAX + 1] {
+            let bad = ServerArgs {
+                runtime_workers: Some(workers),
+                ..ServerArgs::default()
+            };
+            let error = resolve(&bad).err().expect("refused").to_string();
+            assert!(
+                error.contains("runtime_workers must be between 1"),
+                "{error}"
+            );
+        }
     }
 
     #[test]

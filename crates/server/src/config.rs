@@ -200,6 +200,11 @@ pub struct ServerConfig {
     /// When a plain peer link is read by a thread of its own and when by
     /// the runtime (`connection::peer`).
     pub peer_reading: PeerReading,
+    /// Worker threads of the runtime the server runs on (`None`: one per
+    /// CPU). Read by the program that builds the runtime (`stamplog
+    /// server`); a server started on a runtime of its caller's runs on
+    /// that one's workers.
+    pub runtime_workers: Option<usize>,
     /// Records waiting for room in a stream's log; past it the stream
     /// refuses new messages with `Busy`.
     pub log_backlog_bytes_max: usize,
@@ -254,6 +259,7 @@ impl ServerConfig {
             tick_interval: Duration::from_millis(10),
             peer_queue_max: 65_536,
             peer_reading: PeerReading::default(),
+            runtime_workers: None,
             log_backlog_bytes_max: 64 * 1024 * 1024,
             checkpoint_interval: Duration::from_secs(10),
             checkpoint_records: 1_000_000,

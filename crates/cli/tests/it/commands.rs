@@ -19,14 +19,24 @@ impl Server {
 
     /// `command` runs `stamplog` with the arguments it is given (the
     /// binary itself, or a shell that sets something up first).
-    fn start_by(mut command: Command, extra: &[&str]) -> (Server, tempfile::TempDir) {
+    fn start_by(command: Command, extra: &[&str]) -> (Server, tempfile::TempDir) {
+        Server::start_with(command, extra, Stdio::null())
+    }
+
+    /// [`start_by`](Self::start_by), with the server's stderr going to
+    /// `stderr`.
+    fn start_with(
+        mut command: Command,
+        extra: &[&str],
+        stderr: Stdio,
+    ) -> (Server, tempfile::TempDir) {
         let data = tempfile::tempdir().unwrap();
         let mut child = command
             .args(["server", "--listen", "127.0.0.1:0", "--data"])
             .arg(data.path())
             .args(extra)
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(stderr)
             .spawn()
             .unwrap();
         let mut line = String::new();
@@ -113,6 +123,14 @@ fn run(args: &[&str], input: Option<&str>) -> Output {
     }
     drop(stdin);
     child.wait_with_output().unwrap()
+}
+
+/// Runs `stamplog` with `args`, which it must refuse, saying `reason`.
+fn assert_refused(args: &[&str], reason: &str) {
+    let refused = run(args, None);
+    assert!(!refused.status.success(), "{args:?} was taken");
+    let said = text(&refused.stderr);
+    assert!(said.contains(reason), "{said}");
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -209,13 +227,7 @@ fn a_server_announces_the_address_it_is_told_to_advertise() {
     let status = run(&["status", "--json", "-s", address], None);
     let json: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
     assert_eq!(json["address"], format!("127.0.0.9:{port}"), "{json}");
-    let refused = run(&["server", "--advertise", "a b"], None);
-    assert!(!refused.status.success());
-    assert!(
-        text(&refused.stderr).contains("--advertise"),
-        "{}",
-        text(&refused.stderr)
-    );
+    assert_refused(&["server", "--advertise", "a b"], "--advertise");
 }
 
 #[test]
@@ -375,12 +387,41 @@ fn the_config_file_sets_keys_and_flags_override_them() {
         text(&too_big.stderr)
     );
     std::fs::write(&config, "no_such_key = 1\n").unwrap();
-    let refused = run(&["server", "--config", config_arg], None);
-    assert!(!refused.status.success());
-    assert!(
-        text(&refused.stderr).contains("no_such_key"),
-        "{}",
-        text(&refused.stderr)
+    assert_refused(&["server", "--config", config_arg], "no_such_key");
+}
+
+/// A server's `/metrics` text, from the admin port its stderr names.
+fn metrics_of(extra: &[&str]) -> String {
+    let extra = [&["--admin-listen", "127.0.0.1:0"], extra].concat();
+    let (mut server, _data) = Server::start_with(Command::new(BINARY), &extra, Stdio::piped());
+    let stderr = BufReader::new(server.child.stderr.take().unwrap());
+    let admin = stderr
+        .lines()
+        .map(Result::unwrap)
+        .find_map(|line| {
+            let url = line.strip_prefix("admin port http://")?;
+            Some(url.split('/').next().unwrap().to_string())
+        })
+        .expect("the server names its admin port");
+    let mut socket = std::net::TcpStream::connect(&admin).unwrap();
+    socket
+        .write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
+        .unwrap();
+    let mut reply = String::new();
+    std::io::Read::read_to_string(&mut socket, &mut reply).unwrap();
+    reply
+}
+
+#[test]
+fn a_server_runs_on_as_many_runtime_workers_as_it_is_told() {
+    for workers in ["1", "3"] {
+        let metrics = metrics_of(&["--runtime-workers", workers]);
+        let line = format!("\nstamplog_runtime_workers {workers}.0\n");
+        assert!(metrics.contains(&line), "{line:?} not in {metrics}");
+    }
+    assert_refused(
+        &["server", "--runtime-workers", "0"],
+        "runtime_workers must be between 1 and 1024",
     );
 }
 

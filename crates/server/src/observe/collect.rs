@@ -158,6 +158,19 @@ impl Out<'_, '_> {
     }
 }
 
+/// The runtime the server runs on: its workers (none outside a runtime).
+fn runtime_family(out: &mut Out) -> fmt::Result {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return Ok(());
+    };
+    out.gauge(
+        "stamplog_runtime_workers",
+        "Worker threads of the runtime this server runs on (runtime_workers).",
+        None,
+        runtime.metrics().num_workers() as f64,
+    )
+}
+
 /// The server's own numbers: uptime, connections, refusals, bytes.
 fn server_families(server: &ServerState, out: &mut Out) -> fmt::Result {
     out.gauge(
@@ -172,6 +185,7 @@ fn server_families(server: &ServerState, out: &mut Out) -> fmt::Result {
         None,
         if super::http::is_ready(server) { 1.0 } else { 0.0 },
     )?;
+    runtime_family(out)?;
     out.gauge(
         "stamplog_connections",
         "Client and peer connections served now.",
