@@ -174,6 +174,13 @@ pub struct PatternsArgs {
     /// of runs measures what the journal changes for one stream.
     #[arg(long, value_parser = parse_switch, action = clap::ArgAction::Set, default_value = "on", value_name = "on|off")]
     pub journal: bool,
+    /// Worker threads of each server's runtime (`stamplog server
+    /// --runtime-workers`): servers that share this machine's cores may
+    /// run better with a share each (docs/results.md, "One runtime worker
+    /// per server, measured again"). Servers as processes only.
+    /// [default: the server's, one per CPU]
+    #[arg(long, value_name = "N")]
+    pub server_workers: Option<usize>,
     /// Where the servers run: `processes` (each its own `stamplog server`
     /// process, as deployed) or `threads` (one `stamplog cluster`
     /// process, as these figures were measured before).
@@ -445,6 +452,7 @@ pub fn run(args: PatternsArgs) -> anyhow::Result<PatternsFigures> {
         admin: args.admin,
         servers_as: args.servers_as,
         journal: args.journal,
+        runtime_workers: args.server_workers,
     };
     let process = spawn_cluster(&binary, REPLICAS, data.path(), options)?;
     let cluster = runtime.block_on(Cluster::connect(process))?;

@@ -204,6 +204,10 @@ pub struct ClusterOptions {
     /// otherwise each log syncs alone (`--journal-bytes-max 0`,
     /// `--no-journal`).
     pub journal: bool,
+    /// Worker threads of each server process's runtime
+    /// (`--runtime-workers`); `None`: the server's default, one per CPU.
+    /// Servers run as threads share one runtime, and take none.
+    pub runtime_workers: Option<usize>,
 }
 
 impl Default for ClusterOptions {
@@ -215,6 +219,7 @@ impl Default for ClusterOptions {
             admin: true,
             servers_as: ServersAs::Processes,
             journal: true,
+            runtime_workers: None,
         }
     }
 }
@@ -259,6 +264,10 @@ impl Servers {
             .with_context(|| format!("cannot create {}", data.display()))?;
         spread_subfolders(&data)?;
         if options.servers_as == ServersAs::Threads {
+            anyhow::ensure!(
+                options.runtime_workers.is_none(),
+                "--server-workers sets each server process's runtime: it needs --servers-as processes"
+            );
             let log = folder.join("cluster-stderr.log");
             let process = ClusterProcess::spawn_secure(binary, servers, &data, &log, options)?;
             return Ok(Servers::Threads(process));
@@ -273,6 +282,9 @@ impl Servers {
         };
         if !options.journal {
             extra.extend(["--journal-bytes-max".into(), "0".into()]);
+        }
+        if let Some(workers) = options.runtime_workers {
+            extra.extend(["--runtime-workers".into(), workers.to_string()]);
         }
         let count = u32::try_from(servers).context("too many servers")?;
         let cluster = ProcessCluster::start_secure(binary, &data, count, &extra, (None, security))?;

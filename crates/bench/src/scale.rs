@@ -86,6 +86,13 @@ pub struct ScaleArgs {
     /// default) or each writes and fdatasyncs on its own (`off`).
     #[arg(long, value_parser = parse_switch, action = clap::ArgAction::Set, default_value = "on", value_name = "on|off")]
     pub journal: bool,
+    /// Worker threads of each server's runtime (`stamplog server
+    /// --runtime-workers`): servers that share this machine's cores may
+    /// run better with a share each (docs/results.md, "One runtime worker
+    /// per server, measured again"). Servers as processes only.
+    /// [default: the server's, one per CPU]
+    #[arg(long, value_name = "N")]
+    pub server_workers: Option<usize>,
     /// Whose connections carry the messages: `client` (a client's
     /// publishers share one connection per server, `PublisherLinks`) or
     /// `publisher` (each publisher connects to its replicas on its own).
@@ -189,6 +196,7 @@ pub fn run(args: ScaleArgs) -> anyhow::Result<ScaleFigures> {
     let options = ClusterOptions {
         servers_as: args.servers_as,
         journal: args.journal,
+        runtime_workers: args.server_workers,
         ..ClusterOptions::default()
     };
     let servers = spawn_cluster(&binary, args.servers, data.path(), options)?;

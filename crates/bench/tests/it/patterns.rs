@@ -34,6 +34,8 @@ fn patterns_with_tiny_parameters_completes_every_cell_and_writes_its_files() {
         journal: false,
         // Each server its own process, as deployed (and by default).
         servers_as: bench::process::ServersAs::Processes,
+        // One runtime worker per server, as for servers sharing cores.
+        server_workers: Some(1),
         // A small neighbour on the disk, and one on the CPU, for the
         // whole run.
         disk_neighbour: vec![4096],

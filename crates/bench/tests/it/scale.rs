@@ -1,6 +1,8 @@
 //! `bench scale` with tiny parameters: three server processes, one and
 //! three streams, one and two clients, two rounds.
 
+use std::time::Duration;
+
 use bench::scale::{self, ScaleArgs};
 
 use crate::{assert_files, quiet_output, read_json, stamplog_binary};
@@ -151,4 +153,49 @@ fn bench_scale_runs_with_a_connection_per_publisher() {
     );
     let json = read_json(&folder.path().join("figures.json"));
     assert_eq!(json["connections"], "publisher");
+}
+
+#[test]
+fn each_server_runs_with_the_runtime_workers_the_bench_gives_it() {
+    use bench::process::{ClusterOptions, Servers, ServersAs};
+    let folder = tempfile::tempdir().unwrap();
+    let options = ClusterOptions {
+        runtime_workers: Some(1),
+        ..ClusterOptions::default()
+    };
+    let servers =
+        bench::replication::spawn_cluster(&stamplog_binary(), 3, folder.path(), options).unwrap();
+    let Servers::Processes(cluster) = &servers else {
+        panic!("servers run as processes by default");
+    };
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    for id in 1..=3 {
+        let admin = cluster.admin_address(id).unwrap();
+        // The admin port opens just after the server says it listens.
+        let metrics = runtime.block_on(async {
+            for _ in 0..100 {
+                let answer = server::observe::get(admin, "/metrics", Duration::from_secs(5)).await;
+                if let Ok((200, body)) = answer {
+                    return body;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            panic!("server {id}'s /metrics never answered");
+        });
+        assert!(
+            metrics.contains("\nstamplog_runtime_workers 1.0\n"),
+            "server {id}: {metrics}"
+        );
+    }
+    servers.stop().unwrap();
+    let threads = ClusterOptions {
+        runtime_workers: Some(1),
+        servers_as: ServersAs::Threads,
+        ..ClusterOptions::default()
+    };
+    let refused = bench::replication::spawn_cluster(&stamplog_binary(), 3, folder.path(), threads)
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(refused.contains("--servers-as processes"), "{refused}");
 }
