@@ -394,22 +394,23 @@ fn the_config_file_sets_keys_and_flags_override_them() {
 fn metrics_of(extra: &[&str]) -> String {
     let extra = [&["--admin-listen", "127.0.0.1:0"], extra].concat();
     let (mut server, _data) = Server::start_with(Command::new(BINARY), &extra, Stdio::piped());
-    let stderr = BufReader::new(server.child.stderr.take().unwrap());
-    let admin = stderr
-        .lines()
+    // Read until the admin port's line, and kept open while the server runs.
+    let mut stderr = BufReader::new(server.child.stderr.take().unwrap()).lines();
+    let admin: std::net::SocketAddr = stderr
+        .by_ref()
         .map(Result::unwrap)
         .find_map(|line| {
             let url = line.strip_prefix("admin port http://")?;
-            Some(url.split('/').next().unwrap().to_string())
+            Some(url.split('/').next().unwrap().parse().unwrap())
         })
         .expect("the server names its admin port");
-    let mut socket = std::net::TcpStream::connect(&admin).unwrap();
-    socket
-        .write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
+    let timeout = std::time::Duration::from_secs(10);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let (code, body) = runtime
+        .block_on(server::observe::get(admin, "/metrics", timeout))
         .unwrap();
-    let mut reply = String::new();
-    std::io::Read::read_to_string(&mut socket, &mut reply).unwrap();
-    reply
+    assert_eq!(code, 200, "{body}");
+    body
 }
 
 #[test]
