@@ -94,6 +94,14 @@ pub struct ServerArgs {
     /// needs its own. [default: the data folder]
     #[arg(long, value_name = "DIR")]
     pub journal_dir: Option<PathBuf>,
+    /// While at most this many `sync` streams of the server were busy in
+    /// the journal's last 10 ms, each writes and fdatasyncs its own log's
+    /// small batches, in parallel, rather than through the journal: with
+    /// few streams that costs the disk less than writing every byte
+    /// twice. 0: the journal takes every round of several streams'
+    /// small batches. [default: 12]
+    #[arg(long, value_name = "N")]
+    pub journal_few_logs: Option<usize>,
     /// Worker threads of the server's runtime, which reads the
     /// connections and runs the streams' steps (the logs have threads of
     /// their own). Servers that share a host's cores run best with a
@@ -237,6 +245,7 @@ struct ServerFile {
     pending_bytes_max: Option<usize>,
     journal_bytes_max: Option<u64>,
     journal_dir: Option<PathBuf>,
+    journal_few_logs: Option<usize>,
     runtime_workers: Option<usize>,
     page_flush_ms: Option<u64>,
     memory_retain_bytes: Option<usize>,
@@ -292,6 +301,7 @@ pub fn resolve(args: &ServerArgs) -> anyhow::Result<(String, server::ServerConfi
     merge!(segment_bytes_max);
     merge!(pending_bytes_max);
     merge!(journal_bytes_max);
+    merge!(journal_few_logs);
     if let Some(folder) = args.journal_dir.clone().or(file.journal_dir.take()) {
         config.journal_dir = Some(folder);
     }
@@ -594,15 +604,20 @@ mod tests {
         ended.join().unwrap();
     }
 
-    #[test]
-    fn checkpoint_and_retention_keys_come_from_the_file_and_flags_override_them() {
+    /// A config file holding `text`, in a folder that lasts as long as the
+    /// returned guard.
+    fn config_file(text: &str) -> (tempfile::TempDir, PathBuf) {
         let folder = tempfile::tempdir().unwrap();
         let path = folder.path().join("stamplog.toml");
-        std::fs::write(
-            &path,
+        std::fs::write(&path, text).unwrap();
+        (folder, path)
+    }
+
+    #[test]
+    fn checkpoint_and_retention_keys_come_from_the_file_and_flags_override_them() {
+        let (_folder, path) = config_file(
             "checkpoint_interval_ms = 500\ncheckpoint_records = 7\nretain_bytes = 1000\nretain_ms = 5\n",
-        )
-        .unwrap();
+        );
         let args = ServerArgs {
             config: Some(path),
             retain_ms: Some(60_000),
@@ -619,10 +634,26 @@ mod tests {
     }
 
     #[test]
+    fn journal_few_logs_comes_from_the_file_or_the_flag() {
+        let (_folder, path) = config_file("journal_few_logs = 3\n");
+        let from_file = ServerArgs {
+            config: Some(path.clone()),
+            ..ServerArgs::default()
+        };
+        assert_eq!(resolve(&from_file).unwrap().1.journal_few_logs, 3);
+        let flag = ServerArgs {
+            config: Some(path),
+            journal_few_logs: Some(0),
+            ..ServerArgs::default()
+        };
+        assert_eq!(resolve(&flag).unwrap().1.journal_few_logs, 0);
+        let (_, defaults) = resolve(&ServerArgs::default()).unwrap();
+        assert_eq!(defaults.journal_few_logs, 12);
+    }
+
+    #[test]
     fn runtime_workers_come_from_the_file_or_the_flag_and_none_is_refused() {
-        let folder = tempfile::tempdir().unwrap();
-        let path = folder.path().join("stamplog.toml");
-        std::fs::write(&path, "runtime_workers = 2\n").unwrap();
+        let (_folder, path) = config_file("runtime_workers = 2\n");
         let from_file = ServerArgs {
             config: Some(path.clone()),
             ..ServerArgs::default()

@@ -182,6 +182,7 @@ pub fn journal(bytes: &[u8]) {
     let before: Vec<PathBuf> = storage.files().into_iter().map(|(path, _)| path).collect();
     let config = wal::JournalConfig {
         bytes_max: JOURNAL_BYTES,
+        ..wal::JournalConfig::default()
     };
     let Ok((journal, _)) = wal::Journal::open(Arc::new(storage.clone()), root, config) else {
         return;
@@ -200,8 +201,10 @@ pub fn journal(bytes: &[u8]) {
 pub(crate) fn journal_seeds() -> Vec<Vec<u8>> {
     let storage = FaultStorage::new();
     let root = Path::new(JOURNAL_ROOT);
+    // Rounds of both logs go through the journal, few as they are.
     let config = wal::JournalConfig {
         bytes_max: JOURNAL_BYTES,
+        few_logs: 0,
     };
     let (journal, _) =
         wal::Journal::open(Arc::new(storage.clone()), root, config).expect("a new journal");

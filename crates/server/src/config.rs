@@ -180,6 +180,12 @@ pub struct ServerConfig {
     /// own, so that journaled bytes do not share the streams' disk);
     /// `None`: the data folder.
     pub journal_dir: Option<PathBuf>,
+    /// While at most this many of the server's `sync` logs were busy in
+    /// the journal's last 10 ms, a round of small batches writes each
+    /// log's into its own segment and syncs it there, in parallel, rather
+    /// than through the journal (`wal::JournalConfig::few_logs`). 0: rounds of several
+    /// logs always go through the journal.
+    pub journal_few_logs: usize,
     /// The journal, opened by `ServerState::open` when
     /// `journal_bytes_max` is not 0.
     pub(crate) journal: Option<Arc<wal::Journal>>,
@@ -252,6 +258,7 @@ impl ServerConfig {
             log_observer: None,
             journal_bytes_max: 64 * 1024 * 1024,
             journal_dir: None,
+            journal_few_logs: wal::JournalConfig::default().few_logs,
             journal: None,
             cluster: ClusterConfig::default(),
             advertise: None,

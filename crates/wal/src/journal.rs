@@ -7,7 +7,10 @@
 //! has pending. A round of one log goes as that log's own I/O thread would
 //! send it: written past the page cache into its segment, and fdatasynced.
 //! In a round of several logs, a log with a large batch (32 KiB or more)
-//! goes the same way on one of four direct writers, in parallel; the rest
+//! goes the same way on one of four direct writers, in parallel, and so
+//! does every log of a round of small batches while few logs
+//! (`JournalConfig::few_logs`, 12 by default) have been busy in the last
+//! 10 ms, the journal's thread writing one of them itself; the rest
 //! are written once into the journal, as frames naming each segment file,
 //! offset and bytes, and fdatasynced once; then each log's bytes are
 //! written into its segment through the page cache, unsynced, and the
@@ -84,6 +87,8 @@ const FLUSHES_PER_EPOCH: u64 = 8;
 const DIRECT_BYTES_MIN: usize = 32 * 1024;
 /// Threads writing large batches of logs directly, in parallel.
 const DIRECT_WRITERS: usize = 4;
+/// How long a count of busy logs lasts ([`JournalConfig::few_logs`]).
+const BUSY_SPAN: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// A log as the journal sees it (the log's side is in `writer`).
 pub(crate) trait Member: Send + Sync {
@@ -231,12 +236,24 @@ pub struct JournalConfig {
     /// take it past this many bytes. The file is made this long at once,
     /// so that an fdatasync of it writes data only.
     pub bytes_max: u64,
+    /// While at most this many logs had records in the journal's rounds
+    /// of the last 10 ms, a round of several small batches (none large)
+    /// writes each log's batch into its own segment and syncs it there (the journal's thread one, the
+    /// direct writers the rest, in parallel), as it would a log alone:
+    /// with few logs busy, their fdatasyncs side by side cost the disk
+    /// less than every byte written twice, into the journal and again
+    /// into its segment; with more, one write and one fdatasync for all
+    /// of them cost less (docs/results.md, "A journal with few busy logs
+    /// writes each into its own segment"). 0: every round of several
+    /// logs goes through the journal.
+    pub few_logs: usize,
 }
 
 impl Default for JournalConfig {
     fn default() -> Self {
         JournalConfig {
             bytes_max: 64 * 1024 * 1024,
+            few_logs: 12,
         }
     }
 }
@@ -262,7 +279,8 @@ pub struct JournalMetrics {
     /// Rounds that went through the journal (several logs).
     pub rounds: u64,
     /// Batches written past the journal into their own segment and
-    /// synced there: a log alone in its round, or a large batch.
+    /// synced there: a log alone in its round, a large batch, or any
+    /// while few logs are busy ([`JournalConfig::few_logs`]).
     pub direct_writes: u64,
     /// Of the direct writes, those the thread that appended the records
     /// made itself ([`write_here`]).
@@ -683,9 +701,20 @@ impl Inner {
             _ => self.lock().alone = 0,
         }
         if taken.len() > 1 {
-            let (large, small): (Vec<_>, Vec<_>) = taken.into_iter().partition(|(_, chunks)| {
+            let is_large = |chunks: &[Chunk]| {
                 chunks.iter().map(|c| c.bytes.len()).sum::<usize>() >= DIRECT_BYTES_MIN
-            });
+            };
+            // Few logs busy, and none of the round's batches large: the
+            // direct writers are free to take every log of the round.
+            let few = writer.busy.few(&taken, started, self.config.few_logs)
+                && !taken.iter().any(|(_, chunks)| is_large(chunks));
+            let (mut large, mut small): (Vec<_>, Vec<_>) = taken
+                .into_iter()
+                .partition(|(_, chunks)| few || is_large(chunks));
+            if few {
+                // The journal's thread writes one of them itself.
+                small.extend(large.pop());
+            }
             self.lock().metrics.direct_writes += large.len() as u64;
             for (log, chunks) in large {
                 log.set_in_flight();
@@ -835,6 +864,45 @@ struct Writer {
     kept: Vec<std::sync::Weak<dyn Member>>,
     flusher: Flusher,
     direct: DirectWriters,
+    busy: BusyLogs,
+}
+
+/// The logs with records in the journal's recent rounds, counted over
+/// spans of [`BUSY_SPAN`] (see [`JournalConfig::few_logs`]).
+struct BusyLogs {
+    /// The logs of this span's rounds, by address.
+    seen: std::collections::HashSet<usize>,
+    since: Instant,
+    /// How many the last whole span saw.
+    last: usize,
+}
+
+impl BusyLogs {
+    fn new() -> BusyLogs {
+        BusyLogs {
+            seen: std::collections::HashSet::new(),
+            since: Instant::now(),
+            last: 0,
+        }
+    }
+
+    /// Counts the logs of a round of several that started at `now`, and
+    /// tells whether few logs are busy: no more than `few_logs` in this
+    /// span nor in the last.
+    fn few(
+        &mut self,
+        round: &[(Arc<dyn Member>, Vec<Chunk>)],
+        now: Instant,
+        few_logs: usize,
+    ) -> bool {
+        if now.saturating_duration_since(self.since) >= BUSY_SPAN {
+            self.last = self.seen.len();
+            self.seen.clear();
+            self.since = now;
+        }
+        self.seen.extend(round.iter().map(|(log, _)| address(log)));
+        self.last.max(self.seen.len()) <= few_logs
+    }
 }
 
 /// Threads that write large batches of logs past the journal.
@@ -952,6 +1020,7 @@ impl Writer {
             flushed_at: BLOCK_BYTES as u64,
             kept: Vec::new(),
             flusher: Flusher::start()?,
+            busy: BusyLogs::new(),
         })
     }
 }

@@ -96,7 +96,10 @@ fn open_log(storage: &FaultStorage, journal: &Arc<Journal>, name: &str, stream: 
 /// A journal with two logs on it: `a` (stream 1) and `b` (stream 2).
 fn two_logs() -> (FaultStorage, Arc<Journal>, Log, Log) {
     let storage = FaultStorage::new();
-    let config = JournalConfig { bytes_max: 1 << 20 };
+    let config = JournalConfig {
+        bytes_max: 1 << 20,
+        ..JournalConfig::default()
+    };
     let (journal, _) =
         Journal::open(Arc::new(storage.clone()), Path::new("/data"), config).unwrap();
     let journal = Arc::new(journal);

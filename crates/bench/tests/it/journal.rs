@@ -77,7 +77,11 @@ fn streams_sharing_the_journal_lose_nothing_acknowledged_to_a_sigkill() {
     let binary = stamplog_binary();
     let data = folder.path().join("server");
     let log = |start: u32| folder.path().join(format!("server-start-{start}.log"));
-    let server = ServerProcess::spawn_with(&binary, &data, "127.0.0.1:0", &log(1), &[]).unwrap();
+    // Six streams are few: without this the server would write each
+    // stream's log on its own rather than through the journal.
+    let journal = ["--journal-few-logs".to_string(), "0".to_string()];
+    let server =
+        ServerProcess::spawn_with(&binary, &data, "127.0.0.1:0", &log(1), &journal).unwrap();
     let address = server.address;
     let runtime = crate::two_worker_runtime();
     let mut streams = runtime.block_on(async {
@@ -107,7 +111,7 @@ fn streams_sharing_the_journal_lose_nothing_acknowledged_to_a_sigkill() {
     });
     server.kill().unwrap();
     let server =
-        ServerProcess::spawn_with(&binary, &data, &address.to_string(), &log(2), &[]).unwrap();
+        ServerProcess::spawn_with(&binary, &data, &address.to_string(), &log(2), &journal).unwrap();
     runtime.block_on(async {
         streams.settle().await;
         let replicas = [(1, address.to_string())];

@@ -262,7 +262,7 @@ fn journal_families(server: &ServerState, out: &mut Out) -> fmt::Result {
     )?;
     out.counter(
         "stamplog_journal_direct_writes",
-        "Batches written past the journal into their own segment and synced there (a stream alone in its round, or 32 KiB or more).",
+        "Batches written past the journal into their own segment and synced there (a stream alone in its round, 32 KiB or more, or any while few streams are busy).",
         None,
         journal.direct_writes,
     )?;

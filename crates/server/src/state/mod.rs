@@ -635,6 +635,7 @@ fn check_and_open_journal(config: &mut ServerConfig) -> Result<(), OpenError> {
     }
     let journal_config = wal::JournalConfig {
         bytes_max: config.journal_bytes_max,
+        few_logs: config.journal_few_logs,
     };
     let root = &config.data_dir;
     let folder = config.journal_dir.as_deref().unwrap_or(root);

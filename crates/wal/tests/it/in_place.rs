@@ -27,7 +27,10 @@ fn open(
     let (journal, _) = Journal::open(
         Arc::new(storage.clone()),
         std::path::Path::new("/data"),
-        JournalConfig { bytes_max: 1 << 20 },
+        JournalConfig {
+            bytes_max: 1 << 20,
+            ..JournalConfig::default()
+        },
     )
     .map_err(|error| format!("redo failed: {error}"))?;
     let journal = Arc::new(journal);

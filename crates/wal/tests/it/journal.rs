@@ -33,11 +33,24 @@ fn stream_id(index: usize) -> u64 {
     100 + index as u64
 }
 
+/// A journal of `bytes_max` whose rounds of several logs go through it
+/// however few logs are busy (`few_logs` 0), as rounds do with many.
 fn open_journal(storage: &FaultStorage, bytes_max: u64) -> Result<Journal, LogError> {
+    open_journal_with(storage, bytes_max, 0)
+}
+
+fn open_journal_with(
+    storage: &FaultStorage,
+    bytes_max: u64,
+    few_logs: usize,
+) -> Result<Journal, LogError> {
     Journal::open(
         Arc::new(storage.clone()),
         root(),
-        JournalConfig { bytes_max },
+        JournalConfig {
+            bytes_max,
+            few_logs,
+        },
     )
     .map(|(journal, _)| journal)
 }
@@ -85,7 +98,7 @@ fn push_salted(log: &Log, index: usize, payloads: &mut Vec<Vec<u8>>, salt: u64) 
 fn logs_sharing_a_journal_keep_every_acknowledged_record_in_every_crash_image() {
     // A small journal and small segments: rotations and segment rolls
     // happen while the images are taken.
-    let metrics = crash_images(32 * 1024, 8 * 1024, 240, 0);
+    let metrics = crash_images(32 * 1024, 8 * 1024, 240, 0, 0);
     assert!(metrics.rounds > 40, "rounds of several logs: {metrics:?}");
     assert!(metrics.rotations > 3, "the journal rotated: {metrics:?}");
 }
@@ -96,7 +109,7 @@ fn logs_with_large_batches_keep_every_acknowledged_record_in_every_crash_image()
     // journal's rounds of the small ones.
     // Enough images that rounds of several small batches come on a
     // loaded machine too.
-    let metrics = crash_images(1 << 20, 256 * 1024, 150, LARGE);
+    let metrics = crash_images(1 << 20, 256 * 1024, 150, LARGE, 0);
     assert!(metrics.direct_writes > 20, "direct writes: {metrics:?}");
     assert!(
         metrics.rounds > 5,
@@ -104,18 +117,20 @@ fn logs_with_large_batches_keep_every_acknowledged_record_in_every_crash_image()
     );
 }
 
-/// Four logs share a journal of `journal_bytes` while records go in
-/// (payloads of `salt`); a crash image after every few records must
-/// redo and recover every log to at least what it had acknowledged.
+/// Four logs share a journal of `journal_bytes` (`few_logs` as its
+/// config says) while records go in (payloads of `salt`); a crash image
+/// after every few records must redo and recover every log to at least
+/// what it had acknowledged.
 fn crash_images(
     journal_bytes: u64,
     segment_bytes: u64,
     images: u64,
     salt: u64,
+    few_logs: usize,
 ) -> wal::JournalMetrics {
     const LOGS: usize = 4;
     let storage = FaultStorage::new();
-    let journal = Arc::new(open_journal(&storage, journal_bytes).unwrap());
+    let journal = Arc::new(open_journal_with(&storage, journal_bytes, few_logs).unwrap());
     let logs: Vec<Log> = (0..LOGS)
         .map(|i| open_log(&storage, i, journaled(&journal, segment_bytes)).0)
         .collect();
@@ -210,6 +225,81 @@ fn read_back(log: &Log, payloads: &[Vec<u8>], through: u64, seed: u64) {
             );
             at += used;
             next += 1;
+        }
+    }
+}
+
+#[test]
+fn logs_written_each_into_its_own_segment_while_few_are_busy_keep_every_acknowledged_record_in_every_crash_image(
+) {
+    // Four logs, fewer than the default's twelve: rounds of several write
+    // each log's batch into its own segment, in parallel, and none goes
+    // through the journal.
+    let few_logs = JournalConfig::default().few_logs;
+    assert!(few_logs >= 4);
+    let metrics = crash_images(32 * 1024, 8 * 1024, 120, 0, few_logs);
+    assert_eq!(
+        metrics.rounds, 0,
+        "no round went through the journal: {metrics:?}"
+    );
+    assert!(metrics.direct_writes > 120, "direct writes: {metrics:?}");
+}
+
+#[test]
+fn while_few_logs_are_busy_a_round_of_small_batches_writes_each_alone_and_with_many_the_journal_takes_them(
+) {
+    const FEW: usize = 4;
+    const MANY: usize = 20;
+    let storage = FaultStorage::new();
+    let few_logs = JournalConfig::default().few_logs;
+    assert!((FEW..MANY).contains(&few_logs));
+    let journal = Arc::new(open_journal_with(&storage, 1 << 20, few_logs).unwrap());
+    let logs: Vec<Log> = (0..MANY)
+        .map(|i| open_log(&storage, i, journaled(&journal, 1 << 20)).0)
+        .collect();
+    let mut payloads: Vec<Vec<Vec<u8>>> = vec![Vec::new(); MANY];
+    let journal_file = root().join(wal::journal::JOURNAL_FILE);
+    // (logs with a record, whether log 1 has a large batch among them,
+    // whether the round goes through the journal)
+    for (busy, large, journaled) in [(FEW, true, true), (FEW, false, false), (MANY, false, true)] {
+        // The journal's thread stalls in the sync of a round of log 0
+        // alone while `busy` logs get records: its next round holds them.
+        storage.hold_syncs();
+        push(&logs[0], 0, &mut payloads[0]);
+        std::thread::sleep(Duration::from_millis(20));
+        for (index, log) in logs.iter().enumerate().take(busy) {
+            push(log, index, &mut payloads[index]);
+        }
+        if large {
+            // Twenty records of at least 2,000 bytes: past 32 KiB.
+            for _ in 0..20 {
+                push_salted(&logs[1], 1, &mut payloads[1], LARGE);
+            }
+        }
+        let before = journal.metrics();
+        let frames_before = round_starts(&storage.read_file(&journal_file).unwrap()).len();
+        storage.release_syncs();
+        for (index, log) in logs.iter().enumerate().take(busy) {
+            wait_durable(log, payloads[index].len() as u64, "after the release");
+        }
+        let after = journal.metrics();
+        let frames = round_starts(&storage.read_file(&journal_file).unwrap()).len() - frames_before;
+        let context = format!("{busy} logs, large {large}: {before:?} -> {after:?}");
+        if journaled {
+            // One round of frames: with many logs, all of them; beside a
+            // large batch (written by a direct writer), the small ones.
+            assert_eq!(after.rounds - before.rounds, 1, "{context}");
+            assert_eq!(frames, 1, "one round of frames: {context}");
+        } else {
+            // The stalled round of log 0, then every log's batch written
+            // into its own segment (the one the journal's thread writes
+            // may be counted just after its log is durable).
+            assert_eq!(after.rounds, before.rounds, "{context}");
+            assert_eq!(frames, 0, "no frames: {context}");
+            assert!(
+                after.direct_writes - before.direct_writes >= FEW as u64,
+                "{context}"
+            );
         }
     }
 }
@@ -315,7 +405,10 @@ fn redo_skips_a_deleted_log_and_never_writes_old_bytes_into_one_made_again_after
     let (_, report) = Journal::open(
         Arc::new(image.clone()),
         root(),
-        JournalConfig { bytes_max: 1 << 20 },
+        JournalConfig {
+            bytes_max: 1 << 20,
+            ..JournalConfig::default()
+        },
     )
     .unwrap();
     assert!(report.skipped > 0, "{report:?}");
@@ -379,7 +472,10 @@ fn a_damaged_round_before_a_later_one_is_refused_and_a_damaged_last_round_ends_r
     match Journal::open(
         Arc::new(first),
         root(),
-        JournalConfig { bytes_max: 1 << 20 },
+        JournalConfig {
+            bytes_max: 1 << 20,
+            ..JournalConfig::default()
+        },
     ) {
         Err(LogError::Corrupt { offset, .. }) => assert_eq!(offset, starts[0] as u64),
         other => panic!("a damaged first round was not refused: {other:?}"),
@@ -391,7 +487,10 @@ fn a_damaged_round_before_a_later_one_is_refused_and_a_damaged_last_round_ends_r
     let (_, report) = Journal::open(
         Arc::new(last.clone()),
         root(),
-        JournalConfig { bytes_max: 1 << 20 },
+        JournalConfig {
+            bytes_max: 1 << 20,
+            ..JournalConfig::default()
+        },
     )
     .unwrap();
     assert!(
