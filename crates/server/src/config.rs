@@ -182,9 +182,9 @@ pub struct ServerConfig {
     pub journal_dir: Option<PathBuf>,
     /// While at most this many of the server's `sync` logs were busy in
     /// the journal's last 10 ms, a round of small batches writes each
-    /// log's into its own segment and syncs it there, in parallel, rather
-    /// than through the journal (`wal::JournalConfig::few_logs`). 0: rounds of several
-    /// logs always go through the journal.
+    /// log's into its own segment and syncs it there, in parallel,
+    /// rather than through the journal (`wal::JournalConfig::few_logs`).
+    /// 0: rounds of several logs always go through the journal.
     pub journal_few_logs: usize,
     /// The journal, opened by `ServerState::open` when
     /// `journal_bytes_max` is not 0.

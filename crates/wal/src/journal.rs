@@ -238,14 +238,15 @@ pub struct JournalConfig {
     pub bytes_max: u64,
     /// While at most this many logs had records in the journal's rounds
     /// of the last 10 ms, a round of several small batches (none large)
-    /// writes each log's batch into its own segment and syncs it there (the journal's thread one, the
-    /// direct writers the rest, in parallel), as it would a log alone:
-    /// with few logs busy, their fdatasyncs side by side cost the disk
-    /// less than every byte written twice, into the journal and again
-    /// into its segment; with more, one write and one fdatasync for all
-    /// of them cost less (docs/results.md, "A journal with few busy logs
-    /// writes each into its own segment"). 0: every round of several
-    /// logs goes through the journal.
+    /// writes each log's batch into its own segment and syncs it there
+    /// (the journal's thread one, the direct writers the rest, in
+    /// parallel), as it would a log alone: with few logs busy, their
+    /// fdatasyncs side by side cost the disk less than every byte
+    /// written twice, into the journal and again into its segment; with
+    /// more, one write and one fdatasync for all of them cost less
+    /// (docs/results.md, "A journal with few busy logs writes each into
+    /// its own segment"). 0: every round of several logs goes through
+    /// the journal.
     pub few_logs: usize,
 }
 
