@@ -889,7 +889,9 @@ impl BusyLogs {
 
     /// Counts the logs of a round of several that started at `now`, and
     /// tells whether few logs are busy: no more than `few_logs` in this
-    /// span nor in the last.
+    /// span nor in the last. Counting stops once a span has seen more
+    /// than `few_logs`: the answer is then no for it and the next, and
+    /// with many logs busy a round hashes none of them.
     fn few(
         &mut self,
         round: &[(Arc<dyn Member>, Vec<Chunk>)],
@@ -901,7 +903,12 @@ impl BusyLogs {
             self.seen.clear();
             self.since = now;
         }
-        self.seen.extend(round.iter().map(|(log, _)| address(log)));
+        for (log, _) in round {
+            if self.seen.len() > few_logs {
+                break;
+            }
+            self.seen.insert(address(log));
+        }
         self.last.max(self.seen.len()) <= few_logs
     }
 }
