@@ -149,7 +149,8 @@ pub struct PatternsArgs {
     /// the same hops and syncs with nothing else), and one through the
     /// same flow on tokio runtimes (each server a task on a runtime of its
     /// own). The report gives their medians, and the ack's and the floor's
-    /// p99 over their own medians: the service's tail beside the flow's.
+    /// p99 over their own medians: the service's tail beside the flow's;
+    /// `patterns-window-one.csv` every message's figures, in order.
     #[arg(long, default_value_t = 2000)]
     pub latency_messages: usize,
     /// Payload of the window-1 latency run and of the bare fdatasync.
@@ -310,9 +311,13 @@ pub struct WindowOne {
     /// follows a tick of the clock (`fdatasync::SyncProbe::replicas`), so
     /// fewer blocks make the ack cheaper than a deployment's.
     pub segment_inode_blocks: Option<usize>,
+    /// Each window-1 message's samples, in the order they were taken:
+    /// the ack, then the probes and floors timed after it.
     pub ack_samples: Vec<f64>,
     pub fdatasync_samples: Vec<f64>,
     pub fdatasync_replicas_samples: Vec<f64>,
+    pub floor_samples: Vec<f64>,
+    pub runtime_floor_samples: Vec<f64>,
 }
 
 impl WindowOne {
@@ -483,6 +488,8 @@ pub fn run(args: PatternsArgs) -> anyhow::Result<PatternsFigures> {
             ack_samples: samples.ack,
             fdatasync_samples: samples.preallocated,
             fdatasync_replicas_samples: samples.replicas,
+            floor_samples: samples.floor,
+            runtime_floor_samples: samples.runtime_floor,
         },
         disk_neighbour: args.disk_neighbour.clone(),
         cpu_neighbour: args.cpu_neighbour,
@@ -1248,6 +1255,42 @@ fn figure_rows(table: &mut Table, rows: impl IntoIterator<Item = (String, String
     }
 }
 
+/// Every window-1 message with what was timed after it, in order: how
+/// the ack and the floors moved over the run, which the medians hide.
+fn window_one_samples(one: &WindowOne) -> Table {
+    let mut table = Table::new(
+        format!(
+            "Window-1 samples in order, µs ({})",
+            format_bytes(one.payload)
+        ),
+        &[
+            "message",
+            "ack",
+            "floor",
+            "runtime floor",
+            "bare write + fdatasync",
+            "3 at once",
+        ],
+    );
+    let columns = [
+        &one.ack_samples,
+        &one.floor_samples,
+        &one.runtime_floor_samples,
+        &one.fdatasync_samples,
+        &one.fdatasync_replicas_samples,
+    ];
+    for message in 0..one.ack_samples.len() {
+        let mut row = vec![(message + 1).to_string()];
+        row.extend(
+            columns
+                .iter()
+                .map(|samples| samples.get(message).map_or("-".into(), |us| fixed(*us, 0))),
+        );
+        table.row(row);
+    }
+    table
+}
+
 fn write_report(args: &PatternsArgs, figures: &PatternsFigures) -> anyhow::Result<()> {
     let mut output = Output::new(args.output.out_folder("patterns"))?;
     let mut tables = Vec::new();
@@ -1290,6 +1333,10 @@ fn write_report(args: &PatternsArgs, figures: &PatternsFigures) -> anyhow::Resul
     output.csv("patterns-limits", &limits)?;
     output.csv("patterns-cells", &cells)?;
     output.png("patterns-latency", &latency_chart(figures))?;
+    output.csv(
+        "patterns-window-one",
+        &window_one_samples(&figures.window_one),
+    )?;
     tables.push(limits.to_json());
     tables.push(cells.to_json());
     let json = serde_json::json!({

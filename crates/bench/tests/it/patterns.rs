@@ -192,8 +192,27 @@ fn patterns_with_tiny_parameters_completes_every_cell_and_writes_its_files() {
             "patterns-sync.png",
             "patterns-memory.png",
             "patterns-latency.png",
+            "patterns-window-one.csv",
         ],
     );
+    // Every window-1 message in order, with what was timed after it.
+    let samples = std::fs::read_to_string(out.join("patterns-window-one.csv")).unwrap();
+    let mut lines = samples.lines();
+    assert_eq!(
+        lines.next().unwrap(),
+        "message,ack,floor,runtime floor,bare write + fdatasync,3 at once"
+    );
+    let rows: Vec<Vec<f64>> = lines
+        .map(|line| line.split(',').map(|cell| cell.parse().unwrap()).collect())
+        .collect();
+    assert_eq!(rows.len(), 50);
+    for (index, row) in rows.iter().enumerate() {
+        assert_eq!(row[0], (index + 1) as f64, "{row:?}");
+        assert!(row[1..].iter().all(|us| *us > 0.0), "{row:?}");
+    }
+    for (row, ack) in rows.iter().zip(&one.ack_samples) {
+        assert!((row[1] - ack).abs() <= 0.5, "{row:?} against {ack}");
+    }
     let json = read_json(&folder.path().join("figures.json"));
     assert_eq!(json["cells"].as_array().unwrap().len(), 24);
     assert_eq!(json["window_one"]["ack_latency_us"]["count"], 50);
