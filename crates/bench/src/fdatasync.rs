@@ -74,10 +74,11 @@ impl SyncProbe {
         Ok(SyncProbe::new(path, file, size))
     }
 
-    /// Overwrites a new file in `folder` whose blocks for `samples` records
-    /// were written (zeros) and synced beforehand, as the log's
-    /// preallocated tail segment is, so each fdatasync carries the record
-    /// and no new file size.
+    /// Overwrites a new file in `folder` whose blocks were written (zeros)
+    /// and synced beforehand, as the log's preallocated tail segment is, so
+    /// each fdatasync carries the record and no new file size. The file has
+    /// the tail segment's shape too: room for `samples` records and the
+    /// zeros the log keeps ahead of its last one ([`tail_segment_bytes`]).
     pub fn preallocated(folder: &Path, size: usize, samples: usize) -> anyhow::Result<SyncProbe> {
         SyncProbe::preallocated_named(folder, &format!("preallocated-{size}"), size, samples)
     }
@@ -91,7 +92,7 @@ impl SyncProbe {
         samples: usize,
     ) -> anyhow::Result<SyncProbe> {
         let path = folder.join(format!("fdatasync-{name}.bin"));
-        let file = preallocated(&path, size * samples)?;
+        let file = preallocated(&path, tail_segment_bytes(size * samples))?;
         Ok(SyncProbe::new(path, file, size))
     }
 
@@ -113,7 +114,7 @@ impl SyncProbe {
                 let path = folder.join(format!("fdatasync-{name}.bin"));
                 let (file, block) = create_apart(&path, &taken)?;
                 taken.push(block);
-                let file = preallocate(file, &path, size * samples)?;
+                let file = preallocate(file, &path, tail_segment_bytes(size * samples))?;
                 Ok(SyncProbe::new(path, file, size))
             })
             .collect()
@@ -232,6 +233,16 @@ impl SyncGroup {
         }
         Ok(())
     }
+}
+
+/// The bytes of a log's tail segment once `records` bytes of records are
+/// in it: the records, and the zeros the log keeps ahead of the last one
+/// (`wal::PREALLOCATE_AHEAD_BYTES`). A probe standing for the log's write +
+/// fdatasync overwrites a file of this size: on this machine a smaller
+/// file syncs faster (docs/results.md, "The floor's files shaped like the
+/// log's tail segment"), and the log's is never smaller.
+pub fn tail_segment_bytes(records: usize) -> usize {
+    records + wal::PREALLOCATE_AHEAD_BYTES as usize
 }
 
 /// Creates `path` holding `bytes` zeros, synced with its size, and returns
@@ -461,7 +472,7 @@ mod tests {
     }
 
     #[test]
-    fn replicas_files_are_preallocated_each_in_an_inode_block_of_its_own() {
+    fn replicas_files_are_shaped_like_a_tail_segment_each_in_an_inode_block_of_its_own() {
         let folder = tempfile::tempdir().unwrap();
         let names: Vec<String> = (0..3).map(|replica| format!("replica-{replica}")).collect();
         let probes = SyncProbe::replicas(folder.path(), &names, 100, 4).unwrap();
@@ -475,11 +486,16 @@ mod tests {
                 "replica {index}'s inode shares a block: {blocks:?}"
             );
         }
+        // Four records of 100 bytes, and the zeros a log keeps ahead.
+        let shaped = 400 + wal::PREALLOCATE_AHEAD_BYTES;
         for probe in probes {
-            assert_eq!(probe.file.metadata().unwrap().len(), 400, "preallocated");
+            assert_eq!(probe.file.metadata().unwrap().len(), shaped, "preallocated");
             probe.finish().unwrap();
         }
         assert_eq!(std::fs::read_dir(folder.path()).unwrap().count(), 0);
+        let probe = SyncProbe::preallocated(folder.path(), 100, 4).unwrap();
+        assert_eq!(probe.file.metadata().unwrap().len(), shaped);
+        probe.finish().unwrap();
     }
 
     #[test]

@@ -48,7 +48,8 @@ pub struct FlowFloor {
 
 impl FlowFloor {
     /// Starts the three servers, each with a file in `folder` preallocated
-    /// for `samples` records of `size` bytes.
+    /// for `samples` records of `size` bytes and shaped like a log's tail
+    /// segment (`fdatasync::tail_segment_bytes`).
     pub fn start(folder: &Path, size: usize, samples: usize) -> anyhow::Result<FlowFloor> {
         let wiring = wire()?;
         let servers = wiring
@@ -142,7 +143,8 @@ pub struct RuntimeFlowFloor {
 
 impl RuntimeFlowFloor {
     /// Starts the three servers, each on a runtime of its own with a file
-    /// in `folder` preallocated for `samples` records of `size` bytes.
+    /// in `folder` preallocated for `samples` records of `size` bytes and
+    /// shaped like a log's tail segment (`fdatasync::tail_segment_bytes`).
     /// Called on the client's runtime, which its connections join.
     pub fn start(folder: &Path, size: usize, samples: usize) -> anyhow::Result<RuntimeFlowFloor> {
         let wiring = wire()?;

@@ -37,6 +37,7 @@ pub use log::{DurableHook, Log, LogMetrics, Progress};
 pub use maintenance::{CheckpointWritten, Retained, Retention};
 pub use marker::RESET_MARKER;
 pub use recovery::RecoveryReport;
+pub use writer::PREALLOCATE_AHEAD_BYTES;
 
 /// Reads the log of `stream` in `folder` without changing anything: calls
 /// `visit` with every valid record in version order and returns the last

@@ -21,7 +21,9 @@ const SPARE_BUFFERS_MAX: usize = 4;
 /// last record with zeros, so that the fdatasync of the next small batch
 /// flushes data only: a write that grows the file also changes its size,
 /// and syncing that metadata costs a journal commit on every batch.
-const PREALLOCATE_AHEAD_BYTES: u64 = 1024 * 1024;
+/// Public so that a benchmark's bare fdatasync can write into a file of
+/// the same shape (`bench::fdatasync`).
+pub const PREALLOCATE_AHEAD_BYTES: u64 = 1024 * 1024;
 /// Zeros written per preallocation step.
 const PREALLOCATE_STEP_BYTES: usize = 1024 * 1024;
 /// A batch of this many bytes or more writes no zeros ahead of it. Zeros
