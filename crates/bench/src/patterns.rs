@@ -1317,15 +1317,18 @@ fn write_report(args: &PatternsArgs, figures: &PatternsFigures) -> anyhow::Resul
         .map(|c| (c.payload, c.messages_per_second, c.megabytes_per_second))
         .collect();
     let per_payload = limits::table(&figures.limits, &rates);
-    print!("{}", per_payload.render());
-    println!();
-    output.csv("patterns-limits-per-payload", &per_payload)?;
-    tables.push(per_payload.to_json());
-    let cpu = cpu_table(figures);
-    print!("{}", cpu.render());
-    println!();
-    output.csv("patterns-cpu", &cpu)?;
-    tables.push(cpu.to_json());
+    shown(
+        &mut output,
+        &mut tables,
+        "patterns-limits-per-payload",
+        &per_payload,
+    )?;
+    shown(
+        &mut output,
+        &mut tables,
+        "patterns-cpu",
+        &cpu_table(figures),
+    )?;
     let limits = limits_table(figures);
     print!("{}", limits.render());
     print_neighbours(figures);
@@ -1339,7 +1342,28 @@ fn write_report(args: &PatternsArgs, figures: &PatternsFigures) -> anyhow::Resul
     )?;
     tables.push(limits.to_json());
     tables.push(cells.to_json());
-    let json = serde_json::json!({
+    output.json(args.output.json.as_deref(), &figures_json(figures, tables))?;
+    output.announce();
+    Ok(())
+}
+
+/// Prints `table`, writes it as `<name>.csv` and keeps it for the JSON.
+fn shown(
+    output: &mut Output,
+    tables: &mut Vec<serde_json::Value>,
+    name: &str,
+    table: &Table,
+) -> anyhow::Result<()> {
+    print!("{}", table.render());
+    println!();
+    output.csv(name, table)?;
+    tables.push(table.to_json());
+    Ok(())
+}
+
+/// The run's figures as `--json` writes them, with its `tables`.
+fn figures_json(figures: &PatternsFigures, tables: Vec<serde_json::Value>) -> serde_json::Value {
+    serde_json::json!({
         "experiment": "patterns",
         "messages_per_cell": figures.messages,
         "window": figures.window,
@@ -1359,10 +1383,7 @@ fn write_report(args: &PatternsArgs, figures: &PatternsFigures) -> anyhow::Resul
             "cpu_seconds": figures.neighbours.cpu.as_secs_f64(),
             "seconds": figures.neighbours.cpu_wall.as_secs_f64(),
         },
-    });
-    output.json(args.output.json.as_deref(), &json)?;
-    output.announce();
-    Ok(())
+    })
 }
 
 /// The run's neighbours (`--disk-neighbour`, `--cpu-neighbour`), when it
