@@ -238,9 +238,11 @@ impl SyncGroup {
 /// The bytes of a log's tail segment once `records` bytes of records are
 /// in it: the records, and the zeros the log keeps ahead of the last one
 /// (`wal::PREALLOCATE_AHEAD_BYTES`). A probe standing for the log's write +
-/// fdatasync overwrites a file of this size: on this machine a smaller
-/// file syncs faster (docs/results.md, "The floor's files shaped like the
-/// log's tail segment"), and the log's is never smaller.
+/// fdatasync of a small batch overwrites a file of this size: the log's
+/// tail segment is never smaller while its batches are small, and on this
+/// machine the flow's floor synced faster in smaller files
+/// (docs/results.md, "The floor's files shaped like the log's tail
+/// segment").
 pub fn tail_segment_bytes(records: usize) -> usize {
     records + wal::PREALLOCATE_AHEAD_BYTES as usize
 }
