@@ -35,7 +35,8 @@
 //!   disks here drift tenfold within a minute, so the two are
 //!   interleaved rather than run one after the other). The log writes into a
 //!   preallocated tail segment, so the comparison is a bare fdatasync into
-//!   a preallocated file; the appending one (`bench logging`'s, which
+//!   a preallocated file of the segment's size
+//!   (`fdatasync::tail_segment_bytes`); the appending one (`bench logging`'s, which
 //!   also commits a new file size each time) is shown beside it. The disk
 //!   limit's writers use preallocated files too.
 //!

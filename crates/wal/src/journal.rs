@@ -709,19 +709,19 @@ impl Inner {
             // direct writers are free to take every log of the round.
             let few = writer.busy.few(&taken, started, self.config.few_logs)
                 && !taken.iter().any(|(_, chunks)| is_large(chunks));
-            let (mut large, mut small): (Vec<_>, Vec<_>) = taken
+            let (mut direct, mut journaled): (Vec<_>, Vec<_>) = taken
                 .into_iter()
                 .partition(|(_, chunks)| few || is_large(chunks));
             if few {
                 // The journal's thread writes one of them itself.
-                small.extend(large.pop());
+                journaled.extend(direct.pop());
             }
-            self.lock().metrics.direct_writes += large.len() as u64;
-            for (log, chunks) in large {
+            self.lock().metrics.direct_writes += direct.len() as u64;
+            for (log, chunks) in direct {
                 log.set_in_flight();
                 writer.direct.submit(log, chunks, started);
             }
-            taken = small;
+            taken = journaled;
         }
         match taken.len() {
             0 => return Ok(()),
