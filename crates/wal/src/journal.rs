@@ -84,7 +84,7 @@ const FLUSHES_PER_EPOCH: u64 = 8;
 /// written past the journal, into its segment, and synced there, by one
 /// of the direct writers: written twice (journal and segment), a large
 /// batch costs the disk more bandwidth than its own fdatasync costs.
-const DIRECT_BYTES_MIN: usize = 32 * 1024;
+pub(crate) const DIRECT_BYTES_MIN: usize = 32 * 1024;
 /// Threads writing large batches of logs directly, in parallel.
 const DIRECT_WRITERS: usize = 4;
 /// How long a count of busy logs lasts ([`JournalConfig::few_logs`]).

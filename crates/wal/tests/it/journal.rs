@@ -826,21 +826,21 @@ fn a_log_written_alone_keeps_zeros_ahead_of_small_batches_but_not_of_large_ones(
         small >= 1 << 20,
         "batches of 1 KB keep the tail 1 MiB ahead with zeros: {small} bytes on file"
     );
-    // 2.1 MB in batches of 70 KB: past the zeros, and none written
-    // ahead of them. The file grows by a hole ahead of them, which costs
-    // the disk nothing: what is written is the records, and again the
-    // block each batch starts in.
+    // 2.2 MB in batches of 40 KB (32 KiB or more) and 70 KB: past the
+    // zeros, and none written ahead of them. The file grows by a hole
+    // ahead of them, which costs the disk nothing: what is written is the
+    // records, and again the block each batch starts in.
     let before = storage.bytes_written();
-    const LARGE: usize = 30;
-    for _ in 0..LARGE {
-        put(70_000);
+    const LARGE: usize = 40;
+    for index in 0..LARGE {
+        put(if index % 2 == 0 { 40_000 } else { 70_000 });
     }
     let written = storage.bytes_written() - before;
     drop(log);
     let closed = segment_bytes(&storage, 0);
     assert!(
         closed > 2_000_000 && written <= closed + (LARGE as u64) * 2 * 4096,
-        "batches of 70 KB write no zeros ahead: {written} bytes written for {closed} of records"
+        "batches of 40 and 70 KB write no zeros ahead: {written} bytes written for {closed} of records"
     );
     let (log, recovered) = open_log(&storage, 0, journaled(&journal, SEGMENT));
     assert_eq!(recovered.len(), payloads.len(), "reopened");
