@@ -165,11 +165,26 @@ impl CheckpointSchedule {
 /// How often the checkpoint task looks at the record count.
 const CHECKPOINT_POLL: Duration = Duration::from_secs(1);
 
+/// Where in its interval, and in its poll, a stream's checkpoints fall: a
+/// fraction in [0, 1) taken from the stream's id and the server's, the
+/// same on every start. Streams made or recovered together would
+/// otherwise all come due in the same poll and write their checkpoints
+/// (a file and its syncs each, then retention) in one burst.
+pub(super) fn checkpoint_phase(stream: u64, server: ServerId) -> f64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    (stream, server).hash(&mut hasher);
+    (hasher.finish() >> 11) as f64 / (1u64 << 53) as f64
+}
+
 /// A stream's checkpoint task: a checkpoint every interval, or sooner once
-/// enough versions were logged, then retention.
+/// enough versions were logged, then retention. The first interval is
+/// shortened, and the polls shifted, by the stream's `phase`, so that
+/// streams started together spread their checkpoints over the interval.
 pub(super) async fn run_checkpoints(
     weak: Weak<Stream>,
     schedule: CheckpointSchedule,
+    phase: f64,
     mut stopping: watch::Receiver<bool>,
     deleting: Arc<Notify>,
 ) {
@@ -178,10 +193,14 @@ pub(super) async fn run_checkpoints(
     } else {
         schedule.interval.min(CHECKPOINT_POLL)
     };
-    let mut last = Instant::now();
+    let start = Instant::now();
+    let mut last = start
+        .checked_sub(schedule.interval.mul_f64(phase))
+        .unwrap_or(start);
+    let mut sleep = poll.mul_f64(phase);
     loop {
         tokio::select! {
-            _ = tokio::time::sleep(poll) => {}
+            _ = tokio::time::sleep(std::mem::replace(&mut sleep, poll)) => {}
             _ = stopping.wait_for(|s| *s) => return,
             _ = deleting.notified() => return,
         }

@@ -356,3 +356,58 @@ async fn a_stream_deleted_while_it_writes_checkpoints_is_removed_whole() {
     }
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_made_together_spread_their_checkpoints_over_the_interval() {
+    let data = tempfile::tempdir().unwrap();
+    let mut config = ServerConfig::new(data.path());
+    config.checkpoint_interval = Duration::from_millis(1000);
+    config.checkpoint_records = 0;
+    let server = TestServer::start(config).await;
+    let client = Client::connect(quick_client_config(server.address))
+        .await
+        .unwrap();
+    const STREAMS: usize = 16;
+    let made = std::time::Instant::now();
+    let mut names = Vec::new();
+    for index in 0..STREAMS {
+        let name = format!("spread-{index}");
+        let stream = client
+            .create_stream(&name, DurabilityConfig::Sync)
+            .await
+            .unwrap();
+        client
+            .producer(stream.id)
+            .send(b"", b"one message")
+            .await
+            .unwrap();
+        names.push(name);
+    }
+    let making = made.elapsed();
+    // When each stream's first checkpoint came, polled every 10 ms.
+    let mut first: Vec<Option<Duration>> = vec![None; STREAMS];
+    let deadline = made + Duration::from_secs(5);
+    while first.iter().any(Option::is_none) && std::time::Instant::now() < deadline {
+        for (index, name) in names.iter().enumerate() {
+            if first[index].is_none()
+                && server.state.stream_by_name(name).unwrap().checkpointed() > 0
+            {
+                first[index] = Some(made.elapsed());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let times: Vec<Duration> = first
+        .iter()
+        .map(|time| time.expect("every stream wrote a checkpoint within 5 s"))
+        .collect();
+    let spread = *times.iter().max().unwrap() - *times.iter().min().unwrap();
+    // Made within `making` of each other, all due in the same poll they
+    // would write their checkpoints together: at most `making` apart.
+    assert!(
+        spread >= making + Duration::from_millis(300),
+        "first checkpoints {spread:?} apart for streams made within {making:?}: {times:?}"
+    );
+    drop(client);
+    server.stop().await;
+}
