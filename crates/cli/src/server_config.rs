@@ -117,7 +117,8 @@ pub struct ServerArgs {
     pub memory_retain_bytes: Option<usize>,
     /// Disk streams: write a checkpoint of each stream's state this often,
     /// in milliseconds, so a restart replays only the log after it
-    /// (0: never by time). [default: 10000]
+    /// (0: never by time); each stream at a phase of its own, so that
+    /// streams do not write theirs all at once. [default: 10000]
     #[arg(long)]
     pub checkpoint_interval_ms: Option<u64>,
     /// Disk streams: also write a checkpoint once this many versions were

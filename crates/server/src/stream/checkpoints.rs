@@ -170,7 +170,7 @@ const CHECKPOINT_POLL: Duration = Duration::from_secs(1);
 /// same on every start. Streams made or recovered together would
 /// otherwise all come due in the same poll and write their checkpoints
 /// (a file and its syncs each, then retention) in one burst.
-pub(super) fn checkpoint_phase(stream: u64, server: ServerId) -> f64 {
+fn checkpoint_phase(stream: u64, server: ServerId) -> f64 {
     use std::hash::{Hash, Hasher};
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     (stream, server).hash(&mut hasher);
@@ -179,15 +179,18 @@ pub(super) fn checkpoint_phase(stream: u64, server: ServerId) -> f64 {
 
 /// A stream's checkpoint task: a checkpoint every interval, or sooner once
 /// enough versions were logged, then retention. The first interval is
-/// shortened, and the polls shifted, by the stream's `phase`, so that
-/// streams started together spread their checkpoints over the interval.
+/// shortened, and the polls shifted, by the stream's phase
+/// (`checkpoint_phase`), so that streams started together spread their
+/// checkpoints over the interval.
 pub(super) async fn run_checkpoints(
     weak: Weak<Stream>,
     schedule: CheckpointSchedule,
-    phase: f64,
     mut stopping: watch::Receiver<bool>,
     deleting: Arc<Notify>,
 ) {
+    let Some(phase) = weak.upgrade().map(|s| checkpoint_phase(s.id, s.router.me)) else {
+        return;
+    };
     let poll = if schedule.interval.is_zero() {
         CHECKPOINT_POLL
     } else {

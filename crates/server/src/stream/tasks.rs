@@ -3,7 +3,7 @@
 //! checkpoint task; started when the stream opens, stopped and awaited
 //! before it closes.
 
-use super::checkpoints::{checkpoint_phase, run_checkpoints};
+use super::checkpoints::run_checkpoints;
 use super::*;
 use tracing::Instrument;
 
@@ -46,10 +46,8 @@ impl Stream {
             let weak = Arc::downgrade(self);
             let stopping = stop.clone();
             let deleting = Arc::clone(&self.deleting);
-            let phase = checkpoint_phase(self.id, self.router.me);
             let task = tokio::spawn(
-                run_checkpoints(weak, checkpoints, phase, stopping, deleting)
-                    .instrument(span.clone()),
+                run_checkpoints(weak, checkpoints, stopping, deleting).instrument(span.clone()),
             );
             *self.checkpoint_task.lock().expect("task lock") = Some(task);
         }
