@@ -83,7 +83,9 @@ const FLUSHES_PER_EPOCH: u64 = 8;
 /// A log with at least this many bytes in a round of several logs is
 /// written past the journal, into its segment, and synced there, by one
 /// of the direct writers: written twice (journal and segment), a large
-/// batch costs the disk more bandwidth than its own fdatasync costs.
+/// batch costs the disk more bandwidth than its own fdatasync costs. A
+/// batch this large also writes no zeros ahead of it (the log's
+/// `ZEROS_BATCH_BYTES_MAX` is this size).
 pub(crate) const DIRECT_BYTES_MIN: usize = 32 * 1024;
 /// Threads writing large batches of logs directly, in parallel.
 const DIRECT_WRITERS: usize = 4;
